@@ -1,0 +1,726 @@
+"""The `graph` dialect: whole-tensor ops, the level users write.
+
+Every op knows how to infer its result type from its operands and attributes
+(`infer_type`); the front end uses that where a `.ir` file leaves the type out,
+and the verifier checks a written type against it. Numerics follow the PyTorch
+op of the same name (see `irc.reference`).
+
+    %y = graph.add %x, %b : tensor<8x4xf32>
+    %m = graph.reduce_max %x {dims = [1], keepdim = true} : tensor<8x1xf32>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    FloatAttr,
+    IntegerAttr,
+    TensorType,
+)
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+    region_def,
+)
+from xdsl.traits import IsTerminator, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from irc.types import (
+    FLOAT_TYPES,
+    I1,
+    MAX_ELEMENTS,
+    broadcast_shapes,
+    format_type,
+    numel,
+    tensor,
+)
+
+
+class GraphVerifyError(VerifyException):
+    """A verifier error that can point at the definition of one operand too."""
+
+    def __init__(self, message: str, operand: int | None = None):
+        super().__init__(message)
+        self.operand = operand
+
+
+Props = dict[str, Attribute]
+
+
+# --- attribute readers: one clear message per malformed attribute -------------
+
+
+def _int_list(op_name: str, props: Props, key: str) -> list[int]:
+    attr = props.get(key)
+    if attr is None:
+        raise GraphVerifyError(f"{op_name} needs the attribute '{key} = [...]'")
+    if not isinstance(attr, ArrayAttr) or not all(
+        isinstance(a, IntegerAttr) and not _is_bool(a) for a in attr.data
+    ):
+        raise GraphVerifyError(f"{op_name}: '{key}' must be a list of integers like [0, 1]")
+    return [a.value.data for a in attr.data]  # type: ignore[union-attr]
+
+
+def _is_bool(a: Attribute) -> bool:
+    return isinstance(a, IntegerAttr) and a.type == I1
+
+
+def _bool(op_name: str, props: Props, key: str, default: bool) -> bool:
+    attr = props.get(key)
+    if attr is None:
+        return default
+    if not _is_bool(attr):
+        raise GraphVerifyError(f"{op_name}: '{key}' must be true or false")
+    return bool(attr.value.data)  # type: ignore[union-attr]
+
+
+def _int(op_name: str, props: Props, key: str) -> int:
+    attr = props.get(key)
+    if attr is None:
+        raise GraphVerifyError(f"{op_name} needs the attribute '{key} = N'")
+    if not isinstance(attr, IntegerAttr) or _is_bool(attr):
+        raise GraphVerifyError(f"{op_name}: '{key}' must be an integer")
+    return attr.value.data
+
+
+def _float(op_name: str, props: Props, key: str, default: float | None = None) -> float:
+    attr = props.get(key)
+    if attr is None:
+        if default is None:
+            raise GraphVerifyError(f"{op_name} needs the attribute '{key} = NUMBER'")
+        return default
+    if isinstance(attr, FloatAttr):
+        return attr.value.data
+    if isinstance(attr, IntegerAttr) and not _is_bool(attr):
+        return float(attr.value.data)
+    raise GraphVerifyError(f"{op_name}: '{key}' must be a number")
+
+
+def normalize_dims(op_name: str, dims: Sequence[int], rank: int, key: str = "dims") -> list[int]:
+    """Negative dims count from the end, as in PyTorch; each must be in range, once."""
+    out: list[int] = []
+    for d in dims:
+        if not -rank <= d < rank:
+            raise GraphVerifyError(
+                f"{op_name}: {key} entry {d} is out of range for a rank-{rank} operand"
+                + (f" (valid: {-rank}..{rank - 1})" if rank else "")
+            )
+        d = d % rank
+        if d in out:
+            raise GraphVerifyError(f"{op_name}: dimension {d} appears twice in '{key}'")
+        out.append(d)
+    return out
+
+
+def _tensor_operand(op_name: str, t: Attribute, i: int) -> TensorType[Attribute]:
+    if not isinstance(t, TensorType):
+        raise GraphVerifyError(f"{op_name}: operand {i} must be a tensor, got {t}", i)
+    return t
+
+
+def _require_float(op_name: str, t: TensorType[Attribute], i: int = 0) -> None:
+    if t.element_type not in FLOAT_TYPES:
+        raise GraphVerifyError(
+            f"{op_name} needs a floating-point operand, got {format_type(t)}"
+            " (use graph.cast to convert)",
+            i,
+        )
+
+
+def _require_arith(op_name: str, t: TensorType[Attribute], i: int = 0) -> None:
+    if t.element_type == I1:
+        raise GraphVerifyError(
+            f"{op_name} is not defined on i1 tensors, got {format_type(t)}"
+            " (use graph.cast to convert)",
+            i,
+        )
+
+
+def _same_element(op_name: str, types: Sequence[TensorType[Attribute]], first: int = 0) -> None:
+    base = types[0].element_type
+    for i, t in enumerate(types[1:], 1):
+        if t.element_type != base:
+            raise GraphVerifyError(
+                f"{op_name}: operands must share one element type, got "
+                f"{format_type(types[0])} and {format_type(t)} (use graph.cast to convert)",
+                i + first,
+            )
+
+
+def _broadcast(op_name: str, types: Sequence[TensorType[Attribute]]) -> tuple[int, ...]:
+    shapes = [tuple(t.get_shape()) for t in types]
+    out = broadcast_shapes(*shapes)
+    if out is None:
+        listed = ", ".join(format_type(t) for t in types)
+        raise GraphVerifyError(f"{op_name}: operand shapes do not broadcast: {listed}", 1)
+    return out
+
+
+class GraphOp(IRDLOperation):
+    """Base of graph ops: type inference plus the check of the written type."""
+
+    REQUIRED_RESULT_TYPE: ClassVar[bool] = False
+    """Ops such as cast and reshape cannot infer their type: it must be written."""
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        raise NotImplementedError
+
+    @classmethod
+    def check_written_type(cls, operands: Sequence[Attribute], props: Props, t: Attribute) -> None:
+        """Checks a type the user wrote (or a pass built) against the inferred one."""
+        inferred = cls.infer_type(operands, props)
+        if inferred != t:
+            raise GraphVerifyError(
+                f"{cls.name}: result type {format_type(t)} does not match the "
+                f"inferred type {format_type(inferred)}"
+            )
+
+    @classmethod
+    def make(
+        cls,
+        *operands: SSAValue | Operation,
+        result_type: Attribute | None = None,
+        **props: Attribute,
+    ) -> GraphOp:
+        """Builds the op, inferring its result type unless one is given."""
+        values = [SSAValue.get(o) for o in operands]
+        if result_type is None:
+            result_type = cls.infer_type([v.type for v in values], props)
+        return cls.create(operands=values, result_types=[result_type], properties=props)
+
+    def verify_(self) -> None:
+        operand_types = [o.type for o in self.operands]
+        for i, t in enumerate(operand_types):
+            _tensor_operand(self.name, t, i)
+        self.check_written_type(operand_types, dict(self.properties), self.results[0].type)
+
+
+# --- element-wise --------------------------------------------------------------
+
+
+class UnaryOp(GraphOp):
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    FLOAT_ONLY: ClassVar[bool] = True
+
+    def __init__(self, x: SSAValue | Operation):
+        x = SSAValue.get(x)
+        super().__init__(operands=[x], result_types=[self.infer_type([x.type], {})])
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        (t,) = operands
+        t = _tensor_operand(cls.name, t, 0)
+        if cls.FLOAT_ONLY:
+            _require_float(cls.name, t)
+        else:
+            _require_arith(cls.name, t)
+        return t
+
+
+def _unary(op_name: str, doc: str, float_only: bool = True) -> type[UnaryOp]:
+    cls = type(
+        _class_name(op_name),
+        (UnaryOp,),
+        {
+            "name": f"graph.{op_name}",
+            "__doc__": doc,
+            "FLOAT_ONLY": float_only,
+            "__annotations__": {"FLOAT_ONLY": "ClassVar[bool]"},
+        },
+    )
+    return irdl_op_definition(cls)
+
+
+def _class_name(op_name: str) -> str:
+    return "".join(p.capitalize() for p in op_name.split("_")) + "Op"
+
+
+NegOp = _unary("neg", "-x", float_only=False)
+AbsOp = _unary("abs", "|x|", float_only=False)
+ExpOp = _unary("exp", "e**x")
+LogOp = _unary("log", "natural logarithm")
+SqrtOp = _unary("sqrt", "square root")
+RsqrtOp = _unary("rsqrt", "1 / sqrt(x)")
+SinOp = _unary("sin", "sine")
+CosOp = _unary("cos", "cosine")
+TanhOp = _unary("tanh", "hyperbolic tangent")
+SigmoidOp = _unary("sigmoid", "1 / (1 + e**-x)")
+ReluOp = _unary("relu", "max(x, 0), NaN propagating", float_only=False)
+GeluOp = _unary("gelu", "exact GELU: x * (1 + erf(x / sqrt(2))) / 2")
+SiluOp = _unary("silu", "x * sigmoid(x)")
+ReciprocalOp = _unary("reciprocal", "1 / x")
+
+
+class BinaryOp(GraphOp):
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    KIND: ClassVar[str] = "arith"  # "arith", "float", "compare"
+
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
+        lhs, rhs = SSAValue.get(lhs), SSAValue.get(rhs)
+        super().__init__(
+            operands=[lhs, rhs], result_types=[self.infer_type([lhs.type, rhs.type], {})]
+        )
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        types = [_tensor_operand(cls.name, t, i) for i, t in enumerate(operands)]
+        _same_element(cls.name, types)
+        if cls.KIND == "float":
+            _require_float(cls.name, types[0])
+        elif cls.KIND == "arith":
+            _require_arith(cls.name, types[0])
+        shape = _broadcast(cls.name, types)
+        element = I1 if cls.KIND == "compare" else types[0].element_type
+        return tensor(shape, element)
+
+
+def _binary(op_name: str, doc: str, kind: str) -> type[BinaryOp]:
+    cls = type(
+        _class_name(op_name),
+        (BinaryOp,),
+        {
+            "name": f"graph.{op_name}",
+            "__doc__": doc,
+            "KIND": kind,
+            "__annotations__": {"KIND": "ClassVar[str]"},
+        },
+    )
+    return irdl_op_definition(cls)
+
+
+AddOp = _binary("add", "a + b", "arith")
+SubOp = _binary("sub", "a - b", "arith")
+MulOp = _binary("mul", "a * b", "arith")
+DivOp = _binary("div", "a / b (true division)", "float")
+MaximumOp = _binary("maximum", "element-wise max, NaN propagating", "arith")
+MinimumOp = _binary("minimum", "element-wise min, NaN propagating", "arith")
+PowOp = _binary("pow", "a ** b", "float")
+EqOp = _binary("eq", "a == b", "compare")
+NeOp = _binary("ne", "a != b", "compare")
+LtOp = _binary("lt", "a < b", "compare")
+LeOp = _binary("le", "a <= b", "compare")
+GtOp = _binary("gt", "a > b", "compare")
+GeOp = _binary("ge", "a >= b", "compare")
+
+
+@irdl_op_definition
+class WhereOp(GraphOp):
+    """`cond ? a : b`, all three broadcasting."""
+
+    name = "graph.where"
+    cond = operand_def(TensorType)
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        types = [_tensor_operand(cls.name, t, i) for i, t in enumerate(operands)]
+        if types[0].element_type != I1:
+            raise GraphVerifyError(
+                f"graph.where: the condition must be an i1 tensor, got {format_type(types[0])}",
+                0,
+            )
+        _same_element(cls.name, types[1:], first=1)
+        return tensor(_broadcast(cls.name, types), types[1].element_type)
+
+
+# --- type and layout changes ---------------------------------------------------
+
+
+@irdl_op_definition
+class CastOp(GraphOp):
+    """Element-type conversion with PyTorch's `Tensor.to` semantics."""
+
+    name = "graph.cast"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    REQUIRED_RESULT_TYPE: ClassVar[bool] = True
+
+    @classmethod
+    def check_written_type(cls, operands: Sequence[Attribute], props: Props, t: Attribute) -> None:
+        (x,) = operands
+        if not isinstance(t, TensorType) or tuple(t.get_shape()) != tuple(x.get_shape()):  # type: ignore[attr-defined]
+            raise GraphVerifyError(
+                f"graph.cast changes only the element type: {format_type(x)} cannot "
+                f"become {format_type(t)}"
+            )
+
+
+@irdl_op_definition
+class ConstantOp(GraphOp):
+    """A splat constant: every element equals `value`."""
+
+    name = "graph.constant"
+    value = opt_prop_def(Attribute)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    REQUIRED_RESULT_TYPE: ClassVar[bool] = True
+
+    @classmethod
+    def check_written_type(cls, operands: Sequence[Attribute], props: Props, t: Attribute) -> None:
+        if not isinstance(t, TensorType):
+            raise GraphVerifyError(f"graph.constant must produce a tensor, got {t}")
+        _check_size(t)
+        v = props.get("value")
+        if v is None:
+            raise GraphVerifyError("graph.constant needs the attribute 'value = NUMBER'")
+        if _is_bool(v):
+            if t.element_type != I1:
+                raise GraphVerifyError(
+                    f"graph.constant: a true/false value needs an i1 tensor, got {format_type(t)}"
+                )
+            return
+        number = _float("graph.constant", props, "value")
+        if t.element_type == I1:
+            if number not in (0.0, 1.0):
+                raise GraphVerifyError("graph.constant: an i1 value must be true, false, 0 or 1")
+        elif t.element_type not in FLOAT_TYPES:
+            if isinstance(v, FloatAttr) and not float(number).is_integer():
+                raise GraphVerifyError(
+                    f"graph.constant: {number} is not an integer, as {format_type(t)} needs"
+                )
+            bits = 64 if "i64" in format_type(t) else 32
+            if isinstance(v, IntegerAttr) and not -(2 ** (bits - 1)) <= v.value.data < 2 ** (bits - 1):
+                raise GraphVerifyError(
+                    f"graph.constant: {v.value.data} does not fit in i{bits}"
+                )
+
+    def verify_(self) -> None:
+        self.check_written_type([], dict(self.properties), self.result.type)
+
+
+@irdl_op_definition
+class ReshapeOp(GraphOp):
+    """Same elements, new shape (row-major order, as `torch.reshape`)."""
+
+    name = "graph.reshape"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    REQUIRED_RESULT_TYPE: ClassVar[bool] = True
+
+    @classmethod
+    def check_written_type(cls, operands: Sequence[Attribute], props: Props, t: Attribute) -> None:
+        (x,) = operands
+        if not isinstance(t, TensorType):
+            raise GraphVerifyError(f"graph.reshape must produce a tensor, got {t}")
+        if t.element_type != x.element_type:  # type: ignore[attr-defined]
+            raise GraphVerifyError(
+                f"graph.reshape keeps the element type: {format_type(x)} cannot "
+                f"become {format_type(t)}"
+            )
+        if numel(t.get_shape()) != numel(x.get_shape()):  # type: ignore[attr-defined]
+            raise GraphVerifyError(
+                f"graph.reshape must keep the element count: {format_type(x)} has "
+                f"{numel(x.get_shape())}, {format_type(t)} has {numel(t.get_shape())}"  # type: ignore[attr-defined]
+            )
+
+
+@irdl_op_definition
+class BroadcastOp(GraphOp):
+    """Explicit broadcast to the written result type (as `Tensor.expand`)."""
+
+    name = "graph.broadcast"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    REQUIRED_RESULT_TYPE: ClassVar[bool] = True
+
+    @classmethod
+    def check_written_type(cls, operands: Sequence[Attribute], props: Props, t: Attribute) -> None:
+        (x,) = operands
+        if not isinstance(t, TensorType) or t.element_type != x.element_type:  # type: ignore[attr-defined]
+            raise GraphVerifyError(
+                f"graph.broadcast keeps the element type: {format_type(x)} cannot "
+                f"become {format_type(t)}"
+            )
+        src, dst = tuple(x.get_shape()), tuple(t.get_shape())  # type: ignore[attr-defined]
+        if len(src) > len(dst) or broadcast_shapes(src, dst) != dst:
+            raise GraphVerifyError(
+                f"graph.broadcast: {format_type(x)} does not broadcast to {format_type(t)}"
+            )
+
+
+@irdl_op_definition
+class TransposeOp(GraphOp):
+    """Permutes dimensions: result dim i is input dim perm[i] (`Tensor.permute`)."""
+
+    name = "graph.transpose"
+    input = operand_def(TensorType)
+    perm = opt_prop_def(Attribute)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        x = _tensor_operand(cls.name, operands[0], 0)
+        shape = x.get_shape()
+        perm = _int_list(cls.name, props, "perm")
+        if len(perm) != len(shape):
+            raise GraphVerifyError(
+                f"graph.transpose: perm has {len(perm)} entries for a rank-{len(shape)} operand"
+            )
+        perm = normalize_dims(cls.name, perm, len(shape), "perm")
+        return tensor([shape[p] for p in perm], x.element_type)
+
+
+# --- reductions and contractions ---------------------------------------------
+
+
+class ReduceOp(GraphOp):
+    input = operand_def(TensorType)
+    dims = opt_prop_def(Attribute)
+    keepdim = opt_prop_def(Attribute)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    FLOAT_ONLY: ClassVar[bool] = False
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        x = _tensor_operand(cls.name, operands[0], 0)
+        if cls.FLOAT_ONLY:
+            _require_float(cls.name, x)
+        elif cls.name == "graph.reduce_sum":
+            _require_arith(cls.name, x)
+        shape = x.get_shape()
+        dims = normalize_dims(cls.name, _int_list(cls.name, props, "dims"), len(shape))
+        if not dims:
+            raise GraphVerifyError(f"{cls.name}: 'dims' must name at least one dimension")
+        keep = _bool(cls.name, props, "keepdim", False)
+        out = [1 if i in dims else d for i, d in enumerate(shape) if keep or i not in dims]
+        return tensor(out, x.element_type)
+
+    def reduced_dims(self) -> list[int]:
+        props = dict(self.properties)
+        return normalize_dims(self.name, _int_list(self.name, props, "dims"), len(self.input.type.get_shape()))  # type: ignore[attr-defined]
+
+    def keeps_dims(self) -> bool:
+        return _bool(self.name, dict(self.properties), "keepdim", False)
+
+
+@irdl_op_definition
+class ReduceSumOp(ReduceOp):
+    name = "graph.reduce_sum"
+
+
+@irdl_op_definition
+class ReduceMaxOp(ReduceOp):
+    name = "graph.reduce_max"
+
+
+@irdl_op_definition
+class ReduceMinOp(ReduceOp):
+    name = "graph.reduce_min"
+
+
+@irdl_op_definition
+class ReduceMeanOp(ReduceOp):
+    name = "graph.reduce_mean"
+    FLOAT_ONLY: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class MatmulOp(GraphOp):
+    """`[M,K] x [K,N] -> [M,N]`, or batched `[B,M,K] x [B,K,N] -> [B,M,N]`."""
+
+    name = "graph.matmul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        a, b = (_tensor_operand(cls.name, t, i) for i, t in enumerate(operands))
+        _same_element(cls.name, [a, b])
+        _require_float(cls.name, a)
+        sa, sb = a.get_shape(), b.get_shape()
+        if len(sa) not in (2, 3) or len(sb) != len(sa):
+            raise GraphVerifyError(
+                f"graph.matmul takes [M,K]x[K,N] or [B,M,K]x[B,K,N], got "
+                f"{format_type(a)} and {format_type(b)}"
+            )
+        if sa[-1] != sb[-2]:
+            raise GraphVerifyError(
+                f"graph.matmul: inner dimensions differ: {format_type(a)} has K={sa[-1]}, "
+                f"{format_type(b)} has K={sb[-2]}",
+                1,
+            )
+        if len(sa) == 3 and sa[0] != sb[0]:
+            raise GraphVerifyError(
+                f"graph.matmul: batch dimensions differ: {sa[0]} and {sb[0]}", 1
+            )
+        return tensor([*sa[:-1], sb[-1]], a.element_type)
+
+
+# --- composites (decomposed before fusion) ---------------------------------
+
+
+@irdl_op_definition
+class SoftmaxOp(GraphOp):
+    """`exp(x - max) / sum(exp(x - max))` along `dim`."""
+
+    name = "graph.softmax"
+    input = operand_def(TensorType)
+    dim = opt_prop_def(Attribute)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        x = _tensor_operand(cls.name, operands[0], 0)
+        _require_float(cls.name, x)
+        normalize_dims(cls.name, [_int(cls.name, props, "dim")], len(x.get_shape()), "dim")
+        return x
+
+    def axis(self) -> int:
+        rank = len(self.input.type.get_shape())  # type: ignore[attr-defined]
+        return _int(self.name, dict(self.properties), "dim") % rank
+
+
+@irdl_op_definition
+class LayerNormOp(GraphOp):
+    """Normalizes over the trailing `dims`, then scales by weight and adds bias."""
+
+    name = "graph.layer_norm"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    dims = opt_prop_def(Attribute)
+    eps = opt_prop_def(Attribute)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        x, w, b = (_tensor_operand(cls.name, t, i) for i, t in enumerate(operands))
+        _same_element(cls.name, [x, w, b])
+        _require_float(cls.name, x)
+        shape = x.get_shape()
+        dims = sorted(normalize_dims(cls.name, _int_list(cls.name, props, "dims"), len(shape)))
+        if not dims or dims != list(range(len(shape) - len(dims), len(shape))):
+            raise GraphVerifyError(
+                f"graph.layer_norm normalizes trailing dimensions: dims must be the last "
+                f"ones of a rank-{len(shape)} input, like [{len(shape) - 1}]"
+            )
+        _float(cls.name, props, "eps", 1e-5)
+        normalized = tuple(shape[d] for d in dims)
+        for i, t in ((1, w), (2, b)):
+            if tuple(t.get_shape()) != normalized:
+                what = "weight" if i == 1 else "bias"
+                raise GraphVerifyError(
+                    f"graph.layer_norm: {what} must have the normalized shape "
+                    f"{list(normalized)}, got {format_type(t)}",
+                    i,
+                )
+        return x
+
+    def normalized_dims(self) -> list[int]:
+        rank = len(self.input.type.get_shape())  # type: ignore[attr-defined]
+        return sorted(normalize_dims(self.name, _int_list(self.name, dict(self.properties), "dims"), rank))
+
+    def epsilon(self) -> float:
+        return _float(self.name, dict(self.properties), "eps", 1e-5)
+
+
+# --- fusion groups -------------------------------------------------------------
+
+
+@irdl_op_definition
+class FusedOp(IRDLOperation):
+    """A group of graph ops that lowers to one kernel.
+
+    Its region's block arguments stand for the operands (isolated from above),
+    and `graph.yield` lists the values the group produces.
+    """
+
+    name = "graph.fused"
+    inputs = var_operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    kernel = opt_prop_def(Attribute)
+    kind = opt_prop_def(Attribute)
+    body = region_def("single_block")
+
+    def verify_(self) -> None:
+        block = self.body.block
+        if len(block.args) != len(self.inputs):
+            raise GraphVerifyError(
+                f"graph.fused has {len(self.inputs)} operands but its region takes "
+                f"{len(block.args)} arguments"
+            )
+        for arg, operand in zip(block.args, self.inputs, strict=True):
+            if arg.type != operand.type:
+                raise GraphVerifyError(
+                    f"graph.fused: region argument type {format_type(arg.type)} differs "
+                    f"from operand type {format_type(operand.type)}"
+                )
+        last = block.last_op
+        if not isinstance(last, YieldOp):
+            raise GraphVerifyError("graph.fused: the region must end in graph.yield")
+        got = [v.type for v in last.values]
+        want = [r.type for r in self.outputs]
+        if got != want:
+            raise GraphVerifyError(
+                "graph.fused: graph.yield types ("
+                + ", ".join(format_type(t) for t in got)
+                + ") differ from the results ("
+                + ", ".join(format_type(t) for t in want)
+                + ")"
+            )
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Ends a `graph.fused` region with the values it produces."""
+
+    name = "graph.yield"
+    values = var_operand_def(TensorType)
+    traits = traits_def(IsTerminator())
+
+
+def _check_size(t: TensorType[Attribute]) -> None:
+    shape = t.get_shape()
+    if any(d < 1 for d in shape):
+        raise GraphVerifyError(f"{format_type(t)}: dimensions must be positive")
+    if numel(shape) > MAX_ELEMENTS:
+        raise GraphVerifyError(f"{format_type(t)} has more than 2**48 elements")
+
+
+Graph = Dialect(
+    "graph",
+    [
+        NegOp, AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp, SinOp, CosOp, TanhOp, SigmoidOp,
+        ReluOp, GeluOp, SiluOp, ReciprocalOp,
+        AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp,
+        EqOp, NeOp, LtOp, LeOp, GtOp, GeOp,
+        WhereOp, CastOp, ConstantOp, ReshapeOp, BroadcastOp, TransposeOp,
+        ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceMeanOp, MatmulOp,
+        SoftmaxOp, LayerNormOp, FusedOp, YieldOp,
+    ],
+    [],
+)  # fmt: skip
+"""Every op of the spec's table, plus the fusion group ops."""
+
+UNARY_OPS = tuple(op for op in Graph.operations if issubclass(op, UnaryOp))
+BINARY_OPS = tuple(op for op in Graph.operations if issubclass(op, BinaryOp))
+REDUCE_OPS = (ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceMeanOp)
+COMPOSITE_OPS = (SoftmaxOp, LayerNormOp)

@@ -1,0 +1,565 @@
+"""Text to xDSL IR: the lark grammar in `grammar.lark`, then a tree walk.
+
+The walk owns everything lark cannot know: which ops exist, SSA scoping
+(use before definition, redefinition), attribute conversion and result-type
+inference. Every problem becomes an `IrcError` located at the offending token.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Iterable, Sequence
+from functools import cache
+from importlib import resources
+
+from lark import Lark, Token, Tree
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    FloatAttr,
+    FunctionType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.irdl import IRDLOperation
+from xdsl.utils.exceptions import VerifyException
+
+from irc.diagnostics import Diagnostic, IrcError, Location, Note
+from irc.types import MAX_ELEMENTS, SCALAR_TYPES, numel
+
+_SHAPE_RE = re.compile(r"(\d+)x")
+
+
+@cache
+def _lark() -> Lark:
+    grammar = resources.files("irc").joinpath("grammar.lark").read_text()
+    return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True)
+
+
+@cache
+def op_classes() -> dict[str, type[Operation]]:
+    """Every op irc can parse, by its full name (`graph.add`)."""
+    from irc.dialects import all_dialects
+
+    return {op.name: op for d in all_dialects() for op in d.operations}
+
+
+def set_value_name(value: SSAValue, name: str) -> None:
+    """Keeps the user's spelling of a value name.
+
+    xDSL's `name_hint` setter drops `_N` suffixes and rejects names such as
+    `0`; irc prints names as written, so it stores them unchanged.
+    """
+    value._name = name  # pyright: ignore[reportPrivateUsage]
+
+
+def parse(text: str, filename: str = "<input>", first_line: int = 1) -> ModuleOp:
+    """Parses `.ir` text at any level into a module; raises `IrcError`."""
+    return _Builder(filename, text, first_line).build()
+
+
+def parse_file(path: str) -> tuple[ModuleOp, str]:
+    """Reads and parses a file; returns the module and the decoded text."""
+    text = read_source(path)
+    return parse(text, path), text
+
+
+def read_source(path: str) -> str:
+    try:
+        data = open(path, "rb").read() if path != "-" else _stdin_bytes()
+    except OSError as e:
+        raise IrcError(Diagnostic(None, f"cannot read {path}: {e.strerror}")) from None
+    return decode_source(data, path)
+
+
+def _stdin_bytes() -> bytes:
+    import sys
+
+    return sys.stdin.buffer.read()
+
+
+def decode_source(data: bytes, filename: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise IrcError.at(
+            Location(filename, line, col),
+            f"the file is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
+        ) from None
+
+
+# --- syntax errors in plain words ----------------------------------------------
+
+_TOKEN_WORDS = {
+    "VALUE": "a value name like %x",
+    "SYMBOL": "a function name like @f",
+    "OPNAME": "an op name like graph.add",
+    "NAME": "an attribute name",
+    "TYPE_NAME": "a type like tensor<4xf32>",
+    "SHAPE": "a shape like 4x8xf32",
+    "NUMBER": "a number",
+    "STRING": "a string",
+    "_NL": "the end of the line",
+    "$END": "the end of the file",
+    "FUNC": "'func'",
+    "MODULE": "'module'",
+    "RETURN": "'return'",
+    "ARROW": "'->'",
+    "EQUAL": "'='",
+    "TRUE": "'true'",
+    "FALSE": "'false'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "LESSTHAN": "'<'",
+    "MORETHAN": "'>'",
+    "COMMA": "','",
+    "COLON": "':'",
+}
+
+# What a lone expected closer means, to say why it is expected.
+_CLOSERS = {
+    "MORETHAN": "to close the {what} type",
+    "RPAR": "to close the parenthesized list",
+    "RSQB": "to close the list",
+}
+
+
+def _describe_token(tok: Token) -> str:
+    if tok.type == "$END":
+        return "the end of the file"
+    if tok.type == "_NL":
+        return "the end of the line"
+    text = str(tok)
+    if len(text) > 30:
+        text = text[:27] + "..."
+    return f"'{text}'"
+
+
+def _expected_words(expected: Iterable[str]) -> str:
+    words = sorted({_TOKEN_WORDS.get(e, e.lower()) for e in expected if e not in ("WS", "COMMENT")})
+    # Keep the message short: list the most useful few.
+    if len(words) > 4:
+        words = words[:4] + ["..."]
+    if len(words) == 1:
+        return words[0]
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+class _Builder:
+    def __init__(self, filename: str, text: str, first_line: int):
+        self.filename = filename
+        self.text = text
+        self.first_line = first_line
+        self.op_classes = op_classes()
+
+    def loc(self, line: int, column: int) -> Location:
+        return Location(self.filename, line + self.first_line - 1, column)
+
+    def tok_loc(self, tok: Token) -> Location:
+        return self.loc(tok.line or 1, tok.column or 1)
+
+    def error(self, where: Token | Tree | Location, message: str, notes: Sequence[Note] = ()) -> IrcError:
+        if isinstance(where, Token):
+            loc = self.tok_loc(where)
+        elif isinstance(where, Tree):
+            loc = self.loc(where.meta.line, where.meta.column)
+        else:
+            loc = where
+        return IrcError(Diagnostic(loc, message, notes=list(notes)))
+
+    # -- parsing --
+
+    def build(self) -> ModuleOp:
+        text = self.text if self.text.endswith("\n") else self.text + "\n"
+        try:
+            tree = _lark().parse(text)
+        except UnexpectedCharacters as e:
+            raise self._char_error(e) from None
+        except UnexpectedToken as e:
+            raise self._token_error(e) from None
+        except UnexpectedEOF as e:
+            raise self._eof_error(e.expected) from None
+        except LarkError as e:  # pragma: no cover - lark's other errors are grammar bugs
+            raise IrcError.at(self.loc(1, 1), f"cannot parse: {e}") from None
+        except RecursionError:
+            raise IrcError.at(self.loc(1, 1), "the input is nested too deeply") from None
+        return self._module(tree)
+
+    def _char_error(self, e: UnexpectedCharacters) -> IrcError:
+        ch = self.text[e.pos_in_stream] if e.pos_in_stream < len(self.text) else ""
+        loc = self.loc(e.line, e.column)
+        if ch == "%" or ch == "@":
+            what = "value" if ch == "%" else "function"
+            return IrcError.at(loc, f"expected a {what} name after '{ch}' (letters, digits, _ . $ -)")
+        shown = repr(ch) if not ch.isprintable() or ch in "'\"" else f"'{ch}'"
+        allowed = getattr(e, "allowed", None) or set()
+        msg = f"unexpected character {shown}"
+        if allowed:
+            msg += f"; expected {_expected_words(allowed)}"
+        return IrcError.at(loc, msg)
+
+    def _eof_error(self, expected: Iterable[str]) -> IrcError:
+        opened = self._unclosed_function()
+        if opened is not None:
+            line, col, name = opened
+            return IrcError.at(self.loc(line, col), f"function {name} is not closed: expected '}}' before the end of the file")
+        line = self.text.count("\n") + 1
+        return IrcError.at(self.loc(line, 1), f"unexpected end of the file; expected {_expected_words(expected)}")
+
+    def _token_error(self, e: UnexpectedToken) -> IrcError:
+        tok: Token = e.token
+        expected = set(e.expected) - {"WS", "COMMENT"}
+        if tok.type == "$END":
+            return self._eof_error(expected)
+        line, col = tok.line or 1, tok.column or 1
+        if tok.type == "_NL":
+            # Point at the end of the line that ended too early, not at the next one.
+            src_line = self.text.splitlines()[line - 1] if line - 1 < len(self.text.splitlines()) else ""
+            col = len(src_line.split("//")[0].rstrip()) + 1
+        loc = self.loc(line, col)
+        found = _describe_token(tok)
+        if len(expected) == 1:
+            (only,) = expected
+            if only in _CLOSERS:
+                what = self._type_word_before(tok)
+                return IrcError.at(
+                    loc,
+                    f"expected {_TOKEN_WORDS[only]} {_CLOSERS[only].format(what=what)}, found {found}",
+                )
+        if tok.type in ("NAME", "TYPE_NAME") and "OPNAME" in expected:
+            return IrcError.at(
+                loc,
+                f"expected an op name like graph.{tok} (ops are written DIALECT.OP), found {found}",
+            )
+        if "_NL" in expected and tok.type not in ("_NL",):
+            if expected <= {"_NL", "COLON", "LBRACE", "LPAR", "COMMA"}:
+                return IrcError.at(loc, f"unexpected {found}; expected the end of the line (one op a line)")
+        return IrcError.at(loc, f"expected {_expected_words(expected)}, found {found}")
+
+    def _type_word_before(self, tok: Token) -> str:
+        pos = tok.start_pos if tok.start_pos is not None else 0
+        head = self.text[:pos]
+        lt = head.rfind("<")
+        m = re.search(r"([A-Za-z_]\w*)\s*$", head[:lt]) if lt >= 0 else None
+        return m.group(1) if m else "tensor"
+
+    def _unclosed_function(self) -> tuple[int, int, str] | None:
+        depth = 0
+        last: tuple[int, int, str] | None = None
+        for lineno, line in enumerate(self.text.splitlines(), 1):
+            code = line.split("//")[0]
+            m = re.match(r"\s*func\s+(@\S+?)\s*\(", code)
+            if m and depth <= 1:
+                last = (lineno, code.index("func") + 1, m.group(1))
+                depth = 0 if not code.strip().startswith("module") else depth
+            depth += code.count("{") - code.count("}")
+        return last if depth > 0 else None
+
+    # -- tree walk --
+
+    def _module(self, tree: Tree) -> ModuleOp:
+        funcs: list[Operation] = []
+        seen: dict[str, Location] = {}
+        for node in tree.children:
+            if not isinstance(node, Tree):
+                continue
+            fnodes = [c for c in node.children if isinstance(c, Tree)] if node.data == "module" else [node]
+            for fnode in fnodes:
+                f = self._func(fnode)
+                name = f.sym_name.data
+                loc = self.tok_loc(fnode.children[1])
+                if name in seen:
+                    raise self.error(loc, f"function @{name} is defined twice", [Note(seen[name], "first defined here")])
+                seen[name] = loc
+                funcs.append(f)
+        return ModuleOp(funcs)
+
+    def _func(self, node: Tree) -> func.FuncOp:
+        _, sym, args, _, sig, body = node.children
+        name = str(sym)[1:]
+        self.scope: dict[str, tuple[SSAValue, Location]] = {}
+        self.pending = self._all_defs(body)
+        arg_types: list[Attribute] = []
+        arg_names: list[tuple[Token, Location]] = []
+        if args is not None:
+            for a in args.children:
+                vtok, tnode = a.children
+                arg_types.append(self._type(tnode))
+                arg_names.append((vtok, self.tok_loc(vtok)))
+        result_types: list[Attribute] = []
+        if sig is not None:
+            result_types = [self._type(t) for t in sig.children if t is not None]
+        block = Block(arg_types=arg_types)
+        for arg, (vtok, loc) in zip(block.args, arg_names, strict=True):
+            self._define(vtok, arg)
+            arg.location = loc.to_attr()
+        f = func.FuncOp(name, FunctionType.from_lists(arg_types, result_types), Region(block))
+        f.location = self.tok_loc(node.children[0]).to_attr()
+        self._body(body, block, is_func=True, fname=name, result_types=result_types)
+        return f
+
+    def _all_defs(self, body: Tree) -> dict[str, Location]:
+        """Names defined anywhere in a function, to tell 'used too early' from 'unknown'."""
+        defs: dict[str, Location] = {}
+        for t in body.iter_subtrees():
+            if t.data == "op" and t.children[0] is not None:
+                for v in t.children[0].children:
+                    defs.setdefault(str(v), self.tok_loc(v))
+            if t.data == "arg":
+                defs.setdefault(str(t.children[0]), self.tok_loc(t.children[0]))
+        return defs
+
+    def _define(self, tok: Token, value: SSAValue) -> None:
+        name = str(tok)
+        if name in self.scope:
+            raise self.error(tok, f"{name} is already defined", [Note(self.scope[name][1], "previous definition here")])
+        self.scope[name] = (value, self.tok_loc(tok))
+        set_value_name(value, name[1:])
+
+    def _use(self, tok: Token) -> SSAValue:
+        name = str(tok)
+        if name in self.scope:
+            return self.scope[name][0]
+        if name in self.pending:
+            raise self.error(tok, f"{name} is used before it is defined", [Note(self.pending[name], "defined here")])
+        known = difflib.get_close_matches(name, list(self.scope), n=1)
+        hint = f" (did you mean {known[0]}?)" if known else ""
+        raise self.error(tok, f"use of undefined value {name}{hint}")
+
+    def _body(self, body: Tree, block: Block, *, is_func: bool, fname: str = "", result_types: Sequence[Attribute] = ()) -> None:
+        saw_return = False
+        for stmt in body.children:
+            if saw_return:
+                raise self.error(stmt, "nothing may follow 'return' in a function")
+            if stmt.data == "ret":
+                if not is_func:
+                    raise self.error(stmt, "'return' ends a function; this region is not one")
+                block.add_op(self._return(stmt, fname, result_types))
+                saw_return = True
+            else:
+                block.add_op(self._op(stmt))
+        if is_func and not saw_return:
+            raise self.error(body if body.children else self._last_pos(), f"function @{fname} must end with 'return'")
+
+    def _last_pos(self) -> Location:
+        return self.loc(max(self.text.count("\n"), 1), 1)
+
+    def _return(self, stmt: Tree, fname: str, result_types: Sequence[Attribute]) -> Operation:
+        _, values, types = stmt.children
+        operands = [self._use(v) for v in values.children] if values is not None else []
+        if types is not None:
+            written = [self._type(t) for t in types.children]
+            if len(written) != len(operands):
+                raise self.error(stmt, f"return lists {len(operands)} values but {len(written)} types")
+            for i, (v, t) in enumerate(zip(operands, written, strict=True)):
+                if v.type != t:
+                    from irc.types import format_type
+
+                    raise self.error(
+                        values.children[i],
+                        f"return: {values.children[i]} has type {format_type(v.type)}, written as {format_type(t)}",
+                    )
+        op = func.ReturnOp(*operands)
+        op.location = self.loc(stmt.meta.line, stmt.meta.column).to_attr()
+        return op
+
+    def _op(self, stmt: Tree) -> Operation:
+        results, _, name_tok, operands, attrs, region, types = stmt.children
+        op_name = str(name_tok)
+        cls = self.op_classes.get(op_name)
+        if cls is None:
+            if op_name.startswith(("func.", "builtin.")):
+                raise self.error(name_tok, f"'{op_name}' is not an op of irc's text format")
+            close = difflib.get_close_matches(op_name, list(self.op_classes), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise self.error(name_tok, f"unknown op '{op_name}'{hint}")
+        loc = self.loc(stmt.meta.line, stmt.meta.column)
+        operand_vals = [self._use(v) for v in operands.children] if operands is not None else []
+        props = self._attrs(cls, attrs) if attrs is not None else {}
+        written = [self._type(t) for t in types.children] if types is not None else None
+        result_toks = list(results.children) if results is not None else []
+        regions: list[Region] = []
+        if region is not None:
+            regions.append(self._region(region))
+        result_types = self._result_types(cls, name_tok, loc, operand_vals, props, written, result_toks)
+        op = cls.create(operands=operand_vals, result_types=result_types, properties=props, regions=regions)
+        op.location = loc.to_attr()
+        for tok, res in zip(result_toks, op.results, strict=True):
+            self._define(tok, res)
+        return op
+
+    def _region(self, node: Tree) -> Region:
+        args, body = node.children
+        types: list[Attribute] = []
+        toks: list[Token] = []
+        if args is not None:
+            for a in args.children:
+                toks.append(a.children[0])
+                types.append(self._type(a.children[1]))
+        block = Block(arg_types=types)
+        outer = dict(self.scope)
+        for tok, arg in zip(toks, block.args, strict=True):
+            self._define(tok, arg)
+            arg.location = self.tok_loc(tok).to_attr()
+        self._body(body, block, is_func=False)
+        # Values of a region are visible only inside it.
+        self.scope = outer
+        return Region(block)
+
+    def _result_types(
+        self,
+        cls: type[Operation],
+        name_tok: Token,
+        loc: Location,
+        operands: list[SSAValue],
+        props: dict[str, Attribute],
+        written: list[Attribute] | None,
+        result_toks: list[Token],
+    ) -> list[Attribute]:
+        from irc.dialects.graph import GraphOp
+
+        n_results = _fixed_result_count(cls)
+        if n_results is not None and len(result_toks) != n_results:
+            if n_results == 0:
+                raise self.error(result_toks[0], f"{cls.name} produces no value")
+            if not result_toks:
+                raise self.error(name_tok, f"{cls.name} produces a value: write '%name = {cls.name} ...'")
+            raise self.error(result_toks[0], f"{cls.name} produces {n_results} value(s), not {len(result_toks)}")
+        if written is not None:
+            if len(written) != len(result_toks):
+                raise self.error(
+                    loc, f"{cls.name}: {len(result_toks)} result(s) but {len(written)} type(s) after ':'"
+                )
+            return written
+        if not result_toks:
+            return []
+        if isinstance(cls, type) and issubclass(cls, GraphOp):
+            if cls.REQUIRED_RESULT_TYPE:
+                raise self.error(name_tok, f"{cls.name} needs its result type written after ':'")
+            try:
+                return [cls.infer_type([o.type for o in operands], props)]
+            except VerifyException as e:
+                raise self.error(loc, str(e)) from None
+        raise self.error(name_tok, f"{cls.name} needs its result types written after ':'")
+
+    # -- attributes and types --
+
+    def _attrs(self, cls: type[Operation], node: Tree) -> dict[str, Attribute]:
+        known = _property_names(cls)
+        props: dict[str, Attribute] = {}
+        for entry in node.children:
+            if entry is None:
+                continue
+            key_tok, value = entry.children
+            key = str(key_tok)
+            if key not in known:
+                allowed = ", ".join(sorted(known)) or "none"
+                raise self.error(key_tok, f"{cls.name} has no attribute '{key}' (its attributes: {allowed})")
+            if key in props:
+                raise self.error(key_tok, f"attribute '{key}' is given twice")
+            props[key] = self._attr_value(value)
+        return props
+
+    def _attr_value(self, node: Tree | Token) -> Attribute:
+        kind = node.data if isinstance(node, Tree) else "type"
+        if kind == "number":
+            tok = node.children[0]
+            return _number_attr(str(tok), lambda m: self.error(tok, m))
+        if kind == "true":
+            return IntegerAttr(1, IntegerType(1))
+        if kind == "false":
+            return IntegerAttr(0, IntegerType(1))
+        if kind == "string":
+            raw = str(node.children[0])[1:-1]
+            return StringAttr(bytes(raw, "utf-8").decode("unicode_escape", errors="replace"))
+        if kind == "symbol":
+            return SymbolRefAttr(str(node.children[0])[1:])
+        if kind == "array":
+            return ArrayAttr([self._attr_value(c) for c in node.children if c is not None])
+        return self._type(node)
+
+    def _type(self, node: Tree) -> Attribute:
+        name_tok, shape_tok = node.children
+        name = str(name_tok)
+        if shape_tok is None:
+            if name in SCALAR_TYPES:
+                return SCALAR_TYPES[name]
+            if name in ("tensor", "memref"):
+                raise self.error(name_tok, f"{name} type needs a shape: {name}<4x8xf32>, or {name}<f32> for rank 0")
+            raise self.error(name_tok, f"unknown type '{name}' (expected tensor<...> or one of {', '.join(SCALAR_TYPES)})")
+        text = str(shape_tok)
+        if name not in ("tensor", "memref"):
+            raise self.error(name_tok, f"unknown type '{name}<{text}>' (expected tensor<...>)")
+        dims: list[int] = []
+        pos = 0
+        while (m := _SHAPE_RE.match(text, pos)) is not None:
+            dims.append(int(m.group(1)))
+            pos = m.end()
+        element = text[pos:]
+        col = (shape_tok.column or 1) + pos
+        if element not in SCALAR_TYPES or (name == "tensor" and element == "index"):
+            where = self.loc(shape_tok.line or 1, col)
+            if re.fullmatch(r"[\d?*-]+.*", element):
+                raise self.error(where, f"malformed dimension in '{name}<{text}>': dimensions are positive integers separated by 'x'")
+            allowed = "f32 f16 bf16 f64 i64 i32 i1"
+            raise self.error(where, f"unknown element type '{element}' (expected one of {allowed})")
+        for d in dims:
+            if d < 1:
+                raise self.error(shape_tok, f"dimension {d} in '{name}<{text}>' must be positive")
+        if numel(dims) > MAX_ELEMENTS:
+            raise self.error(shape_tok, f"'{name}<{text}>' has {numel(dims):.3g} elements, more than irc supports (2**48)")
+        element_type = SCALAR_TYPES[element]
+        if name == "tensor":
+            return TensorType(element_type, dims)
+        return MemRefType(element_type, dims)
+
+
+def _number_attr(text: str, error: object) -> Attribute:
+    body = text.lstrip("+-")
+    if re.fullmatch(r"\d+", body):
+        value = int(text)
+        if not -(2**63) <= value < 2**63:
+            raise error(f"integer {text} does not fit in 64 bits")  # type: ignore[operator]
+        return IntegerAttr(value, i64)
+    value_f = float(text)
+    if math.isinf(value_f) and body not in ("inf",):
+        raise error(f"number {text} is too large for f64")  # type: ignore[operator]
+    return FloatAttr(value_f, f64)
+
+
+def _property_names(cls: type[Operation]) -> set[str]:
+    if isinstance(cls, type) and issubclass(cls, IRDLOperation):
+        return set(cls.get_irdl_definition().properties)
+    return set()
+
+
+def _fixed_result_count(cls: type[Operation]) -> int | None:
+    """The number of results an op always has, or None when it is variadic."""
+    if not (isinstance(cls, type) and issubclass(cls, IRDLOperation)):
+        return None
+    from xdsl.irdl import VarResultDef
+
+    defs = cls.get_irdl_definition().results
+    if any(isinstance(d, VarResultDef) for _, d in defs):
+        return None
+    return len(defs)
+
+
+__all__ = ["parse", "parse_file", "read_source", "op_classes", "set_value_name", "IntegerType"]

@@ -1,0 +1,118 @@
+"""The module verifier: xDSL's per-op checks plus what xDSL leaves out.
+
+xDSL does not check that a value is defined before it is used, nor does it
+locate its errors in the source; this verifier does both and collects every
+error of a module (not just the first) as located diagnostics.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from irc.diagnostics import Diagnostic, IrcError, Location, Note, op_location
+from irc.types import format_type
+
+
+def value_location(value: SSAValue) -> Location | None:
+    if isinstance(value, BlockArgument):
+        loc = Location.from_attr(value.location)
+        if loc is not None:
+            return loc
+        return op_location(value.block.parent_op()) if value.block.parent_op() else None
+    return op_location(value.owner)  # type: ignore[arg-type]
+
+
+def value_name(value: SSAValue) -> str:
+    return "%" + value.name_hint if value.name_hint else "this value"
+
+
+def verify(module: ModuleOp, context: str | None = None) -> None:
+    """Raises `IrcError` listing every problem in `module`.
+
+    `context` names the pass that just ran, so that a pass producing invalid IR
+    is reported as such rather than blamed on the input.
+    """
+    diagnostics: list[Diagnostic] = []
+    for op in module.body.ops:
+        if isinstance(op, func.FuncOp):
+            _verify_func(op, diagnostics)
+        else:
+            _verify_block_ops([op], set(), diagnostics)
+    if diagnostics:
+        if context is not None:
+            for d in diagnostics:
+                d.message = f"after pass '{context}': {d.message}"
+        raise IrcError(diagnostics)
+
+
+def _verify_func(f: func.FuncOp, out: list[Diagnostic]) -> None:
+    block = f.body.block
+    expected = list(f.function_type.outputs.data)
+    visible: set[SSAValue] = set(block.args)
+    _verify_block_ops(list(block.ops), visible, out)
+    last = block.last_op
+    if not isinstance(last, func.ReturnOp):
+        out.append(Diagnostic(op_location(f), f"function @{f.sym_name.data} must end with 'return'"))
+        return
+    got = [v.type for v in last.operands]
+    if len(got) != len(expected):
+        out.append(
+            Diagnostic(
+                op_location(last),
+                f"return gives {len(got)} value(s) but @{f.sym_name.data} declares {len(expected)}",
+                notes=[Note(op_location(f), "function declared here")],
+            )
+        )
+        return
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        if g != e:
+            v = last.operands[i]
+            out.append(
+                Diagnostic(
+                    op_location(last),
+                    f"return value {i} ({value_name(v)}) has type {format_type(g)} but "
+                    f"@{f.sym_name.data} declares {format_type(e)}",
+                    notes=[Note(value_location(v), f"{value_name(v)} defined here")],
+                )
+            )
+
+
+def _verify_block_ops(ops: list[Operation], visible: set[SSAValue], out: list[Diagnostic]) -> None:
+    for op in ops:
+        ok = True
+        for operand in op.operands:
+            if operand not in visible:
+                ok = False
+                out.append(
+                    Diagnostic(
+                        op_location(op),
+                        f"{value_name(operand)} is used before it is defined",
+                        notes=[Note(value_location(operand), "defined here")],
+                    )
+                )
+        if ok and not isinstance(op, func.ReturnOp):
+            _verify_op(op, out)
+        for region in op.regions:
+            for block in region.blocks:
+                _verify_block_ops(list(block.ops), visible | set(block.args), out)
+        visible.update(op.results)
+
+
+def _verify_op(op: Operation, out: list[Diagnostic]) -> None:
+    try:
+        # IRDL's constraints, then the op's own checks (xDSL's verify_ runs both).
+        op.verify_()
+    except VerifyException as e:
+        notes: list[Note] = []
+        index = getattr(e, "operand", None)
+        if index is not None and index < len(op.operands):
+            v = op.operands[index]
+            notes.append(Note(value_location(v), f"{value_name(v)} defined here as {format_type(v.type)}"))
+        out.append(Diagnostic(op_location(op), str(e), notes=notes))
+
+
+def enclosing_block(op: Operation) -> Block | None:
+    return op.parent_block()

@@ -1,0 +1,1 @@
+"""Lowerings between irc's levels, one step a file."""
