@@ -13,7 +13,19 @@ def _graph() -> Dialect:
     return Graph
 
 
-DIALECTS: dict[str, Callable[[], Dialect]] = {"graph": _graph}
+def _loop() -> Dialect:
+    from irc.dialects.loop import Loop
+
+    return Loop
+
+
+def _tile() -> Dialect:
+    from irc.dialects.tile import Tile
+
+    return Tile
+
+
+DIALECTS: dict[str, Callable[[], Dialect]] = {"graph": _graph, "loop": _loop, "tile": _tile}
 """Dialect name -> lazy loader (the shape xDSL's `Universe` expects)."""
 
 

@@ -10,6 +10,7 @@ The embedding API:
 
 from __future__ import annotations
 
+from irc.compiler import CompiledModule, compile
 from irc.diagnostics import Diagnostic, IrcError, Location
 from irc.frontend import parse, parse_file
 from irc.pipeline import build_pipeline, run_pipeline
@@ -17,6 +18,8 @@ from irc.printer import print_module
 from irc.verifier import verify
 
 __all__ = [
+    "compile",
+    "CompiledModule",
     "Diagnostic",
     "IrcError",
     "Location",

@@ -15,7 +15,13 @@ from functools import cache
 from importlib import resources
 
 from lark import Lark, Token, Tree
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+from lark.exceptions import (
+    LarkError,
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+)
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -102,6 +108,12 @@ def decode_source(data: bytes, filename: str) -> str:
 
 
 # --- syntax errors in plain words ----------------------------------------------
+#
+# lark reports a syntax error as the token it found and the terminals its LALR
+# table could shift there. The table's sets are merged across contexts (a ']'
+# may be "expected" after a result type), so the messages use the terminals
+# the parser really accepts at that point (`InteractiveParser.accepts`) and the
+# brackets still open on its stack to say what was being written.
 
 _TOKEN_WORDS = {
     "VALUE": "a value name like %x",
@@ -133,12 +145,10 @@ _TOKEN_WORDS = {
     "COLON": "':'",
 }
 
-# What a lone expected closer means, to say why it is expected.
-_CLOSERS = {
-    "MORETHAN": "to close the {what} type",
-    "RPAR": "to close the parenthesized list",
-    "RSQB": "to close the list",
-}
+_OPENERS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE", "LESSTHAN": "MORETHAN"}
+_CLOSERS = set(_OPENERS.values())
+_TYPE_WORDS = {"tensor", "memref", "ptr", *SCALAR_TYPES}
+_ATTR_VALUE = {"NUMBER", "TRUE", "FALSE", "STRING", "SYMBOL", "LSQB", "TYPE_NAME"}
 
 
 def _describe_token(tok: Token) -> str:
@@ -146,9 +156,14 @@ def _describe_token(tok: Token) -> str:
         return "the end of the file"
     if tok.type == "_NL":
         return "the end of the line"
-    text = str(tok)
+    return _quote(str(tok))
+
+
+def _quote(text: str) -> str:
     if len(text) > 30:
         text = text[:27] + "..."
+    if not text.isprintable() or "'" in text:
+        return repr(text)
     return f"'{text}'"
 
 
@@ -157,12 +172,315 @@ def _expected_words(expected: Iterable[str]) -> str:
     # Keep the message short: list the most useful few.
     if len(words) > 4:
         words = words[:4] + ["..."]
+    if not words:
+        return "nothing more"
     if len(words) == 1:
         return words[0]
     return ", ".join(words[:-1]) + " or " + words[-1]
 
 
-class _Builder:
+def _kind(item: object) -> str:
+    """A parser stack entry's terminal name, or `rule:NAME` for a finished rule."""
+    if isinstance(item, Token):
+        return f"rule:{item}" if item.type == "RULE" else item.type
+    if isinstance(item, Tree):
+        return f"rule:{item.data}"
+    return "rule:?"
+
+
+class _SyntaxContext:
+    """What the parser was in the middle of when it met the bad token."""
+
+    def __init__(self, e: UnexpectedInput):
+        ip = getattr(e, "interactive_parser", None)
+        self.stack: list[object] = list(ip.parser_state.value_stack) if ip is not None else []
+        accepts: set[str] = set()
+        if ip is not None:
+            try:
+                accepts = set(ip.accepts())
+            except LarkError:  # pragma: no cover - accepts() only replays the parser
+                accepts = set()
+        if not accepts:
+            accepts = set(getattr(e, "expected", None) or getattr(e, "allowed", None) or ())
+        self.accepts = accepts - {"WS", "COMMENT"}
+        # The brackets still open, innermost last, each with its stack index.
+        self.open: list[tuple[int, Token]] = []
+        for i, item in enumerate(self.stack):
+            kind = _kind(item)
+            if kind in _OPENERS:
+                self.open.append((i, item))  # type: ignore[arg-type]
+            elif kind in _CLOSERS and self.open and _OPENERS[self.open[-1][1].type] == kind:
+                self.open.pop()
+
+    def stack_has(self, kind: str, start: int) -> bool:
+        return any(_kind(item) == kind for item in self.stack[start + 1 :])
+
+    def last(self) -> str:
+        return _kind(self.stack[-1]) if self.stack else ""
+
+    def before(self, index: int) -> str:
+        return _kind(self.stack[index - 1]) if index > 0 else ""
+
+    def innermost(self) -> tuple[str, int]:
+        """('type' | 'list' | 'attrs' | 'args' | 'results' | 'body' | 'module' | 'top', index)."""
+        if not self.open:
+            return "top", -1
+        i, tok = self.open[-1]
+        prev = self.before(i)
+        if tok.type == "LESSTHAN":
+            return "type", i
+        if tok.type == "LSQB":
+            return "list", i
+        if tok.type == "LPAR":
+            return ("results" if prev == "ARROW" else "args"), i
+        # '{': a module, a body (function or region), or an attribute dictionary.
+        if prev == "MODULE":
+            return "module", i
+        if prev in ("OPNAME", "rule:value_list"):
+            return "attrs", i
+        return "body", i
+
+    def function_opened(self) -> tuple[Token, Token] | None:
+        """The 'func' and '@name' tokens of the function being parsed, if any."""
+        for i, item in enumerate(self.stack):
+            if _kind(item) == "FUNC" and i + 1 < len(self.stack):
+                sym = self.stack[i + 1]
+                if isinstance(sym, Token) and sym.type == "SYMBOL":
+                    return item, sym  # type: ignore[return-value]
+        return None
+
+    def type_name(self, index: int) -> str:
+        prev = self.stack[index - 1] if index > 0 else None
+        return str(prev) if isinstance(prev, Token) and prev.type == "TYPE_NAME" else "tensor"
+
+    def statement_tail(self, body_index: int) -> list[str]:
+        """The kinds of the current statement's entries so far (empty at a line start)."""
+        tail = [_kind(item) for item in self.stack[body_index + 1 :]]
+        breaks = [i for i, k in enumerate(tail) if k == "_NL"]
+        if breaks:
+            tail = tail[breaks[-1] + 1 :]
+        done = ("rule:op", "rule:ret", "rule:body", "rule:func", "rule:module", "rule:__")
+        return [k for k in tail if not k.startswith(done)]
+
+    def statement_started(self, body_index: int) -> bool:
+        return bool(self.statement_tail(body_index))
+
+
+class _SyntaxErrors:
+    """Turns a lark error into one located diagnostic in plain words (a mixin of _Builder)."""
+
+    text: str
+
+    def loc(self, line: int, column: int) -> Location:  # pragma: no cover - see _Builder
+        raise NotImplementedError
+
+    def tok_loc(self, tok: Token) -> Location:  # pragma: no cover - see _Builder
+        raise NotImplementedError
+
+    def _syntax_error(self, e: UnexpectedInput) -> IrcError:
+        ctx = _SyntaxContext(e)
+        if isinstance(e, UnexpectedCharacters):
+            pos = e.pos_in_stream or 0
+            ch = self.text[pos] if pos < len(self.text) else ""
+            loc = self.loc(e.line, e.column)
+            if ch in ("%", "@"):
+                what = "value" if ch == "%" else "function"
+                return IrcError.at(
+                    loc, f"expected a {what} name after '{ch}' (letters, digits, _ . $ -)"
+                )
+            found = f"character {_quote(ch)}"
+            found_type = "?"
+            found_text = ch
+        else:
+            tok: Token = e.token if isinstance(e, UnexpectedToken) else Token("$END", "")
+            found_type = tok.type
+            found_text = str(tok)
+            found = _describe_token(tok)
+            if tok.type == "$END" or isinstance(e, UnexpectedEOF):
+                return self._eof_error(ctx)
+            loc = self.tok_loc(tok)
+            if tok.type == "_NL":
+                loc = self._end_of_code(tok)
+        if ctx.last() == "TYPE_NAME" and "LESSTHAN" in ctx.accepts:
+            name_tok = ctx.stack[-1]
+            assert isinstance(name_tok, Token)
+            if str(name_tok) not in _TYPE_WORDS:
+                return IrcError.at(
+                    self.tok_loc(name_tok),
+                    f"unknown type {_quote(str(name_tok))}: a type is written like "
+                    "tensor<4x8xf32> (or f32 for a scalar)",
+                )
+        return IrcError.at(loc, self._explain(ctx, found, found_type, found_text))
+
+    def _end_of_code(self, tok: Token) -> Location:
+        """Just after the last character of code on the line that ended too early."""
+        line = tok.line or 1
+        lines = self.text.split("\n")
+        src = lines[line - 1] if 0 < line <= len(lines) else ""
+        head = src[: (tok.column or 1) - 1]
+        return self.loc(line, len(head.rstrip()) + 1)
+
+    def _explain(self, ctx: _SyntaxContext, found: str, ftype: str, ftext: str) -> str:
+        acc = ctx.accepts
+        where, index = ctx.innermost()
+        last = ctx.last()
+        if last == "TYPE_NAME" and "LESSTHAN" in acc:
+            name = str(ctx.stack[-1])
+            return (
+                f"unexpected {found} after the type name '{name}': "
+                "a type is written like tensor<4x8xf32> (or f32 for a scalar)"
+            )
+        if where == "type":
+            what = ctx.type_name(index)
+            if last == "LESSTHAN":
+                return f"expected a shape like 4x8xf32 or f32 after '{what}<', found {found}"
+            if ftype in ("NAME", "TYPE_NAME", "NUMBER", "SHAPE"):
+                return (
+                    f"unexpected {found} in the {what} type: write it without spaces, "
+                    f"like {what}<4x8xf32>"
+                )
+            return f"expected '>' to close the {what} type, found {found}"
+        if where == "list":
+            if acc <= {"COMMA", "RSQB"}:
+                return f"expected ',' or ']' in the list, found {found}"
+            return f"expected a list element (a number, true, false or a type), found {found}"
+        if where == "attrs":
+            if last in ("LBRACE", "COMMA"):
+                return f"expected an attribute name like dims, found {found}"
+            if last == "NAME":
+                return f"expected '=' after the attribute name, found {found}"
+            if last == "EQUAL":
+                return (
+                    "expected an attribute value (a number, true, false, a list like [0, 1] "
+                    f"or a type), found {found}"
+                )
+            return f"expected ',' or '}}' in the attribute dictionary, found {found}"
+        if where in ("args", "results"):
+            if where == "results":
+                if last in ("LPAR", "COMMA") and "TYPE_NAME" in acc:
+                    return f"expected a result type like tensor<4xf32>, found {found}"
+                return f"expected ',' or ')' in the list of result types, found {found}"
+            if last == "VALUE":
+                return f"expected ':' and a type after the argument name, found {found}"
+            if last == "COLON":
+                return f"expected the argument's type, like tensor<4xf32>, found {found}"
+            if acc <= {"COMMA", "RPAR"}:
+                return f"expected ',' or ')' in the argument list, found {found}"
+            if "VALUE" in acc:
+                return f"expected an argument like %x: tensor<4xf32>, found {found}"
+        if where in ("body", "module"):
+            return self._explain_line(ctx, where, index, found, ftype, ftext)
+        if where == "top":
+            tail = ctx.statement_tail(-1)
+            if tail and tail[0] in ("VALUE", "rule:value_list", "OPNAME"):
+                return self._explain_line(ctx, "top", -1, found, ftype, ftext)
+            return self._explain_top(ctx, found, ftype)
+        return f"expected {_expected_words(acc)}, found {found}"
+
+    def _explain_line(
+        self, ctx: _SyntaxContext, where: str, index: int, found: str, ftype: str, ftext: str
+    ) -> str:
+        acc = ctx.accepts
+        last = ctx.last()
+        if last == "LBRACE" and acc == {"_NL"}:
+            return (
+                f"expected the end of the line after '{{', found {found} "
+                "(the body starts on the next line)"
+            )
+        if where == "module" and ctx.statement_started(index):
+            header = self._explain_header(ctx, found)
+            if header is not None:
+                return header
+        if where == "module" and not ctx.statement_started(index):
+            if ftype in ("VALUE", "OPNAME", "RETURN"):
+                return f"expected 'func' or '}}' in the module, found {found} outside any function"
+            return f"expected 'func' or '}}' in the module, found {found}"
+        if not ctx.statement_started(index):
+            if ftype in ("NAME", "TYPE_NAME") and "OPNAME" in acc:
+                return (
+                    f"expected an op name like graph.{ftext} (ops are written DIALECT.OP), "
+                    f"found {found}"
+                )
+            return (
+                "expected an op like '%y = graph.add %a, %b', 'return' or '}', "
+                f"found {found}"
+            )
+        if "_NL" in acc:
+            if last == "RETURN" or ctx.stack_has("RETURN", index):
+                return f"unexpected {found} after the return; expected the end of the line"
+            return f"unexpected {found} after the op; expected the end of the line (one op a line)"
+        if last == "EQUAL":
+            if ftype in ("NAME", "TYPE_NAME"):
+                return (
+                    f"expected an op name like graph.{ftext} (ops are written DIALECT.OP), "
+                    f"found {found}"
+                )
+            return f"expected an op name like graph.add after '=', found {found}"
+        if last == "COLON":
+            return f"expected a type like tensor<4xf32> after ':', found {found}"
+        if last == "COMMA":
+            if "VALUE" in acc:
+                return f"expected a value name like %x after ',', found {found}"
+            return f"expected a type like tensor<4xf32> after ',', found {found}"
+        if acc == {"EQUAL"} or acc == {"COMMA", "EQUAL"}:
+            return f"expected '=' after the result names, found {found}"
+        return f"expected {_expected_words(acc)}, found {found}"
+
+    def _explain_top(self, ctx: _SyntaxContext, found: str, ftype: str) -> str:
+        header = self._explain_header(ctx, found)
+        if header is not None:
+            return header
+        if ftype == "RBRACE":
+            return f"unmatched {found}: no function or module is open here"
+        if ftype in ("VALUE", "OPNAME", "RETURN"):
+            done = any(_kind(item) in ("rule:func", "rule:module") for item in ctx.stack)
+            hint = (
+                "does a '}' above close the function too early?"
+                if done
+                else "is the 'func' line missing?"
+            )
+            return f"found {found} outside any function; expected 'func' or 'module' ({hint})"
+        return f"expected 'func' or 'module', found {found}"
+
+    def _explain_header(self, ctx: _SyntaxContext, found: str) -> str | None:
+        """Errors in `func @name(...) -> ... {` and `module {`, or None elsewhere."""
+        last = ctx.last()
+        tail = ctx.statement_tail(ctx.open[-1][0] if ctx.open else -1)
+        if last == "FUNC":
+            return f"expected a function name like @f after 'func', found {found}"
+        if last == "SYMBOL":
+            return f"expected '(' and the arguments after the function name, found {found}"
+        if "FUNC" in tail and "LBRACE" in ctx.accepts:
+            if "ARROW" in ctx.accepts:
+                return f"expected '->' and the result types, or '{{', found {found}"
+            return f"expected '{{' to open the function body, found {found}"
+        if last == "ARROW":
+            return f"expected the result type(s) after '->', found {found}"
+        if last == "MODULE":
+            return f"expected '{{' after 'module', found {found}"
+        return None
+
+    def _eof_error(self, ctx: _SyntaxContext) -> IrcError:
+        opened = ctx.function_opened()
+        if opened is not None and ctx.open:
+            func_tok, sym = opened
+            return IrcError.at(
+                self.tok_loc(func_tok),
+                f"function {sym} is not closed: expected '}}' before the end of the file",
+            )
+        for _, tok in ctx.open:
+            if tok.type == "LBRACE":
+                return IrcError.at(
+                    self.tok_loc(tok), "'{' is not closed: expected '}' before the end of the file"
+                )
+        line = max(self.text.count("\n"), 1)
+        return IrcError.at(
+            self.loc(line, 1),
+            f"unexpected end of the file; expected {_expected_words(ctx.accepts)}",
+        )
+
+
+class _Builder(_SyntaxErrors):
     def __init__(self, filename: str, text: str, first_line: int):
         self.filename = filename
         self.text = text
@@ -190,87 +508,13 @@ class _Builder:
         text = self.text if self.text.endswith("\n") else self.text + "\n"
         try:
             tree = _lark().parse(text)
-        except UnexpectedCharacters as e:
-            raise self._char_error(e) from None
-        except UnexpectedToken as e:
-            raise self._token_error(e) from None
-        except UnexpectedEOF as e:
-            raise self._eof_error(e.expected) from None
+        except UnexpectedInput as e:
+            raise self._syntax_error(e) from None
         except LarkError as e:  # pragma: no cover - lark's other errors are grammar bugs
             raise IrcError.at(self.loc(1, 1), f"cannot parse: {e}") from None
-        except RecursionError:
+        except RecursionError:  # pragma: no cover - the grammar nests only by brackets
             raise IrcError.at(self.loc(1, 1), "the input is nested too deeply") from None
         return self._module(tree)
-
-    def _char_error(self, e: UnexpectedCharacters) -> IrcError:
-        ch = self.text[e.pos_in_stream] if e.pos_in_stream < len(self.text) else ""
-        loc = self.loc(e.line, e.column)
-        if ch == "%" or ch == "@":
-            what = "value" if ch == "%" else "function"
-            return IrcError.at(loc, f"expected a {what} name after '{ch}' (letters, digits, _ . $ -)")
-        shown = repr(ch) if not ch.isprintable() or ch in "'\"" else f"'{ch}'"
-        allowed = getattr(e, "allowed", None) or set()
-        msg = f"unexpected character {shown}"
-        if allowed:
-            msg += f"; expected {_expected_words(allowed)}"
-        return IrcError.at(loc, msg)
-
-    def _eof_error(self, expected: Iterable[str]) -> IrcError:
-        opened = self._unclosed_function()
-        if opened is not None:
-            line, col, name = opened
-            return IrcError.at(self.loc(line, col), f"function {name} is not closed: expected '}}' before the end of the file")
-        line = self.text.count("\n") + 1
-        return IrcError.at(self.loc(line, 1), f"unexpected end of the file; expected {_expected_words(expected)}")
-
-    def _token_error(self, e: UnexpectedToken) -> IrcError:
-        tok: Token = e.token
-        expected = set(e.expected) - {"WS", "COMMENT"}
-        if tok.type == "$END":
-            return self._eof_error(expected)
-        line, col = tok.line or 1, tok.column or 1
-        if tok.type == "_NL":
-            # Point at the end of the line that ended too early, not at the next one.
-            src_line = self.text.splitlines()[line - 1] if line - 1 < len(self.text.splitlines()) else ""
-            col = len(src_line.split("//")[0].rstrip()) + 1
-        loc = self.loc(line, col)
-        found = _describe_token(tok)
-        if len(expected) == 1:
-            (only,) = expected
-            if only in _CLOSERS:
-                what = self._type_word_before(tok)
-                return IrcError.at(
-                    loc,
-                    f"expected {_TOKEN_WORDS[only]} {_CLOSERS[only].format(what=what)}, found {found}",
-                )
-        if tok.type in ("NAME", "TYPE_NAME") and "OPNAME" in expected:
-            return IrcError.at(
-                loc,
-                f"expected an op name like graph.{tok} (ops are written DIALECT.OP), found {found}",
-            )
-        if "_NL" in expected and tok.type not in ("_NL",):
-            if expected <= {"_NL", "COLON", "LBRACE", "LPAR", "COMMA"}:
-                return IrcError.at(loc, f"unexpected {found}; expected the end of the line (one op a line)")
-        return IrcError.at(loc, f"expected {_expected_words(expected)}, found {found}")
-
-    def _type_word_before(self, tok: Token) -> str:
-        pos = tok.start_pos if tok.start_pos is not None else 0
-        head = self.text[:pos]
-        lt = head.rfind("<")
-        m = re.search(r"([A-Za-z_]\w*)\s*$", head[:lt]) if lt >= 0 else None
-        return m.group(1) if m else "tensor"
-
-    def _unclosed_function(self) -> tuple[int, int, str] | None:
-        depth = 0
-        last: tuple[int, int, str] | None = None
-        for lineno, line in enumerate(self.text.splitlines(), 1):
-            code = line.split("//")[0]
-            m = re.match(r"\s*func\s+(@\S+?)\s*\(", code)
-            if m and depth <= 1:
-                last = (lineno, code.index("func") + 1, m.group(1))
-                depth = 0 if not code.strip().startswith("module") else depth
-            depth += code.count("{") - code.count("}")
-        return last if depth > 0 else None
 
     # -- tree walk --
 
@@ -282,6 +526,11 @@ class _Builder:
                 continue
             fnodes = [c for c in node.children if isinstance(c, Tree)] if node.data == "module" else [node]
             for fnode in fnodes:
+                if fnode.data == "op":
+                    # Top-level ops (tile.kernel) live beside the functions.
+                    self.scope, self.pending = {}, {}
+                    funcs.append(self._op(fnode))
+                    continue
                 f = self._func(fnode)
                 name = f.sym_name.data
                 loc = self.tok_loc(fnode.children[1])
@@ -392,6 +641,7 @@ class _Builder:
             raise self.error(name_tok, f"unknown op '{op_name}'{hint}")
         loc = self.loc(stmt.meta.line, stmt.meta.column)
         operand_vals = [self._use(v) for v in operands.children] if operands is not None else []
+        self._check_counts(cls, name_tok, operands, region)
         props = self._attrs(cls, attrs) if attrs is not None else {}
         written = [self._type(t) for t in types.children] if types is not None else None
         result_toks = list(results.children) if results is not None else []
@@ -404,6 +654,26 @@ class _Builder:
         for tok, res in zip(result_toks, op.results, strict=True):
             self._define(tok, res)
         return op
+
+    def _check_counts(
+        self, cls: type[Operation], name_tok: Token, operands: Tree | None, region: Tree | None
+    ) -> None:
+        """The operand and region counts of ops whose counts are fixed."""
+        given = len(operands.children) if operands is not None else 0
+        want = _fixed_count(cls, "operands")
+        if want is not None and given != want:
+            where: Token | Tree = name_tok
+            if operands is not None and given > want:
+                where = operands.children[want]
+            raise self.error(
+                where,
+                f"{cls.name} takes {_count(want, 'operand')}, got {_count(given, 'operand')}",
+            )
+        regions = _fixed_count(cls, "regions")
+        if regions == 0 and region is not None:
+            raise self.error(region, f"{cls.name} takes no region")
+        if regions and region is None:
+            raise self.error(name_tok, f"{cls.name} needs a region: '(%arg: type) {{ ... }}'")
 
     def _region(self, node: Tree) -> Region:
         args, body = node.children
@@ -505,6 +775,10 @@ class _Builder:
                 raise self.error(name_tok, f"{name} type needs a shape: {name}<4x8xf32>, or {name}<f32> for rank 0")
             raise self.error(name_tok, f"unknown type '{name}' (expected tensor<...> or one of {', '.join(SCALAR_TYPES)})")
         text = str(shape_tok)
+        if name == "ptr" and text in SCALAR_TYPES:
+            from irc.dialects.tile import PtrType
+
+            return PtrType(SCALAR_TYPES[text])
         if name not in ("tensor", "memref"):
             raise self.error(name_tok, f"unknown type '{name}<{text}>' (expected tensor<...>)")
         dims: list[int] = []
@@ -548,6 +822,24 @@ def _property_names(cls: type[Operation]) -> set[str]:
     if isinstance(cls, type) and issubclass(cls, IRDLOperation):
         return set(cls.get_irdl_definition().properties)
     return set()
+
+
+def _count(n: int, what: str) -> str:
+    if n == 0:
+        return f"no {what}s"
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _fixed_count(cls: type[Operation], construct: str) -> int | None:
+    """How many operands (or regions) an op always takes, or None when variadic."""
+    if not (isinstance(cls, type) and issubclass(cls, IRDLOperation)):
+        return None
+    from xdsl.irdl import VariadicDef
+
+    defs = getattr(cls.get_irdl_definition(), construct)
+    if any(isinstance(d, VariadicDef) for _, d in defs):
+        return None
+    return len(defs)
 
 
 def _fixed_result_count(cls: type[Operation]) -> int | None:

@@ -42,9 +42,17 @@ def emit_mlir(module: ModuleOp) -> str:
     return out.getvalue() + "\n"
 
 
+def emit_triton(module: ModuleOp) -> str:
+    """The Triton Python module; lowers graph or loop IR down to tile first."""
+    from irc.compiler import triton_source
+
+    return triton_source(module)
+
+
 EMITTERS: dict[str, Callable[[ModuleOp], str]] = {
     "ir": print_module,
     "mlir": emit_mlir,
+    "triton": emit_triton,
 }
 """`--emit` targets; later levels register theirs here."""
 
@@ -156,7 +164,7 @@ class Expectation:
 
 def expectations(chunk: Chunk, filename: str) -> list[Expectation]:
     out: list[Expectation] = []
-    for i, line in enumerate(chunk.text.splitlines()):
+    for i, line in enumerate(chunk.text.split("\n")):
         for m in _EXPECT.finditer(line):
             lineno = chunk.first_line + i
             offset = m.group(2)

@@ -88,6 +88,9 @@ def format_type(t: Attribute) -> str:
         kind = "tensor" if isinstance(t, TensorType) else "memref"
         dims = "".join(f"{d}x" for d in t.get_shape())
         return f"{kind}<{dims}{element_name(t.element_type)}>"
+    pointee = getattr(t, "pointee", None)
+    if pointee is not None:  # tile.ptr
+        return f"ptr<{element_name(pointee)}>"
     try:
         return element_name(t)
     except ValueError:

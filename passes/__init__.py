@@ -18,6 +18,28 @@ def _decompose() -> type[ModulePass]:
     return DecomposePass
 
 
+def _graph_to_loop() -> type[ModulePass]:
+    from irc.lowering.graph_to_loop import GraphToLoopPass
+
+    return GraphToLoopPass
+
+
+def _tile() -> type[ModulePass]:
+    from irc.passes.tile import TilePass
+
+    return TilePass
+
+
+def _loop_to_tile() -> type[ModulePass]:
+    from irc.lowering.loop_to_tile import LoopToTilePass
+
+    return LoopToTilePass
+
+
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose": _decompose,
+    "graph-to-loop": _graph_to_loop,
+    "tile": _tile,
+    "loop-to-tile": _loop_to_tile,
 }
+"""Every pass by name, in pipeline order (`irc-opt` makes one flag of each)."""

@@ -1,0 +1,205 @@
+"""The `loop` dialect: loop nests over buffers, one `loop.kernel` per future kernel.
+
+A kernel's region arguments are its parallel loop indices (`bounds` gives the
+trip counts); `loop.reduce` is a reduction loop yielding one scalar, and
+`loop.foreach` an inner parallel loop over the same space as the reductions
+(a softmax writes its output that way). Scalars are computed by `loop.apply`,
+whose `fn` names the graph op it mirrors, so one op serves every element-wise
+graph op and the index arithmetic (`add`, `mul`, `floordiv`, `mod` on `index`):
+
+    %y = loop.alloc : memref<64xf32>
+    loop.kernel {name = "red_sum_0", bounds = [64]} (%i: index) {
+      %s = loop.reduce {kind = "sum", bounds = [128]} (%j: index) {
+        %v = loop.load %x, %i, %j : f32
+        loop.yield %v
+      } : f32
+      loop.store %s, %y, %i
+    }
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import ArrayAttr, IndexType, IntegerAttr, MemRefType, StringAttr
+from xdsl.ir import Attribute, Dialect
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.traits import IsTerminator, NoTerminator, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from irc.types import format_type
+
+REDUCE_KINDS = ("sum", "max", "min")
+
+
+def int_list(attr: Attribute | None) -> list[int]:
+    if attr is None:
+        return []
+    assert isinstance(attr, ArrayAttr)
+    return [a.value.data for a in attr.data]  # type: ignore[attr-defined]
+
+
+def _check_bounds(op: IRDLOperation, bounds: Attribute | None) -> None:
+    if not isinstance(bounds, ArrayAttr) or not all(
+        isinstance(b, IntegerAttr) and b.value.data >= 1 for b in bounds.data
+    ):
+        raise VerifyException(f"{op.name}: 'bounds' must be a list of positive integers")
+    block = op.regions[0].block
+    if len(block.args) != len(bounds.data) or any(
+        not isinstance(a.type, IndexType) for a in block.args
+    ):
+        raise VerifyException(
+            f"{op.name}: the region takes one index argument per bound ({len(bounds.data)})"
+        )
+
+
+@irdl_op_definition
+class AllocOp(IRDLOperation):
+    """A fresh buffer: a function result or a temporary between kernels."""
+
+    name = "loop.alloc"
+    result = result_def(MemRefType)
+
+
+@irdl_op_definition
+class KernelOp(IRDLOperation):
+    """A parallel loop nest that becomes one GPU kernel."""
+
+    name = "loop.kernel"
+    kernel_name = prop_def(StringAttr, prop_name="name")
+    bounds = prop_def(ArrayAttr)
+    block = opt_prop_def(ArrayAttr)
+    """Block sizes chosen by the `tile` pass: [X] or [X, R] or [M, N, K]."""
+    warps = opt_prop_def(IntegerAttr)
+    stages = opt_prop_def(IntegerAttr)
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator())
+
+    def verify_(self) -> None:
+        _check_bounds(self, self.bounds)
+
+    def parallel_bounds(self) -> list[int]:
+        return int_list(self.bounds)
+
+
+@irdl_op_definition
+class ReduceOp(IRDLOperation):
+    """Reduces the value its region yields over `bounds` with `kind`.
+
+    `contract = true` marks a matrix contraction (the body yields a product of
+    one operand indexed by the rows and one by the columns), lowered to dots.
+    """
+
+    name = "loop.reduce"
+    kind = prop_def(StringAttr)
+    bounds = prop_def(ArrayAttr)
+    contract = opt_prop_def(IntegerAttr)
+    result = result_def()
+    body = region_def("single_block")
+
+    def verify_(self) -> None:
+        _check_bounds(self, self.bounds)
+        if self.kind.data not in REDUCE_KINDS:
+            raise VerifyException(f"loop.reduce: kind must be one of {', '.join(REDUCE_KINDS)}")
+        last = self.body.block.last_op
+        if not isinstance(last, YieldOp) or len(last.values) != 1:
+            raise VerifyException("loop.reduce: the region must end in loop.yield of one value")
+        if last.values[0].type != self.result.type:
+            raise VerifyException(
+                f"loop.reduce yields {format_type(last.values[0].type)} but produces "
+                f"{format_type(self.result.type)}"
+            )
+
+
+@irdl_op_definition
+class ForeachOp(IRDLOperation):
+    """An inner parallel loop over the reduction space of its kernel."""
+
+    name = "loop.foreach"
+    bounds = prop_def(ArrayAttr)
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator())
+
+    def verify_(self) -> None:
+        _check_bounds(self, self.bounds)
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    name = "loop.yield"
+    values = var_operand_def()
+    traits = traits_def(IsTerminator())
+
+
+@irdl_op_definition
+class LoadOp(IRDLOperation):
+    """`buffer[indices]`, one index per buffer dimension."""
+
+    name = "loop.load"
+    buffer = operand_def(MemRefType)
+    indices = var_operand_def(IndexType)
+    result = result_def()
+
+    def verify_(self) -> None:
+        _check_access(self, self.buffer.type, len(self.indices), self.result.type)
+
+
+@irdl_op_definition
+class StoreOp(IRDLOperation):
+    """`buffer[indices] = value`."""
+
+    name = "loop.store"
+    value = operand_def()
+    buffer = operand_def(MemRefType)
+    indices = var_operand_def(IndexType)
+
+    def verify_(self) -> None:
+        _check_access(self, self.buffer.type, len(self.indices), self.value.type)
+
+
+def _check_access(op: IRDLOperation, buffer: Attribute, n: int, element: Attribute) -> None:
+    assert isinstance(buffer, MemRefType)
+    rank = len(buffer.get_shape())
+    if n != rank:
+        raise VerifyException(f"{op.name}: {n} indices for a rank-{rank} buffer")
+    if buffer.element_type != element:
+        raise VerifyException(
+            f"{op.name}: element type {format_type(element)} differs from the buffer's "
+            f"{format_type(buffer)}"
+        )
+
+
+@irdl_op_definition
+class ApplyOp(IRDLOperation):
+    """A scalar op; `fn` names the graph op it mirrors (or index arithmetic)."""
+
+    name = "loop.apply"
+    fn = prop_def(StringAttr)
+    args = var_operand_def()
+    result = result_def()
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class ConstantOp(IRDLOperation):
+    """A scalar constant (`value` as in graph.constant)."""
+
+    name = "loop.constant"
+    value = prop_def(Attribute)
+    result = result_def()
+    traits = traits_def(Pure())
+
+
+Loop = Dialect(
+    "loop",
+    [AllocOp, KernelOp, ReduceOp, ForeachOp, YieldOp, LoadOp, StoreOp, ApplyOp, ConstantOp],
+    [],
+)

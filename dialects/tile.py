@@ -1,0 +1,218 @@
+"""The `tile` dialect: blocked, Triton-shaped kernels.
+
+A `tile.kernel` is one GPU program over blocks: it reads its program id,
+builds index blocks with `tile.arange`, loads and stores blocks through
+pointers with masks, computes with `tile.apply` (NumPy-style broadcasting over
+block shapes), reduces along block axes and multiplies tiles with `tile.dot`.
+Host functions stay at the loop level (`loop.alloc`) and start kernels with
+`tile.launch`. Values are typed as blocks (`tensor<64x1xf32>`) or scalars.
+
+    tile.kernel {name = "triton_poi_exp_0", grid = [4], warps = 4} (%p0: ptr<f32>, %p1: ptr<f32>) {
+      %pid = tile.program_id {axis = 0} : i32
+      ...
+    }
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, TypeAttribute
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    param_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.traits import IsTerminator, NoTerminator, Pure
+from xdsl.utils.exceptions import VerifyException
+
+
+@irdl_attr_definition
+class PtrType(ParametrizedAttribute, TypeAttribute):
+    """A pointer to global memory holding elements of `pointee` (`ptr<f32>`)."""
+
+    name = "tile.ptr"
+    pointee: Attribute = param_def()
+
+
+@irdl_op_definition
+class KernelOp(IRDLOperation):
+    """One Triton kernel; `grid` is the number of programs along each axis."""
+
+    name = "tile.kernel"
+    kernel_name = prop_def(StringAttr, prop_name="name")
+    grid = prop_def(ArrayAttr)
+    warps = opt_prop_def(IntegerAttr)
+    stages = opt_prop_def(IntegerAttr)
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator())
+
+    def verify_(self) -> None:
+        for a in self.body.block.args:
+            if not isinstance(a.type, PtrType):
+                raise VerifyException("tile.kernel: every argument is a pointer (ptr<T>)")
+
+
+@irdl_op_definition
+class LaunchOp(IRDLOperation):
+    """Starts `kernel` on buffers (host side)."""
+
+    name = "tile.launch"
+    kernel = prop_def(SymbolRefAttr)
+    args = var_operand_def()
+
+
+@irdl_op_definition
+class ProgramIdOp(IRDLOperation):
+    name = "tile.program_id"
+    axis = prop_def(IntegerAttr)
+    result = result_def()
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class ArangeOp(IRDLOperation):
+    """`[0, 1, ..., size-1]` as a block (size a power of two)."""
+
+    name = "tile.arange"
+    size = prop_def(IntegerAttr)
+    result = result_def()
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class ExpandDimsOp(IRDLOperation):
+    """Inserts a size-1 axis (`x[:, None]` is axis 1)."""
+
+    name = "tile.expand_dims"
+    input = operand_def()
+    axis = prop_def(IntegerAttr)
+    result = result_def()
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class BroadcastToOp(IRDLOperation):
+    """Broadcasts a block or scalar to the result's block shape."""
+
+    name = "tile.broadcast_to"
+    input = operand_def()
+    result = result_def()
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class ApplyOp(IRDLOperation):
+    """Element-wise op on blocks and scalars, broadcasting; `fn` as in loop.apply."""
+
+    name = "tile.apply"
+    fn = prop_def(StringAttr)
+    args = var_operand_def()
+    result = result_def()
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class ConstantOp(IRDLOperation):
+    """A scalar, or a block filled with `value` when the type is a block."""
+
+    name = "tile.constant"
+    value = prop_def(Attribute)
+    result = result_def()
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class LoadOp(IRDLOperation):
+    """`ptr[offsets]` where `mask` holds (`other` elsewhere); mask is optional."""
+
+    name = "tile.load"
+    ptr = operand_def(PtrType)
+    offsets = operand_def()
+    mask = var_operand_def()
+    other = opt_prop_def(Attribute)
+    result = result_def()
+
+
+@irdl_op_definition
+class StoreOp(IRDLOperation):
+    """`ptr[offsets] = value` where `mask` holds; mask is optional."""
+
+    name = "tile.store"
+    ptr = operand_def(PtrType)
+    offsets = operand_def()
+    value = operand_def()
+    mask = var_operand_def()
+
+
+@irdl_op_definition
+class ReduceOp(IRDLOperation):
+    """Reduces a block along `axis` (`kind` sum, max or min; NaN propagating)."""
+
+    name = "tile.reduce"
+    kind = prop_def(StringAttr)
+    axis = prop_def(IntegerAttr)
+    input = operand_def()
+    result = result_def()
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class DotOp(IRDLOperation):
+    """`acc + a @ b` on tiles; `precision` is Triton's input_precision."""
+
+    name = "tile.dot"
+    a = operand_def()
+    b = operand_def()
+    acc = operand_def()
+    precision = opt_prop_def(StringAttr)
+    result = result_def()
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class ForOp(IRDLOperation):
+    """`for iv in range(lb, ub, step)` carrying values (the region's extra arguments)."""
+
+    name = "tile.for"
+    lb = prop_def(IntegerAttr)
+    ub = prop_def(IntegerAttr)
+    step = prop_def(IntegerAttr)
+    inits = var_operand_def()
+    results_ = var_result_def()
+    body = region_def("single_block")
+
+    def verify_(self) -> None:
+        block = self.body.block
+        if len(block.args) != len(self.inits) + 1:
+            raise VerifyException("tile.for: the region takes the index and one value per init")
+        last = block.last_op
+        if not isinstance(last, YieldOp) or len(last.values) != len(self.inits):
+            raise VerifyException(
+                "tile.for: the region must end in tile.yield of the carried values"
+            )
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    name = "tile.yield"
+    values = var_operand_def()
+    traits = traits_def(IsTerminator())
+
+
+Tile = Dialect(
+    "tile",
+    [
+        KernelOp, LaunchOp, ProgramIdOp, ArangeOp, ExpandDimsOp, BroadcastToOp, ApplyOp,
+        ConstantOp, LoadOp, StoreOp, ReduceOp, DotOp, ForOp, YieldOp,
+    ],
+    [PtrType],
+)  # fmt: skip

@@ -1,0 +1,192 @@
+"""`irc.compile`: a graph program to callable Triton kernels.
+
+The default pipeline runs every level: decompose, graph-to-loop, tile,
+loop-to-tile, then tile-to-triton prints a Python module, which is written to
+the cache folder and imported (Triton needs its kernels' source in a file).
+On a machine without CUDA, or with `device="cpu"`, the kernels run in Triton's
+interpreter; irc arranges that itself, no environment variable needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType
+
+from irc.dialects import loop, tile
+from irc.frontend import parse_file
+from irc.pipeline import run_pipeline
+from irc.verifier import verify
+
+LOWERING = ("decompose", "graph-to-loop", "tile", "loop-to-tile")
+"""Passes from the graph level down to tile kernels, in order."""
+
+
+def level_of(module: ModuleOp) -> str:
+    """`graph`, `loop` or `tile`: the lowest level present in the module."""
+    if any(isinstance(op, tile.KernelOp) for op in module.body.ops):
+        return "tile"
+    for op in module.body.ops:
+        if isinstance(op, func.FuncOp):
+            if any(isinstance(o, loop.KernelOp) for o in op.body.block.ops):
+                return "loop"
+            if op.body.block.args and not isinstance(op.body.block.args[0].type, TensorType):
+                return "loop"
+    return "graph"
+
+
+def lower_to_tile(module: ModuleOp, *, verify_each: bool = True) -> ModuleOp:
+    """Runs whatever part of the lowering the module still needs (in place)."""
+    level = level_of(module)
+    if level == "tile":
+        return module
+    passes = list(LOWERING) if level == "graph" else ["tile", "loop-to-tile"]
+    return run_pipeline(module, ",".join(passes), verify_each=verify_each)
+
+
+def triton_source(module: ModuleOp, source: str = "irc") -> str:
+    """The Triton Python module for `module` (lowered first when needed)."""
+    from irc.lowering.tile_to_triton import emit_triton
+
+    lower_to_tile(module)
+    return emit_triton(module, "".join(c if c.isprintable() else "?" for c in source))
+
+
+def cache_dir() -> Path:
+    """Where generated modules go: $IRC_CACHE_DIR, else ~/.cache/irc, else a temp dir."""
+    for candidate in (os.environ.get("IRC_CACHE_DIR"), Path.home() / ".cache" / "irc"):
+        if candidate is None:
+            continue
+        path = Path(candidate)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        except OSError:
+            continue
+    return Path(tempfile.mkdtemp(prefix="irc-"))
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_source(text: str, device: str) -> ModuleType:
+    """Imports generated source; on CPU its kernels are built for the interpreter."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:20]
+    path = cache_dir() / f"irc_{digest}.py"
+    if not path.exists():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    name = f"irc_generated_{digest}_{device}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    with _interpreter(device == "cpu"):
+        spec.loader.exec_module(mod)
+    mod.DEVICE = device
+    if device == "cpu":
+        mod.FUNCTIONS = {k: _interpreted(f) for k, f in mod.FUNCTIONS.items()}
+    return mod
+
+
+@contextmanager
+def _interpreter(on: bool) -> Iterator[None]:
+    """Triton reads TRITON_INTERPRET when kernels are defined and when they run."""
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def _interpreted(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any) -> Any:
+        import numpy as np
+
+        # Masked-off lanes may divide by zero in NumPy; their values are never stored.
+        with _interpreter(True), np.errstate(all="ignore"):
+            return fn(*args)
+
+    return call
+
+
+class CompiledModule:
+    """The compiled functions of one IR module, callable on torch tensors.
+
+    `compiled.softmax(x)` or `compiled["softmax"](x)`; every function returns a
+    tensor, or a tuple of tensors when it has several results.
+    """
+
+    def __init__(self, source: str, device: str, kernels: int, module: ModuleOp):
+        self.source = source
+        self.device = device
+        self.kernel_count = kernels
+        self.module = module
+        self._py = load_source(source, device)
+        self.functions: dict[str, Callable[..., Any]] = dict(self._py.FUNCTIONS)
+        self.path = self._py.__file__
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        try:
+            return self.functions[name]
+        except KeyError:
+            known = ", ".join(f"@{n}" for n in self.functions) or "none"
+            raise KeyError(f"no function @{name} (functions: {known})") from None
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_") or name not in self.__dict__.get("functions", {}):
+            raise AttributeError(name)
+        return self.functions[name]
+
+    def __call__(self, *args: Any) -> Any:
+        if len(self.functions) != 1:
+            raise TypeError("the module has several functions: call one by name")
+        return next(iter(self.functions.values()))(*args)
+
+    def run(self, name: str, inputs: Sequence[Any]) -> list[Any]:
+        """Calls `name` and always returns a list of outputs."""
+        out = self[name](*inputs)
+        return list(out) if isinstance(out, tuple) else [out]
+
+
+def compile(
+    program: str | os.PathLike[str] | ModuleOp,
+    *,
+    device: str | None = None,
+    fuse: bool = True,
+) -> CompiledModule:
+    """Compiles a `.ir` file (path) or a parsed module (copied, not changed)."""
+    if isinstance(program, ModuleOp):
+        module = program.clone()
+        source = "a module"
+        verify(module)
+    else:
+        module, _ = parse_file(os.fspath(program))
+        source = os.fspath(program)
+        verify(module)
+    if fuse:
+        from irc.passes import PASSES
+
+        if "fuse" in PASSES:
+            run_pipeline(module, "decompose,fuse")
+    text = triton_source(module, source)
+    kernels = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))
+    return CompiledModule(text, device or default_device(), kernels, module)

@@ -1,0 +1,459 @@
+"""graph -> loop: tensors become buffers, ops become loop nests.
+
+Each graph value is given an *access*: a buffer written by a kernel, a view
+(transpose, broadcast, reshape: an index map over another access, so no copy
+kernel is made for it), or a splat constant. A kernel computes its outputs
+element by element through `KernelBuilder.value_at`, which follows accesses and,
+for ops inside the kernel's group, emits their scalar computation in place; that
+is what makes a fused group one loop nest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import count
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    FloatAttr,
+    FunctionType,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from irc.dialects import graph, loop
+from irc.frontend import set_value_name
+from irc.types import I1, element_of, shape_of
+
+INDEX = IndexType()
+
+
+def _ints(values: Sequence[int]) -> ArrayAttr[IntegerAttr]:
+    return ArrayAttr([IntegerAttr(v, i64) for v in values])
+
+
+def memref_of(t: Attribute) -> MemRefType[Attribute]:
+    assert isinstance(t, TensorType)
+    return MemRefType(t.element_type, list(t.get_shape()))
+
+
+# --- accesses -------------------------------------------------------------------
+
+IndexMap = Callable[["KernelBuilder", list[SSAValue]], list[SSAValue]]
+
+
+@dataclass
+class Buffer:
+    """A value stored in memory (a function argument or a kernel's output)."""
+
+    memref: SSAValue
+
+
+@dataclass
+class View:
+    """Elements of `base` read through an index map (no data movement)."""
+
+    base: SSAValue
+    index_map: IndexMap
+
+
+@dataclass
+class Splat:
+    """Every element equals one constant."""
+
+    value: Attribute
+
+
+Access = Buffer | View | Splat
+
+
+def _broadcast_map(src: Sequence[int], dst: Sequence[int]) -> IndexMap:
+    """Indices of a `dst`-shaped result into a `src` operand broadcast to it."""
+    lead = len(dst) - len(src)
+
+    def index_map(kb: KernelBuilder, idx: list[SSAValue]) -> list[SSAValue]:
+        return [
+            kb.index_const(0) if s == 1 and dst[lead + d] != 1 else idx[lead + d]
+            for d, s in enumerate(src)
+        ]
+
+    return index_map
+
+
+def _transpose_map(perm: Sequence[int]) -> IndexMap:
+    def index_map(kb: KernelBuilder, idx: list[SSAValue]) -> list[SSAValue]:
+        out: list[SSAValue] = [idx[0]] * len(perm)
+        for i, p in enumerate(perm):
+            out[p] = idx[i]
+        return out
+
+    return index_map
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    out = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        out[d] = out[d + 1] * shape[d + 1]
+    return out
+
+
+def _reshape_map(src: Sequence[int], dst: Sequence[int]) -> IndexMap:
+    """Row-major: linearize the result index, then split it by the source shape."""
+
+    def index_map(kb: KernelBuilder, idx: list[SSAValue]) -> list[SSAValue]:
+        linear: SSAValue | None = None
+        for i, stride in zip(idx, _strides(dst), strict=True):
+            term = i if stride == 1 else kb.index_apply("mul", i, kb.index_const(stride))
+            linear = term if linear is None else kb.index_apply("add", linear, term)
+        if linear is None:
+            linear = kb.index_const(0)
+        out: list[SSAValue] = []
+        for d, (size, stride) in enumerate(zip(src, _strides(src), strict=True)):
+            if size == 1:
+                out.append(kb.index_const(0))
+                continue
+            v = (
+                linear
+                if stride == 1
+                else kb.index_apply("floordiv", linear, kb.index_const(stride))
+            )
+            if d > 0:
+                v = kb.index_apply("mod", v, kb.index_const(size))
+            out.append(v)
+        return out
+
+    return index_map
+
+
+# --- kernels -------------------------------------------------------------------
+
+# Element-wise graph ops and the `fn` of the loop.apply that mirrors them.
+ELEMENTWISE_FN: dict[type[Operation], str] = {
+    **{op: op.name.removeprefix("graph.") for op in graph.UNARY_OPS},
+    **{op: op.name.removeprefix("graph.") for op in graph.BINARY_OPS},
+    graph.WhereOp: "where",
+    graph.CastOp: "cast",
+}
+
+REDUCE_KIND = {
+    graph.ReduceSumOp: "sum",
+    graph.ReduceMeanOp: "sum",
+    graph.ReduceMaxOp: "max",
+    graph.ReduceMinOp: "min",
+}
+
+
+class KernelBuilder:
+    """Builds one loop.kernel body; computes graph values at index tuples."""
+
+    def __init__(self, lowering: FunctionLowering, block: Block, members: set[Operation]):
+        self.lowering = lowering
+        self.blocks = [block]
+        self.members = members
+        # One cache per open block: a value computed inside a loop region is
+        # not visible after it, so its cache entry goes when the region closes.
+        self.caches: list[dict[tuple[SSAValue, tuple[SSAValue, ...]], SSAValue]] = [{}]
+        self.consts: dict[tuple[str, int | float], SSAValue] = {}
+
+    def add(self, op: Operation) -> SSAValue:
+        self.blocks[-1].add_op(op)
+        return op.results[0] if op.results else None  # type: ignore[return-value]
+
+    def index_const(self, n: int) -> SSAValue:
+        key = ("index", n)
+        if key not in self.consts:
+            op = loop.ConstantOp.create(
+                properties={"value": IntegerAttr(n, i64)}, result_types=[INDEX]
+            )
+            # Constants go first in the kernel so that every nested region sees them.
+            root = self.blocks[0]
+            if root.first_op is None:
+                root.add_op(op)
+            else:
+                root.insert_op_before(op, root.first_op)
+            self.consts[key] = op.result
+        return self.consts[key]
+
+    def index_apply(self, fn: str, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.apply(fn, [a, b], INDEX)
+
+    def apply(self, fn: str, args: Sequence[SSAValue], result: Attribute) -> SSAValue:
+        return self.add(
+            loop.ApplyOp.create(
+                operands=list(args), result_types=[result], properties={"fn": StringAttr(fn)}
+            )
+        )
+
+    def constant(self, value: Attribute, element: Attribute) -> SSAValue:
+        return self.add(loop.ConstantOp.create(properties={"value": value}, result_types=[element]))
+
+    def value_at(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue:
+        """The scalar `v[idx]`, loaded or computed (once per kernel and index)."""
+        key = (v, tuple(idx))
+        for cache in reversed(self.caches):
+            if key in cache:
+                return cache[key]
+        element = element_of(v.type)
+        access = self.lowering.access.get(v)
+        owner = v.owner if isinstance(v.owner, Operation) else None
+        if owner is not None and owner in self.members:
+            result = self.compute(owner, idx)
+        elif isinstance(access, Buffer):
+            result = self.add(
+                loop.LoadOp.create(operands=[access.memref, *idx], result_types=[element])
+            )
+        elif isinstance(access, View):
+            return self.value_at(access.base, access.index_map(self, idx))
+        elif isinstance(access, Splat):
+            result = self.constant(access.value, element)
+        else:  # pragma: no cover - the lowering orders kernels topologically
+            raise AssertionError(f"no access for {v}")
+        self.caches[-1][key] = result
+        return result
+
+    def compute(self, op: Operation, idx: list[SSAValue]) -> SSAValue:
+        """Emits the scalar computation of a group member at `idx`."""
+        out_shape = shape_of(op.results[0].type)
+        element = element_of(op.results[0].type)
+        fn = ELEMENTWISE_FN.get(type(op))
+        if fn is not None:
+            args = [
+                self.value_at(o, _broadcast_map(shape_of(o.type), out_shape)(self, idx))
+                for o in op.operands
+            ]
+            return self.apply(fn, args, element)
+        view = view_map(op)
+        if view is not None:
+            return self.value_at(op.operands[0], view(self, idx))
+        if isinstance(op, graph.ConstantOp):
+            return self.constant(op.value, element)  # type: ignore[arg-type]
+        if isinstance(op, graph.ReduceOp):
+            return self.reduce(op, idx)
+        if isinstance(op, graph.MatmulOp):
+            return self.matmul(op, idx)
+        raise NotImplementedError(f"cannot lower {op.name} inside a kernel")
+
+    @contextmanager
+    def region(self, n_indices: int) -> Iterator[tuple[Block, list[SSAValue]]]:
+        """Opens a nested loop body taking `n_indices` index arguments."""
+        block = Block(arg_types=[INDEX] * n_indices)
+        self.blocks.append(block)
+        self.caches.append({})
+        try:
+            yield block, list(block.args)
+        finally:
+            self.blocks.pop()
+            self.caches.pop()
+
+    def reduce(self, op: graph.ReduceOp, idx: list[SSAValue]) -> SSAValue:
+        x = op.input
+        in_shape = shape_of(x.type)
+        dims = op.reduced_dims()
+        keep = op.keeps_dims()
+        element = element_of(op.result.type)
+        bounds = [in_shape[d] for d in dims]
+        with self.region(len(bounds)) as (block, rivs):
+            self._reduce_body(x, in_shape, dims, keep, idx, rivs)
+        props: dict[str, Attribute] = {
+            "kind": StringAttr(REDUCE_KIND[type(op)]),
+            "bounds": _ints(bounds),
+        }
+        red = self.add(
+            loop.ReduceOp.create(properties=props, result_types=[element], regions=[Region(block)])
+        )
+        if isinstance(op, graph.ReduceMeanOp):
+            n = 1
+            for b in bounds:
+                n *= b
+            red = self.apply(
+                "div", [red, self.constant(FloatAttr(float(n), f64), element)], element
+            )
+        return red
+
+    def _reduce_body(
+        self,
+        x: SSAValue,
+        in_shape: Sequence[int],
+        dims: Sequence[int],
+        keep: bool,
+        idx: list[SSAValue],
+        rivs: list[SSAValue],
+    ) -> None:
+        """Yields x at (reduced dims from the loop, the others from idx)."""
+        out_iter = iter(idx)
+        r_iter = iter(rivs)
+        x_idx: list[SSAValue] = []
+        for d in range(len(in_shape)):
+            if d in dims:
+                if keep:
+                    next(out_iter)
+                x_idx.append(next(r_iter))
+            else:
+                x_idx.append(next(out_iter))
+        self.add(loop.YieldOp.create(operands=[self.value_at(x, x_idx)]))
+
+    def matmul(self, op: graph.MatmulOp, idx: list[SSAValue]) -> SSAValue:
+        a, b = op.lhs, op.rhs
+        k = shape_of(a.type)[-1]
+        element = element_of(op.result.type)
+        batch = idx[:-2]
+        with self.region(1) as (block, (kiv,)):
+            av = self.value_at(a, [*batch, idx[-2], kiv])
+            bv = self.value_at(b, [*batch, kiv, idx[-1]])
+            self.add(loop.YieldOp.create(operands=[self.apply("mul", [av, bv], element)]))
+        props: dict[str, Attribute] = {
+            "kind": StringAttr("sum"),
+            "bounds": _ints([k]),
+            "contract": IntegerAttr(1, I1),
+        }
+        return self.add(
+            loop.ReduceOp.create(properties=props, result_types=[element], regions=[Region(block)])
+        )
+
+
+def view_map(op: Operation) -> IndexMap | None:
+    """The index map of a layout-only op, or None for ops that compute."""
+    if isinstance(op, graph.TransposeOp):
+        perm = [p % len(op.perm.data) for p in loop.int_list(op.perm)]  # type: ignore[arg-type]
+        return _transpose_map(perm)
+    if isinstance(op, graph.BroadcastOp):
+        return _broadcast_map(shape_of(op.input.type), shape_of(op.result.type))
+    if isinstance(op, graph.ReshapeOp):
+        return _reshape_map(shape_of(op.input.type), shape_of(op.result.type))
+    return None
+
+
+def kernel_kind(ops: Sequence[Operation]) -> str:
+    """`mm`, `red` or `poi`: the kind part of a kernel name, as in Inductor."""
+    if any(isinstance(o, graph.MatmulOp) for o in ops):
+        return "mm"
+    if any(isinstance(o, graph.ReduceOp) for o in ops):
+        return "red"
+    return "poi"
+
+
+class FunctionLowering:
+    """Lowers one graph function into a loop function over memrefs."""
+
+    def __init__(self, fn: func.FuncOp, counter: count[int]):
+        self.fn = fn
+        self.counter = counter
+        self.access: dict[SSAValue, Access] = {}
+        arg_types = [memref_of(a.type) for a in fn.body.block.args]
+        self.block = Block(arg_types=arg_types)
+        for old, new in zip(fn.body.block.args, self.block.args, strict=True):
+            self.access[old] = Buffer(new)
+            if old.name_hint:
+                set_value_name(new, old.name_hint)
+
+    def lower(self) -> func.FuncOp:
+        ops = list(self.fn.body.block.ops)
+        ret = ops[-1]
+        assert isinstance(ret, func.ReturnOp)
+        for op in ops[:-1]:
+            self.lower_op(op)
+        results = [self.materialize(v) for v in ret.operands]
+        self.block.add_op(func.ReturnOp(*results))
+        out_types = [r.type for r in results]
+        new = func.FuncOp(
+            self.fn.sym_name.data,
+            FunctionType.from_lists(list(self.block.arg_types), out_types),
+            Region(self.block),
+        )
+        new.location = self.fn.location
+        return new
+
+    def lower_op(self, op: Operation) -> None:
+        view = view_map(op)
+        if view is not None:
+            self.access[op.results[0]] = View(op.operands[0], view)
+        elif isinstance(op, graph.ConstantOp):
+            self.access[op.results[0]] = Splat(op.value)  # type: ignore[arg-type]
+        elif isinstance(op, graph.FusedOp):
+            raise NotImplementedError("graph.fused is lowered by the fusion lowering")
+        elif isinstance(op, graph.SoftmaxOp | graph.LayerNormOp):
+            raise NotImplementedError(f"{op.name} must be decomposed before lowering")
+        else:
+            self.kernel([op], list(op.results))
+
+    def materialize(self, v: SSAValue) -> SSAValue:
+        """A buffer holding `v`: views and constants that are returned get a copy kernel."""
+        access = self.access[v]
+        if isinstance(access, Buffer):
+            return access.memref
+        self.kernel([], [v])
+        access = self.access[v]
+        assert isinstance(access, Buffer)
+        return access.memref
+
+    def kernel(
+        self, members: list[Operation], outputs: list[SSAValue], name: str | None = None
+    ) -> None:
+        """One loop.kernel computing `outputs` over their (common) shape."""
+        shape = shape_of(outputs[0].type)
+        bufs: list[SSAValue] = []
+        for v in outputs:
+            alloc = loop.AllocOp.create(result_types=[memref_of(v.type)])
+            self.block.add_op(alloc)
+            bufs.append(alloc.result)
+        body = Block(arg_types=[INDEX] * len(shape))
+        kb = KernelBuilder(self, body, set(members))
+        idx = list(body.args)
+        for v, buf in zip(outputs, bufs, strict=True):
+            value = kb.value_at(v, idx)
+            kb.add(loop.StoreOp.create(operands=[value, buf, *idx]))
+        if name is None:
+            ops_named = [
+                o.name.removeprefix("graph.").removeprefix("reduce_") for o in members
+            ] or ["copy"]
+            name = f"{kernel_kind(members)}_{'_'.join(ops_named)}_{next(self.counter)}"
+        kernel = loop.KernelOp.create(
+            properties={"name": StringAttr(name), "bounds": _ints(shape)},
+            regions=[Region(body)],
+        )
+        kernel.location = members[0].location if members else self.fn.location
+        self.block.add_op(kernel)
+        for v, buf in zip(outputs, bufs, strict=True):
+            self.access[v] = Buffer(buf)
+
+
+def lower_module(module: ModuleOp) -> None:
+    """Replaces every graph function of `module` with its loop-level form."""
+    counter = count()
+    for op in list(module.body.ops):
+        if isinstance(op, func.FuncOp) and _is_graph_level(op):
+            new = FunctionLowering(op, counter).lower()
+            module.body.block.insert_op_before(new, op)
+            op.detach()
+            op.erase()
+
+
+def _is_graph_level(fn: func.FuncOp) -> bool:
+    return all(isinstance(a.type, TensorType) for a in fn.body.block.args) and not any(
+        isinstance(o, loop.KernelOp) for o in fn.body.block.ops
+    )
+
+
+@dataclass(frozen=True)
+class GraphToLoopPass(ModulePass):
+    """`graph-to-loop`: graph functions become loop nests over buffers."""
+
+    name = "graph-to-loop"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        lower_module(op)
+
+
+__all__ = ["GraphToLoopPass", "lower_module", "KernelBuilder", "FunctionLowering", "f64"]

@@ -1,0 +1,673 @@
+"""loop -> tile: each loop.kernel becomes a blocked tile.kernel plus a tile.launch.
+
+The kernel's parallel indices are laid over block axes (a *layout*): one axis
+of X elements for pointwise kernels; rows (X) by reduction chunk (R) for
+reductions; output rows by columns for contractions, whose K loop uses one
+layout per dot operand. Loop values are then translated on demand, each index
+argument standing for an index block of its layout, so the same translation
+serves every kind and every fused body.
+
+Numerics: half-precision values are computed in f32 (rounded at explicit casts
+and at stores); reductions accumulate in f32 and see the identity in masked
+lanes; max/min propagate NaN; indices are 64-bit when a buffer or the grid
+passes 2**31 elements.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from irc.dialects import loop, tile
+from irc.passes.tile import kernel_shape, tiling_of
+from irc.types import ELEMENT_TYPES, F32, FLOAT_TYPES, HALF_TYPES, I1, numel
+
+I32 = ELEMENT_TYPES["i32"]
+I64 = ELEMENT_TYPES["i64"]
+WIDE = 2**31
+INDEX = IndexType()
+
+
+def compute_type(element: Attribute) -> Attribute:
+    """The type a value is computed in: f32 for half precision, else itself."""
+    return F32 if element in HALF_TYPES else element
+
+
+def block_type(element: Attribute, shape: Sequence[int]) -> Attribute:
+    return TensorType(element, list(shape)) if shape else element
+
+
+def shape_of(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape()) if isinstance(v.type, TensorType) else ()
+
+
+def element_of(v: SSAValue) -> Attribute:
+    return v.type.element_type if isinstance(v.type, TensorType) else v.type
+
+
+def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(rank):
+        size = 1
+        for s in shapes:
+            j = i - (rank - len(s))
+            if j >= 0 and s[j] != 1:
+                size = s[j]
+        out.append(size)
+    return tuple(out)
+
+
+def identity(kind: str, element: Attribute) -> Attribute:
+    if kind == "sum":
+        return FloatAttr(0.0, f64) if element in FLOAT_TYPES else IntegerAttr(0, i64)
+    if element in FLOAT_TYPES:
+        return FloatAttr(-math.inf if kind == "max" else math.inf, f64)
+    bits = 64 if element == I64 else 32
+    return IntegerAttr(-(2 ** (bits - 1)) if kind == "max" else 2 ** (bits - 1) - 1, i64)
+
+
+COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
+
+
+@dataclass
+class Scope:
+    """Loop value -> tile value, plus the masks of the current layout's axes."""
+
+    values: dict[SSAValue, SSAValue] = field(default_factory=dict[SSAValue, SSAValue])
+    axis_masks: list[SSAValue | None] = field(default_factory=list[SSAValue | None])
+
+
+class KernelTranslator:
+    """Builds one tile.kernel from one loop.kernel."""
+
+    def __init__(self, kernel: loop.KernelOp, name: str):
+        self.kernel = kernel
+        self.name = name
+        self.memrefs: list[SSAValue] = []
+        for op in kernel.body.walk():
+            if isinstance(op, loop.LoadOp | loop.StoreOp):
+                if op.buffer not in self.memrefs:
+                    self.memrefs.append(op.buffer)
+        arg_types = [tile.PtrType(m.type.element_type) for m in self.memrefs]  # type: ignore[attr-defined]
+        self.body = Block(arg_types=arg_types)
+        self.ptr = dict(zip(self.memrefs, self.body.args, strict=True))
+        self.blocks = [self.body]
+        self.scopes = [Scope()]
+        self.constants: dict[SSAValue, int] = {}
+        self.const_cache: dict[tuple[int | float, Attribute], SSAValue] = {}
+        self.offset_cache: dict[tuple[tuple[int, ...], tuple[SSAValue, ...]], SSAValue] = {}
+        self.shape = kernel_shape(kernel)
+        self.tiling = tiling_of(kernel)
+        sizes = [numel(m.type.get_shape()) for m in self.memrefs]  # type: ignore[attr-defined]
+        wide = max(sizes, default=1) >= WIDE or numel(self.shape.parallel) * 2 >= WIDE
+        self.index = I64 if wide else I32
+        self.grid: list[int] = [1]
+
+    # -- building blocks --
+
+    def add(self, op: Operation) -> SSAValue:
+        self.blocks[-1].add_op(op)
+        return op.results[0] if op.results else None  # type: ignore[return-value]
+
+    def const(self, value: int | float, element: Attribute) -> SSAValue:
+        """A scalar constant, made once per kernel at its top."""
+        key = (value, element)
+        if key in self.const_cache:
+            return self.const_cache[key]
+        attr: Attribute = (
+            FloatAttr(float(value), f64) if element in FLOAT_TYPES else IntegerAttr(int(value), i64)
+        )
+        op = tile.ConstantOp.create(properties={"value": attr}, result_types=[element])
+        if self.body.first_op is None:
+            self.body.add_op(op)
+        else:
+            self.body.insert_op_before(op, self.body.first_op)
+        v = op.result
+        if isinstance(value, int):
+            self.constants[v] = value
+        self.const_cache[key] = v
+        return v
+
+    def full(self, value: Attribute, element: Attribute, shape: Sequence[int]) -> SSAValue:
+        return self.add(
+            tile.ConstantOp.create(
+                properties={"value": value}, result_types=[block_type(element, shape)]
+            )
+        )
+
+    def apply(
+        self, fn: str, args: Sequence[SSAValue], element: Attribute | None = None
+    ) -> SSAValue:
+        shape = broadcast(*(shape_of(a) for a in args))
+        if element is None:
+            element = (
+                I1
+                if fn in ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+                else element_of(args[-1])
+            )
+        return self.add(
+            tile.ApplyOp.create(
+                operands=list(args),
+                result_types=[block_type(element, shape)],
+                properties={"fn": StringAttr(fn)},
+            )
+        )
+
+    def iapply(self, fn: str, a: SSAValue, b: int) -> SSAValue:
+        """Index arithmetic with a constant, folding the trivial cases."""
+        if fn == "mul" and b == 1 or fn == "add" and b == 0:
+            return a
+        return self.apply(fn, [a, self.const(b, self.index)])
+
+    def arange(self, size: int) -> SSAValue:
+        r = self.add(
+            tile.ArangeOp.create(
+                properties={"size": IntegerAttr(size, i64)}, result_types=[TensorType(I32, [size])]
+            )
+        )
+        return r if self.index == I32 else self.apply("cast", [r], self.index)
+
+    def expand(self, v: SSAValue, axis: int) -> SSAValue:
+        shape = list(shape_of(v))
+        shape.insert(axis, 1)
+        return self.add(
+            tile.ExpandDimsOp.create(
+                operands=[v],
+                properties={"axis": IntegerAttr(axis, i64)},
+                result_types=[block_type(element_of(v), shape)],
+            )
+        )
+
+    def broadcast_to(self, v: SSAValue, shape: tuple[int, ...]) -> SSAValue:
+        if shape_of(v) == shape:
+            return v
+        return self.add(
+            tile.BroadcastToOp.create(operands=[v], result_types=[block_type(element_of(v), shape)])
+        )
+
+    def program_id(self, axis: int) -> SSAValue:
+        pid = self.add(
+            tile.ProgramIdOp.create(properties={"axis": IntegerAttr(axis, i64)}, result_types=[I32])
+        )
+        return pid if self.index == I32 else self.apply("cast", [pid], self.index)
+
+    def mask_below(self, v: SSAValue, bound: int, block: int) -> SSAValue | None:
+        """`v < bound`, or None when every lane is in range by construction."""
+        if bound % block == 0:
+            return None
+        return self.apply("lt", [v, self.const(bound, self.index)])
+
+    def unravel(self, flat: SSAValue, bounds: Sequence[int]) -> list[SSAValue]:
+        """Row-major multi-index of a flat index block."""
+        out: list[SSAValue] = []
+        stride = numel(bounds)
+        for d, size in enumerate(bounds):
+            stride //= size
+            if size == 1:
+                out.append(self.const(0, self.index))
+                continue
+            v = self.iapply("floordiv", flat, stride) if stride != 1 else flat
+            if d > 0:
+                v = self.iapply("mod", v, size)
+            out.append(v)
+        return out
+
+    @contextmanager
+    def scope(
+        self, axis_masks: list[SSAValue | None] | None = None, block: Block | None = None
+    ) -> Iterator[Scope]:
+        s = Scope(
+            axis_masks=list(axis_masks if axis_masks is not None else self.scopes[-1].axis_masks)
+        )
+        self.scopes.append(s)
+        if block is not None:
+            self.blocks.append(block)
+        try:
+            yield s
+        finally:
+            self.scopes.pop()
+            if block is not None:
+                self.blocks.pop()
+
+    def bind(self, loop_value: SSAValue, tile_value: SSAValue) -> None:
+        self.scopes[-1].values[loop_value] = tile_value
+
+    def lookup(self, v: SSAValue) -> SSAValue | None:
+        for s in reversed(self.scopes):
+            if v in s.values:
+                return s.values[v]
+        return None
+
+    def mask_for(self, shape: tuple[int, ...]) -> SSAValue | None:
+        masks = self.scopes[-1].axis_masks
+        mask: SSAValue | None = None
+        if len(shape) != len(masks):
+            return None
+        for d, size in enumerate(shape):
+            m = masks[d]
+            if size > 1 and m is not None:
+                mask = m if mask is None else self.apply("and", [mask, m])
+        return mask
+
+    # -- the kernel --
+
+    def build(self) -> tile.KernelOp:
+        kind = self.shape.kind
+        if kind == "pointwise":
+            self.layout_pointwise()
+        elif kind == "reduction":
+            self.layout_rows()
+        else:
+            self.layout_contraction()
+        self.statements(self.kernel.body.block)
+        props: dict[str, Attribute] = {
+            "name": StringAttr(self.name),
+            "grid": ArrayAttr([IntegerAttr(g, i64) for g in self.grid]),
+            "warps": IntegerAttr(self.tiling.warps, i64),
+        }
+        if self.tiling.stages > 1:
+            props["stages"] = IntegerAttr(self.tiling.stages, i64)
+        remove_dead_code(self.body)
+        k = tile.KernelOp.create(properties=props, regions=[Region(self.body)])
+        k.location = self.kernel.location
+        return k
+
+    def statements(self, block: Block) -> None:
+        """Translates the side effects of a loop body in order; values follow on demand."""
+        for op in block.ops:
+            if isinstance(op, loop.StoreOp):
+                self.store(op)
+            elif isinstance(op, loop.ForeachOp):
+                self.foreach(op)
+
+    def layout_pointwise(self) -> None:
+        (xb,) = self.tiling.block
+        n = numel(self.shape.parallel)
+        self.grid = [math.ceil(n / xb)]
+        x = self.apply("add", [self.iapply("mul", self.program_id(0), xb), self.arange(xb)])
+        self.scopes[-1].axis_masks = [self.mask_below(x, n, xb)]
+        for iv, v in zip(
+            self.kernel.body.block.args, self.unravel(x, self.shape.parallel), strict=True
+        ):
+            self.bind(iv, v)
+
+    def layout_rows(self) -> None:
+        xb, rb = self.tiling.block
+        n = numel(self.shape.parallel)
+        self.grid = [math.ceil(n / xb)]
+        x = self.apply("add", [self.iapply("mul", self.program_id(0), xb), self.arange(xb)])
+        x = self.expand(x, 1)
+        self.scopes[-1].axis_masks = [self.mask_below(x, n, xb), None]
+        for iv, v in zip(
+            self.kernel.body.block.args, self.unravel(x, self.shape.parallel), strict=True
+        ):
+            self.bind(iv, v)
+        self.rbase = self.expand(self.arange(rb), 0)
+
+    def layout_contraction(self) -> None:
+        bm, bn, _ = self.tiling.block
+        *batch, m, n = self.shape.parallel
+        gm, gn = math.ceil(m / bm), math.ceil(n / bn)
+        self.grid = [gm * gn, numel(batch)]
+        pid = self.program_id(0)
+        pid_m = self.iapply("floordiv", pid, gn) if gn > 1 else self.const(0, self.index)
+        pid_n = self.iapply("mod", pid, gn) if gn > 1 else pid
+        rm = self.expand(self.apply("add", [self.iapply("mul", pid_m, bm), self.arange(bm)]), 1)
+        rn = self.expand(self.apply("add", [self.iapply("mul", pid_n, bn), self.arange(bn)]), 0)
+        self.rows, self.cols = rm, rn
+        self.row_mask = self.mask_below(rm, m, bm)
+        self.col_mask = self.mask_below(rn, n, bn)
+        self.scopes[-1].axis_masks = [self.row_mask, self.col_mask]
+        ivs = list(self.kernel.body.block.args)
+        batch_ivs = self.unravel(self.program_id(1), batch) if batch else []
+        for iv, v in zip(ivs, [*batch_ivs, rm, rn], strict=True):
+            self.bind(iv, v)
+
+    # -- values --
+
+    def value(self, v: SSAValue) -> SSAValue:
+        found = self.lookup(v)
+        if found is not None:
+            return found
+        op = v.owner
+        assert isinstance(op, Operation), f"unbound loop index {v}"
+        result = self.translate(op)
+        self.bind(v, result)
+        return result
+
+    def translate(self, op: Operation) -> SSAValue:
+        if isinstance(op, loop.ConstantOp):
+            return self.constant(op.value, op.result.type)
+        if isinstance(op, loop.ApplyOp):
+            return self.apply_op(op)
+        if isinstance(op, loop.LoadOp):
+            return self.load(op)
+        if isinstance(op, loop.ReduceOp):
+            if op.contract is not None:
+                return self.contraction(op)
+            return self.reduce(op)
+        raise NotImplementedError(f"loop-to-tile: cannot translate {op.name}")
+
+    def constant(self, value: Attribute, element: Attribute) -> SSAValue:
+        number = value.value.data  # type: ignore[attr-defined]
+        if element == INDEX:
+            return self.const(int(number), self.index)
+        if element in FLOAT_TYPES:
+            return self.const(float(number), compute_type(element))
+        return self.const(int(number), element)
+
+    def apply_op(self, op: loop.ApplyOp) -> SSAValue:
+        fn = op.fn.data
+        args = [self.value(a) for a in op.args]
+        result = op.result.type
+        if result == INDEX:
+            return self.apply(fn, args, self.index)
+        if fn == "cast":
+            target = result
+            source = element_of(args[0])
+            out = self.apply("cast", args, target) if source != target else args[0]
+            if target in HALF_TYPES:
+                # Round to half precision as torch does, then compute on in f32.
+                out = self.apply("cast", [out], F32)
+            return out
+        return self.apply(fn, args, compute_type(result))
+
+    def offsets(self, memref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
+        """Element offsets of a row-major buffer (computed once per scope and index)."""
+        shape = tuple(memref.type.get_shape())  # type: ignore[attr-defined]
+        tile_indices = tuple(self.value(i) for i in indices)
+        key = (shape, tile_indices)
+        found = self.offset_cache.get(key)
+        if found is not None and self.visible(found):
+            return found
+        result = self._offsets(shape, tile_indices)
+        self.offset_cache[key] = result
+        return result
+
+    def visible(self, v: SSAValue) -> bool:
+        """Whether `v` is defined in a block that is open now (so it dominates here)."""
+        owner = v.owner
+        block = owner.parent_block() if isinstance(owner, Operation) else owner
+        return block in self.blocks
+
+    def _offsets(self, shape: tuple[int, ...], indices: tuple[SSAValue, ...]) -> SSAValue:
+        strides = [numel(shape[d + 1 :]) for d in range(len(shape))]
+        total: SSAValue | None = None
+        for t, size, stride in zip(indices, shape, strides, strict=True):
+            if size == 1 or self.constants.get(t) == 0:
+                continue
+            term = self.iapply("mul", t, stride)
+            total = term if total is None else self.apply("add", [total, term])
+        return total if total is not None else self.const(0, self.index)
+
+    def load(self, op: loop.LoadOp) -> SSAValue:
+        offs = self.offsets(op.buffer, op.indices)
+        shape = shape_of(offs)
+        mask = self.mask_for(shape)
+        element = op.result.type
+        operands = [self.ptr[op.buffer], offs] + ([mask] if mask is not None else [])
+        props = {}
+        if mask is not None:
+            props["other"] = identity("sum", element) if element != I1 else IntegerAttr(0, i64)
+        v = self.add(
+            tile.LoadOp.create(
+                operands=operands, properties=props, result_types=[block_type(element, shape)]
+            )
+        )
+        if element in HALF_TYPES:
+            v = self.apply("cast", [v], F32)
+        return v
+
+    def store(self, op: loop.StoreOp) -> None:
+        offs = self.offsets(op.buffer, op.indices)
+        value = self.value(op.value)
+        element = op.buffer.type.element_type  # type: ignore[attr-defined]
+        if element_of(value) != element:
+            value = self.apply("cast", [value], element)
+        shape = broadcast(shape_of(offs), shape_of(value))
+        offs, value = self.broadcast_to(offs, shape), self.broadcast_to(value, shape)
+        mask = self.mask_for(shape)
+        operands = [self.ptr[op.buffer], offs, value] + ([mask] if mask is not None else [])
+        self.add(tile.StoreOp.create(operands=operands))
+
+    # -- loops over the reduction axis --
+
+    def reduction_chunks(
+        self, bounds: Sequence[int], carried: Sequence[SSAValue], body: object
+    ) -> list[SSAValue]:
+        """Runs `body(results_so_far)` over the reduction space, persistently or in a loop.
+
+        `body` gets the carried values and returns their new values; the
+        reduction indices are bound in the scope it runs in.
+        """
+        _, rb = self.tiling.block
+        r = numel(bounds)
+        xmask = self.scopes[-1].axis_masks[0]
+        region_args: list[SSAValue]
+        if rb >= r:
+            with self.scope():
+                self.bind_reduction(self.rbase, bounds, xmask, r, rb)
+                return body(list(carried))  # type: ignore[operator]
+        block = Block(arg_types=[I32, *(c.type for c in carried)])
+        with self.scope(block=block):
+            roff = (
+                block.args[0]
+                if self.index == I32
+                else self.apply("cast", [block.args[0]], self.index)
+            )
+            region_args = list(block.args[1:])
+            self.bind_reduction(self.apply("add", [self.rbase, roff]), bounds, xmask, r, rb)
+            new = body(region_args)
+            self.add(tile.YieldOp.create(operands=new))
+        loop_op = tile.ForOp.create(
+            operands=list(carried),
+            result_types=[c.type for c in carried],
+            properties={
+                "lb": IntegerAttr(0, i64),
+                "ub": IntegerAttr(r, i64),
+                "step": IntegerAttr(rb, i64),
+            },
+            regions=[Region(block)],
+        )
+        self.add(loop_op)
+        return list(loop_op.results)
+
+    def bind_reduction(
+        self, rflat: SSAValue, bounds: Sequence[int], xmask: SSAValue | None, r: int, rb: int
+    ) -> None:
+        """Binds the reduction indices (read by the loop body) and the row x chunk masks."""
+        rmask = self.apply("lt", [rflat, self.const(r, self.index)]) if r % rb else None
+        self.scopes[-1].axis_masks = [xmask, rmask]
+        self.pending_rivs = self.unravel(rflat, bounds)
+
+    def reduce(self, op: loop.ReduceOp) -> SSAValue:
+        kind = op.kind.data
+        element = compute_type(op.result.type)
+        xb, rb = self.tiling.block
+        neutral = identity(kind, element)
+        yielded = op.body.block.last_op.values[0]  # type: ignore[union-attr]
+
+        def body(carried: list[SSAValue]) -> list[SSAValue]:
+            for iv, v in zip(op.body.block.args, self.pending_rivs, strict=True):
+                self.bind(iv, v)
+            v = self.value(yielded)
+            if element_of(v) != element:
+                v = self.apply("cast", [v], element)
+            mask = self.mask_for((xb, rb))
+            if mask is not None:
+                v = self.apply("where", [mask, v, self.const_attr(neutral, element)])
+            v = self.broadcast_to(v, (xb, rb))
+            if not carried:
+                return [v]
+            return [self.apply(COMBINE[kind], [carried[0], v])]
+
+        if rb >= numel(loop.int_list(op.bounds)):
+            (acc,) = self.reduction_chunks(loop.int_list(op.bounds), [], body)
+        else:
+            init = self.full(neutral, element, (xb, rb))
+            (acc,) = self.reduction_chunks(loop.int_list(op.bounds), [init], body)
+        red = self.add(
+            tile.ReduceOp.create(
+                operands=[acc],
+                properties={"kind": StringAttr(kind), "axis": IntegerAttr(1, i64)},
+                result_types=[block_type(element, (xb,))],
+            )
+        )
+        return self.expand(red, 1)
+
+    def const_attr(self, value: Attribute, element: Attribute) -> SSAValue:
+        return self.add(tile.ConstantOp.create(properties={"value": value}, result_types=[element]))
+
+    def foreach(self, op: loop.ForeachOp) -> None:
+        def body(carried: list[SSAValue]) -> list[SSAValue]:
+            for iv, v in zip(op.body.block.args, self.pending_rivs, strict=True):
+                self.bind(iv, v)
+            self.statements(op.body.block)
+            return []
+
+        self.reduction_chunks(loop.int_list(op.bounds), [], body)
+
+    def contraction(self, op: loop.ReduceOp) -> SSAValue:
+        bm, bn, bk = self.tiling.block
+        (k,) = loop.int_list(op.bounds)
+        (kiv,) = op.body.block.args
+        product = op.body.block.last_op.values[0].owner  # type: ignore[union-attr]
+        assert isinstance(product, loop.ApplyOp) and product.fn.data == "mul"
+        a, b = product.args
+        element = op.result.type
+        acc_type = F32 if element in HALF_TYPES or element == F32 else element
+        init = self.full(FloatAttr(0.0, f64), acc_type, (bm, bn))
+        block = Block(arg_types=[I32, init.type])
+        with self.scope(block=block):
+            k0 = (
+                block.args[0]
+                if self.index == I32
+                else self.apply("cast", [block.args[0]], self.index)
+            )
+            kk = self.apply("add", [self.arange(bk), k0])
+            kmask = self.apply("lt", [kk, self.const(k, self.index)]) if k % bk else None
+            with self.scope(axis_masks=[self.row_mask, None]):
+                krow = self.expand(kk, 0)
+                self.scopes[-1].axis_masks = [
+                    self.row_mask,
+                    None if kmask is None else self.expand(kmask, 0),
+                ]
+                self.bind(kiv, krow)
+                av = self.dot_operand(a, (bm, bk), element)
+            with self.scope(axis_masks=[None, self.col_mask]):
+                kcol = self.expand(kk, 1)
+                self.scopes[-1].axis_masks = [
+                    None if kmask is None else self.expand(kmask, 1),
+                    self.col_mask,
+                ]
+                self.bind(kiv, kcol)
+                bv = self.dot_operand(b, (bk, bn), element)
+            props = {"precision": StringAttr("ieee")} if element not in HALF_TYPES else {}
+            acc = self.add(
+                tile.DotOp.create(
+                    operands=[av, bv, block.args[1]], properties=props, result_types=[init.type]
+                )
+            )
+            self.add(tile.YieldOp.create(operands=[acc]))
+        loop_op = tile.ForOp.create(
+            operands=[init],
+            result_types=[init.type],
+            properties={
+                "lb": IntegerAttr(0, i64),
+                "ub": IntegerAttr(k, i64),
+                "step": IntegerAttr(bk, i64),
+            },
+            regions=[Region(block)],
+        )
+        self.add(loop_op)
+        return loop_op.results[0]
+
+    def dot_operand(self, v: SSAValue, shape: tuple[int, int], element: Attribute) -> SSAValue:
+        """One dot operand as a full tile, zero in masked lanes, in the dot's input type."""
+        t = self.value(v)
+        if not isinstance(v.owner, loop.LoadOp):
+            mask = self.mask_for(shape)
+            if mask is not None:
+                t = self.apply("where", [mask, t, self.const(0.0, compute_type(element))])
+        t = self.broadcast_to(t, shape)
+        if element_of(t) != element:
+            t = self.apply("cast", [t], element)
+        return t
+
+
+def remove_dead_code(block: Block) -> None:
+    """Drops pure ops whose results are unused (index pieces a layout did not need)."""
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.walk())):
+            if isinstance(op, tile.StoreOp | tile.YieldOp | tile.ForOp):
+                continue
+            if op.results and all(not r.uses for r in op.results):
+                op.detach()
+                op.erase()
+                changed = True
+
+
+def lower_function(fn: func.FuncOp, names: set[str]) -> list[tile.KernelOp]:
+    """Replaces the loop.kernels of `fn` with launches; returns the new kernels."""
+    kernels: list[tile.KernelOp] = []
+    for op in list(fn.body.block.ops):
+        if not isinstance(op, loop.KernelOp):
+            continue
+        name = "triton_" + op.kernel_name.data
+        while name in names:
+            name += "_"
+        names.add(name)
+        translator = KernelTranslator(op, name)
+        kernels.append(translator.build())
+        launch = tile.LaunchOp.create(
+            operands=translator.memrefs, properties={"kernel": SymbolRefAttr(name)}
+        )
+        launch.location = op.location
+        fn.body.block.insert_op_before(launch, op)
+        op.detach()
+        op.erase()
+    return kernels
+
+
+def lower_module(module: ModuleOp) -> None:
+    names: set[str] = set()
+    for fn in list(module.body.ops):
+        if isinstance(fn, func.FuncOp):
+            for k in lower_function(fn, names):
+                module.body.block.insert_op_before(k, fn)
+
+
+@dataclass(frozen=True)
+class LoopToTilePass(ModulePass):
+    """`loop-to-tile`: loop nests become blocked tile kernels and launches."""
+
+    name = "loop-to-tile"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        lower_module(op)
+
+
+__all__ = ["LoopToTilePass", "lower_module", "MemRefType"]

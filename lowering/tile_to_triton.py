@@ -1,0 +1,344 @@
+"""tile -> Triton: prints a tile-level module as one self-contained Python module.
+
+The output reads like Inductor's `output_code.py`: imports, small NaN-aware
+helpers, one `@triton.jit` function per tile.kernel, then one host function
+per IR function that checks its torch tensors, allocates outputs and launches.
+`FUNCTIONS` maps IR function names to host functions. No generated identifier
+comes from an IR name: values are `v0, v1, ...`, host functions `fn0, ...`,
+and IR names appear only inside string literals and comments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, MemRefType, ModuleOp, TensorType
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from irc.dialects import loop, tile
+from irc.types import FLOAT_TYPES, I1, element_name, format_type
+
+TL_DTYPE = {
+    "f32": "tl.float32",
+    "f16": "tl.float16",
+    "bf16": "tl.bfloat16",
+    "f64": "tl.float64",
+    "i64": "tl.int64",
+    "i32": "tl.int32",
+    "i1": "tl.int1",
+}
+TORCH_DTYPE = {
+    "f32": "torch.float32",
+    "f16": "torch.float16",
+    "bf16": "torch.bfloat16",
+    "f64": "torch.float64",
+    "i64": "torch.int64",
+    "i32": "torch.int32",
+    "i1": "torch.bool",
+}
+
+HEADER = """\
+import torch
+import triton
+import triton.language as tl
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@triton.jit
+def _irc_max(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _irc_min(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _irc_tanh(x):
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _irc_pow(a, b):
+    r = tl.exp2(b * tl.log2(tl.abs(a)))
+    b_int = tl.floor(b) == b
+    b_odd = b_int & (tl.floor(b * 0.5) * 2.0 != b)
+    r = tl.where((a < 0) & b_odd, -r, r)
+    r = tl.where((a < 0) & (b_int == 0), float("nan"), r)
+    return tl.where(b == 0, 1.0, r)
+
+
+def _check(x, shape, dtype, fn, i):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: argument {i} must be a torch.Tensor, got {type(x).__name__}")
+    if tuple(x.shape) != shape or x.dtype != dtype:
+        raise ValueError(
+            f"{fn}: argument {i} must be a {dtype} tensor of shape {list(shape)}, "
+            f"got {x.dtype} of shape {list(x.shape)}"
+        )
+    return x.contiguous()
+"""
+
+
+def _number(value: float | int, element: str) -> str:
+    if element in ("f32", "f16", "bf16", "f64"):
+        v = float(value)
+        if math.isnan(v):
+            text = 'float("nan")'
+        elif math.isinf(v):
+            text = 'float("inf")' if v > 0 else 'float("-inf")'
+        else:
+            text = repr(v)
+        return text
+    if element == "i1":
+        return "1" if value else "0"
+    return str(int(value))
+
+
+def _attr_number(attr: Attribute) -> float | int:
+    if isinstance(attr, FloatAttr):
+        return attr.value.data
+    assert isinstance(attr, IntegerAttr)
+    return attr.value.data
+
+
+def _elem(v: SSAValue) -> str:
+    t = v.type
+    return element_name(t.element_type if isinstance(t, TensorType) else t)
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape()) if isinstance(v.type, TensorType) else ()
+
+
+# fn -> template over argument names; float and integer variants where they differ.
+UNARY = {
+    "neg": "-{0}",
+    "abs": "tl.abs({0})",
+    "exp": "tl.exp({0})",
+    "log": "tl.log({0})",
+    "sqrt": "tl.sqrt_rn({0})",
+    "rsqrt": "tl.rsqrt({0})",
+    "sin": "tl.sin({0})",
+    "cos": "tl.cos({0})",
+    "tanh": "_irc_tanh({0})",
+    "sigmoid": "tl.sigmoid({0})",
+    "gelu": "0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476))",
+    "silu": "{0} * tl.sigmoid({0})",
+    "reciprocal": "1.0 / {0}",
+}
+BINARY = {
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "mul": "{0} * {1}",
+    "div": "{0} / {1}",
+    "floordiv": "{0} // {1}",
+    "mod": "{0} % {1}",
+    "pow": "_irc_pow({0}, {1})",
+    "eq": "{0} == {1}",
+    "ne": "{0} != {1}",
+    "lt": "{0} < {1}",
+    "le": "{0} <= {1}",
+    "gt": "{0} > {1}",
+    "ge": "{0} >= {1}",
+    "and": "{0} & {1}",
+    "or": "{0} | {1}",
+}
+
+
+class KernelPrinter:
+    """One @triton.jit function from one tile.kernel."""
+
+    def __init__(self, kernel: tile.KernelOp):
+        self.kernel = kernel
+        self.names: dict[SSAValue, str] = {}
+        self.lines: list[str] = []
+        self.counter = 0
+
+    def name(self, v: SSAValue) -> str:
+        if v not in self.names:
+            self.names[v] = f"v{self.counter}"
+            self.counter += 1
+        return self.names[v]
+
+    def text(self) -> str:
+        args = self.kernel.body.block.args
+        for i, a in enumerate(args):
+            self.names[a] = f"ptr{i}"
+        head = f"def {self.kernel.kernel_name.data}({', '.join(self.names[a] for a in args)}):"
+        self.block(self.kernel.body.block, 1)
+        return "@triton.jit\n" + head + "\n" + "\n".join(self.lines)
+
+    def block(self, block: Block, depth: int) -> None:
+        for op in block.ops:
+            self.op(op, depth)
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+    def assign(self, op: Operation, depth: int, expr: str) -> None:
+        self.emit(depth, f"{self.name(op.results[0])} = {expr}")
+
+    def op(self, op: Operation, depth: int) -> None:
+        n = self.name
+        if isinstance(op, tile.ProgramIdOp):
+            self.assign(op, depth, f"tl.program_id({op.axis.value.data})")
+        elif isinstance(op, tile.ArangeOp):
+            self.assign(op, depth, f"tl.arange(0, {op.size.value.data})")
+        elif isinstance(op, tile.ExpandDimsOp):
+            self.assign(op, depth, f"tl.expand_dims({n(op.input)}, {op.axis.value.data})")
+        elif isinstance(op, tile.BroadcastToOp):
+            self.assign(op, depth, f"tl.broadcast_to({n(op.input)}, {_shape(op.result)})")
+        elif isinstance(op, tile.ConstantOp):
+            elem = _elem(op.result)
+            value = _number(_attr_number(op.value), elem)
+            shape = list(_shape(op.result))
+            self.assign(op, depth, f"tl.full({shape}, {value}, {TL_DTYPE[elem]})")
+        elif isinstance(op, tile.ApplyOp):
+            self.assign(op, depth, self.apply(op))
+        elif isinstance(op, tile.LoadOp):
+            ptr = f"{n(op.ptr)} + {n(op.offsets)}"
+            if op.mask:
+                other = _number(_attr_number(op.other), _elem(op.result)) if op.other else "0"
+                self.assign(op, depth, f"tl.load({ptr}, mask={n(op.mask[0])}, other={other})")
+            else:
+                self.assign(op, depth, f"tl.load({ptr})")
+        elif isinstance(op, tile.StoreOp):
+            mask = f", mask={n(op.mask[0])}" if op.mask else ""
+            self.emit(depth, f"tl.store({n(op.ptr)} + {n(op.offsets)}, {n(op.value)}{mask})")
+        elif isinstance(op, tile.ReduceOp):
+            axis = op.axis.value.data
+            kind = op.kind.data
+            if kind == "sum":
+                self.assign(op, depth, f"tl.sum({n(op.input)}, {axis})")
+            else:
+                self.assign(op, depth, f"tl.reduce({n(op.input)}, {axis}, _irc_{kind})")
+        elif isinstance(op, tile.DotOp):
+            precision = f", input_precision={op.precision.data!r}" if op.precision else ""
+            self.assign(op, depth, f"tl.dot({n(op.a)}, {n(op.b)}, {n(op.acc)}{precision})")
+        elif isinstance(op, tile.ForOp):
+            self.for_loop(op, depth)
+        elif isinstance(op, tile.YieldOp):
+            parent = op.parent_op()
+            assert isinstance(parent, tile.ForOp)
+            for carried, value in zip(parent.body.block.args[1:], op.values, strict=True):
+                if n(carried) != n(value):
+                    self.emit(depth, f"{n(carried)} = {n(value)}")
+        else:
+            raise NotImplementedError(f"tile-to-triton: no Triton form for {op.name}")
+
+    def for_loop(self, op: tile.ForOp, depth: int) -> None:
+        block = op.body.block
+        iv, *carried = block.args
+        for arg, init, result in zip(carried, op.inits, op.results_, strict=True):
+            self.names[result] = self.name(arg)
+            self.emit(depth, f"{self.name(arg)} = {self.name(init)}")
+        self.emit(
+            depth,
+            f"for {self.name(iv)} in range("
+            f"{op.lb.value.data}, {op.ub.value.data}, {op.step.value.data}):",
+        )
+        self.block(block, depth + 1)
+
+    def apply(self, op: tile.ApplyOp) -> str:
+        fn = op.fn.data
+        args = [self.name(a) for a in op.args]
+        is_float = _elem(op.args[0]) in ("f32", "f16", "bf16", "f64")
+        if fn in ("maximum", "minimum"):
+            nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float else ""
+            return f"tl.{fn}({args[0]}, {args[1]}{nan})"
+        if fn == "relu":
+            return (
+                f"tl.maximum({args[0]}, 0.0, propagate_nan=tl.PropagateNan.ALL)"
+                if is_float
+                else f"tl.maximum({args[0]}, 0)"
+            )
+        if fn == "where":
+            return f"tl.where({args[0]}, {args[1]}, {args[2]})"
+        if fn == "cast":
+            target = _elem(op.result)
+            if target == "i1":
+                return f"{args[0]} != 0"
+            return f"{args[0]}.to({TL_DTYPE[target]})"
+        if fn in UNARY:
+            return UNARY[fn].format(*args)
+        if fn in BINARY:
+            return BINARY[fn].format(*args)
+        raise NotImplementedError(f"tile-to-triton: no Triton form for fn '{fn}'")
+
+
+class HostPrinter:
+    """The host function of one IR function: checks, allocations, launches."""
+
+    def __init__(self, fn: func.FuncOp, index: int, kernels: dict[str, tile.KernelOp]):
+        self.fn = fn
+        self.index = index
+        self.kernels = kernels
+        self.names: dict[SSAValue, str] = {}
+
+    def text(self) -> str:
+        block = self.fn.body.block
+        args = [f"arg{i}" for i in range(len(block.args))]
+        for a, name in zip(block.args, args, strict=True):
+            self.names[a] = name
+        ir_name = self.fn.sym_name.data
+        sig = ", ".join(format_type(a.type) for a in block.args)
+        lines = [f"def fn{self.index}({', '.join(args)}):", f"    # @{ir_name}({sig})"]
+        for i, a in enumerate(block.args):
+            shape = tuple(a.type.get_shape())  # type: ignore[attr-defined]
+            dtype = TORCH_DTYPE[element_name(a.type.element_type)]  # type: ignore[attr-defined]
+            lines.append(f"    arg{i} = _check(arg{i}, {shape}, {dtype}, {ir_name!r}, {i})")
+        device = "arg0.device" if args else "DEVICE"
+        n_bufs = 0
+        for op in block.ops:
+            if isinstance(op, loop.AllocOp):
+                name = f"buf{n_bufs}"
+                n_bufs += 1
+                self.names[op.result] = name
+                t = op.result.type
+                assert isinstance(t, MemRefType)
+                shape = tuple(t.get_shape())
+                dtype = TORCH_DTYPE[element_name(t.element_type)]
+                lines.append(f"    {name} = torch.empty({shape}, device={device}, dtype={dtype})")
+            elif isinstance(op, tile.LaunchOp):
+                kname = op.kernel.root_reference.data
+                k = self.kernels[kname]
+                grid = tuple(a.value.data for a in k.grid.data)  # type: ignore[attr-defined]
+                warps = k.warps.value.data if k.warps is not None else 4
+                stages = f", num_stages={k.stages.value.data}" if k.stages is not None else ""
+                call_args = ", ".join(self.names[a] for a in op.args)
+                lines.append(f"    {kname}[{grid}]({call_args}, num_warps={warps}{stages})")
+            elif isinstance(op, func.ReturnOp):
+                outs = [self.names[v] for v in op.operands]
+                if len(outs) == 1:
+                    lines.append(f"    return {outs[0]}")
+                else:
+                    lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+            else:
+                raise NotImplementedError(f"tile-to-triton: unexpected host op {op.name}")
+        return "\n".join(lines)
+
+
+def emit_triton(module: ModuleOp, source: str = "irc") -> str:
+    """The Python module for a tile-level `module`."""
+    kernels = {op.kernel_name.data: op for op in module.body.ops if isinstance(op, tile.KernelOp)}
+    funcs = [op for op in module.body.ops if isinstance(op, func.FuncOp)]
+    parts = [
+        f"# Generated by irc from {source}: {len(kernels)} kernel(s), {len(funcs)} function(s).",
+        HEADER,
+    ]
+    parts += [KernelPrinter(k).text() + "\n" for k in kernels.values()]
+    parts += [HostPrinter(f, i, kernels).text() + "\n" for i, f in enumerate(funcs)]
+    table = ", ".join(f"{f.sym_name.data!r}: fn{i}" for i, f in enumerate(funcs))
+    parts.append(f"FUNCTIONS = {{{table}}}\n")
+    return "\n\n".join(parts)
+
+
+Emitter = Callable[[ModuleOp], str]
+__all__ = ["emit_triton", "FLOAT_TYPES", "I1"]

@@ -1,0 +1,131 @@
+"""`tile`: chooses block sizes (and warps) for every loop.kernel.
+
+The choice is written on the kernel (`block`, `warps`, `stages`) so that it
+shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
+
+- pointwise over N elements: one axis of `block` elements (default 1024),
+  shrunk to the next power of two of N for small kernels;
+- reduction of rows of R elements: if next_pow2(R) <= `persistent_rblock`
+  (default 4096) the whole row sits in registers ("persistent") and several rows
+  share a program so that a program holds about 4096 elements; otherwise one
+  row a program, looped in chunks of `rblock` (default 1024);
+- contraction (matmul): 64x64 output tiles (16 at least, fewer for small M, N)
+  and K steps of 32; 128x128x64 with 8 warps for large half-precision GEMMs,
+  where tensor cores want big tiles.
+
+Warps grow with the elements a program holds: one warp per 256, 1 to 8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, i64
+from xdsl.passes import ModulePass
+
+from irc.diagnostics import Diagnostic, IrcError
+from irc.dialects import loop
+from irc.types import HALF_TYPES, numel
+
+
+def next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+@dataclass(frozen=True)
+class KernelShape:
+    """What the tiling depends on: the kind and the iteration space."""
+
+    kind: str  # "pointwise", "reduction" or "contraction"
+    parallel: tuple[int, ...]
+    reduction: tuple[int, ...]
+    half: bool = False
+
+
+def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
+    parallel = tuple(kernel.parallel_bounds())
+    for op in kernel.body.walk():
+        if isinstance(op, loop.ReduceOp) and op.contract is not None:
+            half = op.result.type in HALF_TYPES
+            return KernelShape("contraction", parallel, tuple(loop.int_list(op.bounds)), half)
+    for op in kernel.body.walk():
+        if isinstance(op, loop.ReduceOp | loop.ForeachOp):
+            return KernelShape("reduction", parallel, tuple(loop.int_list(op.bounds)))
+    return KernelShape("pointwise", parallel, ())
+
+
+@dataclass(frozen=True)
+class Tiling:
+    block: tuple[int, ...]
+    warps: int
+    stages: int = 1
+
+
+def _warps(elements: int) -> int:
+    return max(1, min(8, elements // 256))
+
+
+def choose_tiling(
+    shape: KernelShape, block: int = 1024, rblock: int = 1024, persistent_rblock: int = 4096
+) -> Tiling:
+    """The heuristic of this module's docstring."""
+    if shape.kind == "pointwise":
+        x = min(block, next_pow2(numel(shape.parallel)))
+        return Tiling((x,), _warps(x))
+    if shape.kind == "reduction":
+        rows, r = numel(shape.parallel), numel(shape.reduction)
+        full = next_pow2(r)
+        if full <= persistent_rblock:
+            x = max(1, min(next_pow2(rows), 4096 // full))
+            return Tiling((x, full), _warps(x * full))
+        return Tiling((1, min(rblock, full)), _warps(min(rblock, full)))
+    *_, m, n = shape.parallel
+    (k,) = shape.reduction
+    if shape.half and m >= 1024 and n >= 1024:
+        return Tiling((128, 128, 64), 8, 3)
+    bm = min(64, max(16, next_pow2(m)))
+    bn = min(64, max(16, next_pow2(n)))
+    bk = min(32, max(16, next_pow2(k)))
+    return Tiling((bm, bn, bk), 4, 2)
+
+
+def tiling_of(kernel: loop.KernelOp) -> Tiling:
+    """The kernel's recorded tiling, or the default heuristic's choice."""
+    if kernel.block is not None:
+        warps = kernel.warps.value.data if kernel.warps is not None else 4
+        stages = kernel.stages.value.data if kernel.stages is not None else 1
+        return Tiling(tuple(loop.int_list(kernel.block)), warps, stages)
+    return choose_tiling(kernel_shape(kernel))
+
+
+@dataclass(frozen=True)
+class TilePass(ModulePass):
+    """`tile{block=1024, rblock=1024, persistent-rblock=4096}`: block sizes per kernel."""
+
+    name = "tile"
+
+    block: int = 1024
+    rblock: int = 1024
+    persistent_rblock: int = 4096
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for key, value in (
+            ("block", self.block),
+            ("rblock", self.rblock),
+            ("persistent-rblock", self.persistent_rblock),
+        ):
+            if value < 1 or value & (value - 1):
+                raise IrcError(
+                    Diagnostic(None, f"tile: '{key}' must be a power of two, got {value}")
+                )
+        for kernel in op.walk():
+            if not isinstance(kernel, loop.KernelOp):
+                continue
+            t = choose_tiling(kernel_shape(kernel), self.block, self.rblock, self.persistent_rblock)
+            kernel.block = ArrayAttr([IntegerAttr(b, i64) for b in t.block])
+            kernel.warps = IntegerAttr(t.warps, i64)
+            kernel.stages = IntegerAttr(t.stages, i64)
