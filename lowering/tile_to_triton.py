@@ -66,6 +66,7 @@ def _irc_tanh(x):
 
 @triton.jit
 def _irc_pow(a, b):
+    a, b = tl.broadcast(a, b)  # the interpreter cannot splat a scalar i1 (b_odd)
     r = tl.exp2(b * tl.log2(tl.abs(a)))
     b_int = tl.floor(b) == b
     b_odd = b_int & (tl.floor(b * 0.5) * 2.0 != b)
