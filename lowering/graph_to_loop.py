@@ -382,11 +382,95 @@ class FunctionLowering:
         elif isinstance(op, graph.ConstantOp):
             self.access[op.results[0]] = Splat(op.value)  # type: ignore[arg-type]
         elif isinstance(op, graph.FusedOp):
-            raise NotImplementedError("graph.fused is lowered by the fusion lowering")
+            self.fused(op)
         elif isinstance(op, graph.SoftmaxOp | graph.LayerNormOp):
             raise NotImplementedError(f"{op.name} must be decomposed before lowering")
         else:
             self.kernel([op], list(op.results))
+
+    def fused(self, op: graph.FusedOp) -> None:
+        """One kernel for a fusion group: its region's ops, its yields as outputs."""
+        block = op.body.block
+        for arg, operand in zip(block.args, op.inputs, strict=True):
+            self.access[arg] = self.access[operand]
+        members = [o for o in block.ops if not isinstance(o, graph.YieldOp)]
+        last = block.last_op
+        assert isinstance(last, graph.YieldOp)
+        outputs = list(last.values)
+        name = op.kernel.data if isinstance(op.kernel, StringAttr) else None
+        if any(isinstance(o, graph.ReduceOp) for o in members):
+            self.rows_kernel(members, outputs, name)
+        else:
+            self.kernel(members, outputs, name)
+        for result, inner in zip(op.results, outputs, strict=True):
+            self.access[result] = self.access[inner]
+
+    def rows_kernel(self, members: list[Operation], outputs: list[SSAValue], name: str | None) -> None:
+        """A kernel over the rows of its reductions.
+
+        Reductions are computed first, once per row; row-shaped outputs are
+        stored per row; full-shaped outputs in one `loop.foreach` over the
+        reduced dims (the reduction epilogue).
+        """
+        reductions = [o for o in members if isinstance(o, graph.ReduceOp)]
+        full = shape_of(reductions[0].input.type)
+        dims = sorted(reductions[0].reduced_dims())
+        rows = [s for d, s in enumerate(full) if d not in dims]
+        row_keep = tuple(1 if d in dims else s for d, s in enumerate(full))
+        body = Block(arg_types=[INDEX] * len(rows))
+        kb = KernelBuilder(self, body, set(members))
+        pivs = list(body.args)
+
+        def row_index(shape: tuple[int, ...]) -> list[SSAValue]:
+            if len(shape) == len(full) and shape == row_keep:
+                it = iter(pivs)
+                return [kb.index_const(0) if d in dims else next(it) for d in range(len(full))]
+            return list(pivs)
+
+        bufs = [self.alloc(v) for v in outputs]
+        for r in reductions:
+            kb.value_at(r.results[0], row_index(shape_of(r.results[0].type)))
+        full_outputs: list[tuple[SSAValue, SSAValue]] = []
+        for v, buf in zip(outputs, bufs, strict=True):
+            shape = shape_of(v.type)
+            if shape in (row_keep, tuple(rows)):
+                idx = row_index(shape)
+                kb.add(loop.StoreOp.create(operands=[kb.value_at(v, idx), buf, *idx]))
+            else:
+                full_outputs.append((v, buf))
+        if full_outputs:
+            reduced = [full[d] for d in dims]
+            with kb.region(len(reduced)) as (fblock, rivs):
+                pit, rit = iter(pivs), iter(rivs)
+                idx = [next(rit) if d in dims else next(pit) for d in range(len(full))]
+                for v, buf in full_outputs:
+                    kb.add(loop.StoreOp.create(operands=[kb.value_at(v, idx), buf, *idx]))
+            kb.add(
+                loop.ForeachOp.create(properties={"bounds": _ints(reduced)}, regions=[Region(fblock)])
+            )
+        self.add_kernel(members, body, rows, name)
+        for v, buf in zip(outputs, bufs, strict=True):
+            self.access[v] = Buffer(buf)
+
+    def alloc(self, v: SSAValue) -> SSAValue:
+        alloc = loop.AllocOp.create(result_types=[memref_of(v.type)])
+        self.block.add_op(alloc)
+        return alloc.result
+
+    def add_kernel(
+        self, members: list[Operation], body: Block, bounds: Sequence[int], name: str | None
+    ) -> None:
+        if name is None:
+            ops_named = [
+                o.name.removeprefix("graph.").removeprefix("reduce_") for o in members
+            ] or ["copy"]
+            name = f"{kernel_kind(members)}_{'_'.join(ops_named)}_{next(self.counter)}"
+        kernel = loop.KernelOp.create(
+            properties={"name": StringAttr(name), "bounds": _ints(bounds)},
+            regions=[Region(body)],
+        )
+        kernel.location = members[-1].location if members else self.fn.location
+        self.block.add_op(kernel)
 
     def materialize(self, v: SSAValue) -> SSAValue:
         """A buffer holding `v`: views and constants that are returned get a copy kernel."""
@@ -403,28 +487,13 @@ class FunctionLowering:
     ) -> None:
         """One loop.kernel computing `outputs` over their (common) shape."""
         shape = shape_of(outputs[0].type)
-        bufs: list[SSAValue] = []
-        for v in outputs:
-            alloc = loop.AllocOp.create(result_types=[memref_of(v.type)])
-            self.block.add_op(alloc)
-            bufs.append(alloc.result)
+        bufs = [self.alloc(v) for v in outputs]
         body = Block(arg_types=[INDEX] * len(shape))
         kb = KernelBuilder(self, body, set(members))
         idx = list(body.args)
         for v, buf in zip(outputs, bufs, strict=True):
-            value = kb.value_at(v, idx)
-            kb.add(loop.StoreOp.create(operands=[value, buf, *idx]))
-        if name is None:
-            ops_named = [
-                o.name.removeprefix("graph.").removeprefix("reduce_") for o in members
-            ] or ["copy"]
-            name = f"{kernel_kind(members)}_{'_'.join(ops_named)}_{next(self.counter)}"
-        kernel = loop.KernelOp.create(
-            properties={"name": StringAttr(name), "bounds": _ints(shape)},
-            regions=[Region(body)],
-        )
-        kernel.location = members[0].location if members else self.fn.location
-        self.block.add_op(kernel)
+            kb.add(loop.StoreOp.create(operands=[kb.value_at(v, idx), buf, *idx]))
+        self.add_kernel(members, body, shape, name)
         for v, buf in zip(outputs, bufs, strict=True):
             self.access[v] = Buffer(buf)
 

@@ -87,6 +87,15 @@ def identity(kind: str, element: Attribute) -> Attribute:
     return IntegerAttr(-(2 ** (bits - 1)) if kind == "max" else 2 ** (bits - 1) - 1, i64)
 
 
+CSE_OPS = (
+    tile.ApplyOp,
+    tile.LoadOp,
+    tile.ExpandDimsOp,
+    tile.BroadcastToOp,
+    tile.ArangeOp,
+    tile.ProgramIdOp,
+    tile.ConstantOp,
+)
 COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
 
 
@@ -115,6 +124,7 @@ class KernelTranslator:
         self.blocks = [self.body]
         self.scopes = [Scope()]
         self.constants: dict[SSAValue, int] = {}
+        self.cse: dict[object, SSAValue] = {}
         self.const_cache: dict[tuple[int | float, Attribute], SSAValue] = {}
         self.offset_cache: dict[tuple[tuple[int, ...], tuple[SSAValue, ...]], SSAValue] = {}
         self.shape = kernel_shape(kernel)
@@ -127,7 +137,21 @@ class KernelTranslator:
     # -- building blocks --
 
     def add(self, op: Operation) -> SSAValue:
+        """Appends `op`, or reuses an identical value already computed and in scope.
+
+        Loads are reused too: a kernel never reads a buffer it writes. This is
+        what keeps a persistent softmax at one load of its row.
+        """
+        key = None
+        if isinstance(op, CSE_OPS) and len(op.results) == 1:
+            key = (op.name, tuple(op.operands), tuple(op.properties.items()), op.results[0].type)
+            found = self.cse.get(key)
+            if found is not None and self.visible(found):
+                op.erase()
+                return found
         self.blocks[-1].add_op(op)
+        if key is not None:
+            self.cse[key] = op.results[0]
         return op.results[0] if op.results else None  # type: ignore[return-value]
 
     def const(self, value: int | float, element: Attribute) -> SSAValue:
@@ -300,6 +324,10 @@ class KernelTranslator:
                 self.store(op)
             elif isinstance(op, loop.ForeachOp):
                 self.foreach(op)
+            elif isinstance(op, loop.ReduceOp):
+                # Per-row values are made where the loop IR puts them, before
+                # any inner loop that reads them.
+                self.value(op.result)
 
     def layout_pointwise(self) -> None:
         (xb,) = self.tiling.block
@@ -391,7 +419,13 @@ class KernelTranslator:
                 # Round to half precision as torch does, then compute on in f32.
                 out = self.apply("cast", [out], F32)
             return out
-        return self.apply(fn, args, compute_type(result))
+        return self.round_to(self.apply(fn, args, compute_type(result)), result)
+
+    def round_to(self, v: SSAValue, element: Attribute) -> SSAValue:
+        """Rounds an f32 value to half precision where torch's op would, staying in f32."""
+        if element not in HALF_TYPES:
+            return v
+        return self.apply("cast", [self.apply("cast", [v], element)], F32)
 
     def offsets(self, memref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
         """Element offsets of a row-major buffer (computed once per scope and index)."""
@@ -534,7 +568,7 @@ class KernelTranslator:
                 result_types=[block_type(element, (xb,))],
             )
         )
-        return self.expand(red, 1)
+        return self.round_to(self.expand(red, 1), op.result.type)
 
     def const_attr(self, value: Attribute, element: Attribute) -> SSAValue:
         return self.add(tile.ConstantOp.create(properties={"value": value}, result_types=[element]))
@@ -601,7 +635,7 @@ class KernelTranslator:
             regions=[Region(block)],
         )
         self.add(loop_op)
-        return loop_op.results[0]
+        return self.round_to(loop_op.results[0], element)
 
     def dot_operand(self, v: SSAValue, shape: tuple[int, int], element: Attribute) -> SSAValue:
         """One dot operand as a full tile, zero in masked lanes, in the dot's input type."""
@@ -637,6 +671,10 @@ def lower_function(fn: func.FuncOp, names: set[str]) -> list[tile.KernelOp]:
         if not isinstance(op, loop.KernelOp):
             continue
         name = "triton_" + op.kernel_name.data
+        shape, tiling = kernel_shape(op), tiling_of(op)
+        if shape.kind == "reduction" and tiling.block[1] >= numel(shape.reduction):
+            # Inductor's naming: "per" when the whole row is held in registers.
+            name = name.replace("triton_red_", "triton_per_", 1)
         while name in names:
             name += "_"
         names.add(name)

@@ -36,8 +36,15 @@ def _loop_to_tile() -> type[ModulePass]:
     return LoopToTilePass
 
 
+def _fuse() -> type[ModulePass]:
+    from irc.passes.fuse import FusePass
+
+    return FusePass
+
+
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose": _decompose,
+    "fuse": _fuse,
     "graph-to-loop": _graph_to_loop,
     "tile": _tile,
     "loop-to-tile": _loop_to_tile,

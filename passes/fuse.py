@@ -1,0 +1,585 @@
+"""`fuse`: groups graph ops into kernels, greedily by HBM bytes saved.
+
+Every compute op starts as its own group. Candidate pairs are groups joined by
+a value (vertical: producer and consumer) or reading the same tensor
+(horizontal: siblings). A pair's score is the traffic it removes:
+
+    saved = bytes(A) + bytes(B) - bytes(A | B)
+
+where bytes(G) counts the tensors G reads from outside plus those it writes
+for outside use (a value both consumed inside and returned stays an output:
+multi-output fusion). The best legal pair is merged, scores are refreshed,
+and so on until no pair saves anything. Legality (`kernel_schema`) asks
+whether one loop nest can compute the group:
+
+- pointwise: every value is computed at the index of one output shape;
+- rows: reductions share one input shape and reduced dims, every other value
+  lives on that full space or on its rows (reduction prologue and epilogue:
+  softmax and layer norm are one kernel);
+- contraction: one matmul, element-wise epilogue on its output, and a guarded
+  prologue (cheap ops used only by the matmul) on its operands.
+
+Limits: at most `max_ops` compute ops a kernel, and work is never duplicated
+in a way that multiplies expensive ops (a transcendental op computed on a
+smaller tensor than the kernel's space is not pulled in). Views (transpose,
+reshape, broadcast) and constants are index maps and splats, never kernels:
+they go with their consumers. Each decision, taken or rejected, is recorded
+with its reason in a `FusionReport`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from irc.dialects import graph
+from irc.types import element_bytes, element_of, numel, shape_of
+
+VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp)
+FREE_OPS = (*VIEW_OPS, graph.ConstantOp)
+CHEAP_OPS = (
+    graph.AddOp,
+    graph.SubOp,
+    graph.MulOp,
+    graph.NegOp,
+    graph.AbsOp,
+    graph.ReluOp,
+    graph.CastOp,
+    graph.MaximumOp,
+    graph.MinimumOp,
+    graph.WhereOp,
+    graph.EqOp,
+    graph.NeOp,
+    graph.LtOp,
+    graph.LeOp,
+    graph.GtOp,
+    graph.GeOp,
+)
+"""Ops cheap enough to recompute per element when broadcast into a larger space."""
+
+SHORT_NAMES = {
+    "reduce_sum": "sum",
+    "reduce_max": "amax",
+    "reduce_min": "amin",
+    "reduce_mean": "mean",
+}
+
+
+def value_bytes(v: SSAValue) -> int:
+    return numel(shape_of(v.type)) * element_bytes(element_of(v.type))
+
+
+def op_short_name(op: Operation) -> str:
+    name = op.name.removeprefix("graph.")
+    return SHORT_NAMES.get(name, name)
+
+
+# --- the fusion graph -------------------------------------------------------------
+
+
+class FusionGraph:
+    """Compute ops of one function, with views and constants seen through."""
+
+    def __init__(self, fn: func.FuncOp):
+        self.fn = fn
+        ops = list(fn.body.block.ops)
+        self.order = {op: i for i, op in enumerate(ops)}
+        self.compute = [op for op in ops if is_compute(op)]
+        self.returned: set[SSAValue] = set()
+        for op in ops:
+            if isinstance(op, func.ReturnOp):
+                self.returned.update(op.operands)
+
+    def sources(self, v: SSAValue) -> list[SSAValue]:
+        """The tensors `v` really reads: views and constants are followed through."""
+        owner = v.owner
+        if isinstance(owner, VIEW_OPS):
+            return self.sources(owner.operands[0])
+        if isinstance(owner, graph.ConstantOp):
+            return []
+        return [v]
+
+    def inputs(self, op: Operation) -> list[SSAValue]:
+        out: list[SSAValue] = []
+        for o in op.operands:
+            for s in self.sources(o):
+                if s not in out:
+                    out.append(s)
+        return out
+
+    def consumers(self, v: SSAValue) -> list[Operation]:
+        """Compute ops reading `v`, directly or through views."""
+        out: list[Operation] = []
+        for use in v.uses:
+            user = use.operation
+            if isinstance(user, VIEW_OPS):
+                out += self.consumers(user.results[0])
+            elif is_compute(user) and user not in out:
+                out.append(user)
+        return out
+
+    def escapes(self, v: SSAValue) -> bool:
+        """Returned, directly or through a view."""
+        if v in self.returned:
+            return True
+        return any(
+            isinstance(u.operation, VIEW_OPS) and self.escapes(u.operation.results[0]) for u in v.uses
+        )
+
+
+def is_compute(op: Operation) -> bool:
+    return (
+        isinstance(op, graph.GraphOp)
+        and not isinstance(op, FREE_OPS)
+        and not isinstance(op, graph.SoftmaxOp | graph.LayerNormOp)
+    )
+
+
+# --- groups and their cost ---------------------------------------------------------
+
+
+@dataclass
+class Group:
+    ops: list[Operation]
+    id: int
+
+    def __hash__(self) -> int:
+        return self.id
+
+
+def group_io(g: FusionGraph, ops: Sequence[Operation]) -> tuple[list[SSAValue], list[SSAValue]]:
+    """External tensors a set of ops reads, and the values it must write."""
+    members = set(ops)
+    reads: list[SSAValue] = []
+    writes: list[SSAValue] = []
+    for op in ops:
+        for v in g.inputs(op):
+            if (not isinstance(v.owner, Operation) or v.owner not in members) and v not in reads:
+                reads.append(v)
+        for r in op.results:
+            if g.escapes(r) or any(c not in members for c in g.consumers(r)):
+                writes.append(r)
+    return reads, writes
+
+
+def group_bytes(g: FusionGraph, ops: Sequence[Operation]) -> int:
+    reads, writes = group_io(g, ops)
+    return sum(value_bytes(v) for v in reads) + sum(value_bytes(v) for v in writes)
+
+
+# --- legality --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Schema:
+    """How one loop nest computes a group (see the module docstring)."""
+
+    kind: str  # "pointwise", "rows" or "contraction"
+
+
+class Rejected(Exception):
+    """A group that no single loop nest computes; the message says why."""
+
+
+def kernel_schema(g: FusionGraph, ops: Sequence[Operation], max_ops: int) -> Schema:
+    if len(ops) > max_ops:
+        raise Rejected(f"more than {max_ops} ops in one kernel")
+    members = set(ops)
+    matmuls = [op for op in ops if isinstance(op, graph.MatmulOp)]
+    reductions = [op for op in ops if isinstance(op, graph.ReduceOp)]
+    _, writes = group_io(g, ops)
+    if len(matmuls) > 1:
+        raise Rejected("two matmuls in one kernel")
+    if matmuls and reductions:
+        raise Rejected("a matmul and a reduction in one kernel")
+    if matmuls:
+        return _contraction_schema(g, ops, matmuls[0], writes)
+    if reductions:
+        return _rows_schema(g, ops, reductions, members)
+    out_shapes = {shape_of(v.type) for v in writes}
+    if len(out_shapes) > 1:
+        raise Rejected("outputs of different shapes: " + ", ".join(map(str, sorted(out_shapes))))
+    space = numel(next(iter(out_shapes))) if out_shapes else 0
+    _check_recompute(ops, space)
+    return Schema("pointwise")
+
+
+def _check_recompute(ops: Iterable[Operation], space: int) -> None:
+    for op in ops:
+        n = numel(shape_of(op.results[0].type))
+        if n < space and not isinstance(op, CHEAP_OPS):
+            raise Rejected(
+                f"{op.name} on {n} elements would be recomputed for each of {space} (expensive)"
+            )
+
+
+def _rows_schema(
+    g: FusionGraph, ops: Sequence[Operation], reductions: list[Operation], members: set[Operation]
+) -> Schema:
+    first = reductions[0]
+    assert isinstance(first, graph.ReduceOp)
+    full = shape_of(first.input.type)
+    dims = sorted(first.reduced_dims())
+    for r in reductions[1:]:
+        assert isinstance(r, graph.ReduceOp)
+        if shape_of(r.input.type) != full or sorted(r.reduced_dims()) != dims:
+            raise Rejected("reductions over different shapes or dims")
+    row_keep = tuple(1 if d in dims else s for d, s in enumerate(full))
+    row = tuple(s for d, s in enumerate(full) if d not in dims)
+    for op in ops:
+        shape = shape_of(op.results[0].type)
+        if shape in (full, row_keep, row):
+            continue
+        from irc.types import broadcast_shapes
+
+        if broadcast_shapes(shape, full) != full:
+            raise Rejected(f"{op.name} of shape {list(shape)} is outside the rows of {list(full)}")
+        if not isinstance(op, CHEAP_OPS):
+            raise Rejected(f"{op.name} of shape {list(shape)} would be recomputed per element")
+    for r in reductions:
+        assert isinstance(r, graph.ReduceOp)
+        if r.keeps_dims() or not row:
+            continue
+        for c in g.consumers(r.result):
+            if c in members and shape_of(c.results[0].type) != row:
+                raise Rejected("a reduction without keepdim feeds the full space")
+    return Schema("rows")
+
+
+def _contraction_schema(
+    g: FusionGraph, ops: Sequence[Operation], mm: Operation, writes: list[SSAValue]
+) -> Schema:
+    out = shape_of(mm.results[0].type)
+    members = set(ops)
+    epilogue = _downstream(g, mm, members)
+    for op in ops:
+        if op is mm:
+            continue
+        shape = shape_of(op.results[0].type)
+        if op in epilogue:
+            if shape != out:
+                raise Rejected(f"epilogue {op.name} of shape {list(shape)} differs from the matmul's")
+            continue
+        # Prologue: cheap, feeding only the matmul (directly or through other prologue ops).
+        if not isinstance(op, CHEAP_OPS):
+            raise Rejected(f"prologue {op.name} is not cheap enough to recompute per tile")
+        for r in op.results:
+            if r in writes:
+                raise Rejected(f"prologue {op.name} result is needed outside the kernel")
+            for c in g.consumers(r):
+                if c not in members or c in epilogue:
+                    raise Rejected(f"prologue {op.name} also feeds other ops")
+    for v in writes:
+        if shape_of(v.type) != out:
+            raise Rejected("an output of the contraction kernel is not of the matmul's shape")
+    return Schema("contraction")
+
+
+def _downstream(g: FusionGraph, root: Operation, members: set[Operation]) -> set[Operation]:
+    seen: set[Operation] = set()
+    stack = [root]
+    while stack:
+        op = stack.pop()
+        for r in op.results:
+            for c in g.consumers(r):
+                if c in members and c not in seen:
+                    seen.add(c)
+                    stack.append(c)
+    return seen
+
+
+# --- the report ----------------------------------------------------------------
+
+
+@dataclass
+class GroupRecord:
+    kernel: str
+    kind: str
+    ops: list[str]
+    bytes_before: int
+    bytes_after: int
+
+
+@dataclass
+class Rejection:
+    first: list[str]
+    second: list[str]
+    saved: int
+    reason: str
+
+
+@dataclass
+class FusionReport:
+    """Every group made and every candidate turned down, with its reason."""
+
+    function: str = ""
+    groups: list[GroupRecord] = field(default_factory=list[GroupRecord])
+    rejected: list[Rejection] = field(default_factory=list[Rejection])
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "function": self.function,
+            "groups": [vars(gr) for gr in self.groups],
+            "rejected": [vars(r) for r in self.rejected],
+        }
+
+    def text(self) -> str:
+        lines = [f"fusion report for @{self.function}:"]
+        for gr in self.groups:
+            saved = gr.bytes_before - gr.bytes_after
+            lines.append(
+                f"  kernel {gr.kernel} ({gr.kind}): {', '.join(gr.ops)}; "
+                f"HBM bytes {_mb(gr.bytes_before)} unfused -> {_mb(gr.bytes_after)} fused "
+                f"(saves {_mb(saved)})"
+            )
+        for r in self.rejected:
+            lines.append(
+                f"  not fused: [{', '.join(r.first)}] with [{', '.join(r.second)}] "
+                f"(would save {_mb(r.saved)}): {r.reason}"
+            )
+        return "\n".join(lines)
+
+
+def _mb(n: int) -> str:
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f} MiB"
+    if n >= 1 << 10:
+        return f"{n / (1 << 10):.1f} KiB"
+    return f"{n} B"
+
+
+def _op_label(g: FusionGraph, op: Operation) -> str:
+    name = op.results[0].name_hint if op.results else None
+    label = f"%{name}" if name else f"#{g.order[op]}"
+    return f"{op.name.removeprefix('graph.')} {label}"
+
+
+# --- the greedy search ---------------------------------------------------------------
+
+
+def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> FusionReport:
+    """Fuses one graph function in place; returns what was decided and why."""
+    g = FusionGraph(fn)
+    report = FusionReport(function=fn.sym_name.data)
+    group_of: dict[Operation, Group] = {}
+    for i, op in enumerate(g.compute):
+        group_of[op] = Group([op], i)
+    next_id = len(g.compute)
+    cost: dict[int, int] = {gr.id: group_bytes(g, gr.ops) for gr in group_of.values()}
+    rejected_pairs: set[tuple[int, int]] = set()
+
+    def candidates(gr: Group) -> set[Group]:
+        """Groups connected to `gr` by a value or a shared input."""
+        out: set[Group] = set()
+        for op in gr.ops:
+            for v in g.inputs(op):
+                owner = v.owner
+                if isinstance(owner, Operation) and owner in group_of:
+                    out.add(group_of[owner])
+                for c in g.consumers(v):
+                    out.add(group_of[c])
+            for r in op.results:
+                for c in g.consumers(r):
+                    out.add(group_of[c])
+        out.discard(gr)
+        return out
+
+    def score(a: Group, b: Group) -> int:
+        merged = sorted(a.ops + b.ops, key=g.order.__getitem__)
+        return cost[a.id] + cost[b.id] - group_bytes(g, merged)
+
+    heap: list[tuple[int, int, int, Group, Group]] = []
+
+    def push(a: Group, b: Group) -> None:
+        if a.id > b.id:
+            a, b = b, a
+        s = score(a, b)
+        if s > 0:
+            heapq.heappush(heap, (-s, a.id, b.id, a, b))
+
+    for gr in list(group_of.values()):
+        for other in candidates(gr):
+            if gr.id < other.id:
+                push(gr, other)
+
+    while heap:
+        neg, _, _, a, b = heapq.heappop(heap)
+        if group_of.get(a.ops[0]) is not a or group_of.get(b.ops[0]) is not b:
+            continue  # stale: one side was merged since
+        merged_ops = sorted(a.ops + b.ops, key=g.order.__getitem__)
+        try:
+            if _creates_cycle(g, a, b, group_of):
+                raise Rejected("the merge would create a cycle through another kernel")
+            kernel_schema(g, merged_ops, max_ops)
+        except Rejected as e:
+            key = (a.id, b.id)
+            if key not in rejected_pairs:
+                rejected_pairs.add(key)
+                report.rejected.append(
+                    Rejection(
+                        [_op_label(g, o) for o in a.ops],
+                        [_op_label(g, o) for o in b.ops],
+                        -neg,
+                        str(e),
+                    )
+                )
+            continue
+        new = Group(merged_ops, next_id)
+        next_id += 1
+        for op in merged_ops:
+            group_of[op] = new
+        cost[new.id] = group_bytes(g, merged_ops)
+        for other in candidates(new):
+            push(new, other)
+
+    groups = sorted({id(gr): gr for gr in group_of.values()}.values(), key=lambda gr: g.order[gr.ops[0]])
+    for gr in groups:
+        before = sum(group_bytes(g, [op]) for op in gr.ops)
+        kind = kernel_schema(g, gr.ops, max_ops=len(gr.ops)).kind
+        name = _kernel_name(gr.ops, kind, counter)
+        report.groups.append(
+            GroupRecord(name, kind, [_op_label(g, o) for o in gr.ops], before, cost[gr.id])
+        )
+        materialize(g, gr.ops, name, kind)
+    return report
+
+
+def _creates_cycle(g: FusionGraph, a: Group, b: Group, group_of: dict[Operation, Group]) -> bool:
+    """Whether a path leaves one group and re-enters the other through a third."""
+    members = set(a.ops) | set(b.ops)
+    start: list[Operation] = []
+    for op in a.ops + b.ops:
+        for r in op.results:
+            start += [c for c in g.consumers(r) if c not in members]
+    limit = max(g.order[o] for o in members)
+    seen: set[Operation] = set()
+    stack = start
+    while stack:
+        op = stack.pop()
+        if op in seen or g.order[op] > limit:
+            continue
+        seen.add(op)
+        for r in op.results:
+            for c in g.consumers(r):
+                if c in members:
+                    return True
+                stack.append(c)
+    return False
+
+
+def _kernel_name(ops: Sequence[Operation], kind: str, counter: list[int]) -> str:
+    prefix = {"pointwise": "poi", "rows": "red", "contraction": "mm"}[kind]
+    names: list[str] = []
+    for op in ops:
+        n = op_short_name(op)
+        if n not in names:
+            names.append(n)
+    number = counter[0]
+    counter[0] += 1
+    fused = "fused_" if len(ops) > 1 else ""
+    return f"{prefix}_{fused}{'_'.join(names[:8])}_{number}"
+
+
+# --- rewriting a group into graph.fused ---------------------------------------------
+
+
+def materialize(g: FusionGraph, ops: Sequence[Operation], name: str, kind: str) -> graph.FusedOp:
+    """Moves a group's ops (and the views between them) into one graph.fused op."""
+    members = set(ops)
+    # Views whose input is made in the group and which are read only inside it go in too.
+    inner: list[Operation] = []
+    for op in g.fn.body.block.ops:
+        if op in members:
+            inner.append(op)
+        elif isinstance(op, FREE_OPS):
+            users = [u.operation for u in op.results[0].uses]
+            src = op.operands[0].owner if op.operands else None
+            if users and all(u in members for u in users) and (
+                isinstance(op, graph.ConstantOp) or src in members
+            ):
+                inner.append(op)
+                members.add(op)
+    external: list[SSAValue] = []
+    for op in inner:
+        for o in op.operands:
+            owner = o.owner
+            if (not isinstance(owner, Operation) or owner not in members) and o not in external:
+                external.append(o)
+    outputs = [
+        r for op in inner for r in op.results if any(u.operation not in members for u in r.uses)
+    ]
+    block = Block(arg_types=[v.type for v in external])
+    for arg, v in zip(block.args, external, strict=True):
+        if v.name_hint:
+            arg._name = v.name_hint  # pyright: ignore[reportPrivateUsage]
+    fused = graph.FusedOp.create(
+        operands=external,
+        result_types=[v.type for v in outputs],
+        properties={"kernel": StringAttr(name), "kind": StringAttr(kind)},
+        regions=[Region(block)],
+    )
+    fused.location = inner[-1].location
+    last = inner[-1]
+    parent = last.parent_block()
+    assert parent is not None
+    parent.insert_op_after(fused, last)
+    for old, new in zip(outputs, fused.results, strict=True):
+        if old.name_hint:
+            new._name = old.name_hint  # pyright: ignore[reportPrivateUsage]
+        old.replace_uses_with_if(new, lambda use: use.operation not in members)
+    for op in inner:
+        op.detach()
+        block.add_op(op)
+    arg_of = dict(zip(external, block.args, strict=True))
+    for op in inner:
+        op.operands = [arg_of.get(o, o) for o in op.operands]
+    for v in outputs:
+        v._name = None  # pyright: ignore[reportPrivateUsage]
+    block.add_op(graph.YieldOp.create(operands=outputs))
+    return fused
+
+
+def fuse_module(module: ModuleOp, max_ops: int = 64) -> list[FusionReport]:
+    """Decomposes composites, then fuses every graph function of `module`."""
+    from irc.passes.decompose import DecomposePass
+
+    DecomposePass().apply(Context(), module)
+    counter = [0]
+    return [
+        fuse_function(op, counter, max_ops)
+        for op in list(module.body.ops)
+        if isinstance(op, func.FuncOp) and _is_unfused_graph(op)
+    ]
+
+
+def _is_unfused_graph(fn: func.FuncOp) -> bool:
+    ops = list(fn.body.block.ops)
+    return any(isinstance(op, graph.GraphOp) for op in ops) and not any(
+        isinstance(op, graph.FusedOp) for op in ops
+    )
+
+
+@dataclass(frozen=True)
+class FusePass(ModulePass):
+    """`fuse{max-ops=64, report=""}`: kernels by bytes saved; report = text|json."""
+
+    name = "fuse"
+
+    max_ops: int = 64
+    report: str = ""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        reports = fuse_module(op, self.max_ops)
+        if self.report == "json":
+            sys.stderr.write(json.dumps([r.as_dict() for r in reports], indent=2) + "\n")
+        elif self.report:
+            sys.stderr.write("\n".join(r.text() for r in reports) + "\n")
