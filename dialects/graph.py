@@ -26,11 +26,11 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_prop_def,
+    region_def,
     result_def,
     traits_def,
     var_operand_def,
     var_result_def,
-    region_def,
 )
 from xdsl.traits import IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
@@ -399,10 +399,10 @@ class ConstantOp(GraphOp):
                     f"graph.constant: {number} is not an integer, as {format_type(t)} needs"
                 )
             bits = 64 if "i64" in format_type(t) else 32
-            if isinstance(v, IntegerAttr) and not -(2 ** (bits - 1)) <= v.value.data < 2 ** (bits - 1):
-                raise GraphVerifyError(
-                    f"graph.constant: {v.value.data} does not fit in i{bits}"
-                )
+            if isinstance(v, IntegerAttr) and not -(2 ** (bits - 1)) <= v.value.data < 2 ** (
+                bits - 1
+            ):
+                raise GraphVerifyError(f"graph.constant: {v.value.data} does not fit in i{bits}")
 
     def verify_(self) -> None:
         self.check_written_type([], dict(self.properties), self.result.type)
@@ -477,7 +477,8 @@ class TransposeOp(GraphOp):
         perm = _int_list(cls.name, props, "perm")
         if len(perm) != len(shape):
             raise GraphVerifyError(
-                f"graph.transpose: perm has {len(perm)} entries for a rank-{len(shape)} operand"
+                f"graph.transpose: perm has {_count(len(perm), 'entry', 'entries')} for a "
+                f"rank-{len(shape)} operand"
             )
         perm = normalize_dims(cls.name, perm, len(shape), "perm")
         return tensor([shape[p] for p in perm], x.element_type)
@@ -511,7 +512,9 @@ class ReduceOp(GraphOp):
 
     def reduced_dims(self) -> list[int]:
         props = dict(self.properties)
-        return normalize_dims(self.name, _int_list(self.name, props, "dims"), len(self.input.type.get_shape()))  # type: ignore[attr-defined]
+        return normalize_dims(
+            self.name, _int_list(self.name, props, "dims"), len(self.input.type.get_shape())
+        )  # type: ignore[attr-defined]
 
     def keeps_dims(self) -> bool:
         return _bool(self.name, dict(self.properties), "keepdim", False)
@@ -566,9 +569,7 @@ class MatmulOp(GraphOp):
                 1,
             )
         if len(sa) == 3 and sa[0] != sb[0]:
-            raise GraphVerifyError(
-                f"graph.matmul: batch dimensions differ: {sa[0]} and {sb[0]}", 1
-            )
+            raise GraphVerifyError(f"graph.matmul: batch dimensions differ: {sa[0]} and {sb[0]}", 1)
         return tensor([*sa[:-1], sb[-1]], a.element_type)
 
 
@@ -636,7 +637,9 @@ class LayerNormOp(GraphOp):
 
     def normalized_dims(self) -> list[int]:
         rank = len(self.input.type.get_shape())  # type: ignore[attr-defined]
-        return sorted(normalize_dims(self.name, _int_list(self.name, dict(self.properties), "dims"), rank))
+        return sorted(
+            normalize_dims(self.name, _int_list(self.name, dict(self.properties), "dims"), rank)
+        )
 
     def epsilon(self) -> float:
         return _float(self.name, dict(self.properties), "eps", 1e-5)
@@ -664,8 +667,8 @@ class FusedOp(IRDLOperation):
         block = self.body.block
         if len(block.args) != len(self.inputs):
             raise GraphVerifyError(
-                f"graph.fused has {len(self.inputs)} operands but its region takes "
-                f"{len(block.args)} arguments"
+                f"graph.fused has {_count(len(self.inputs), 'operand')} but its region takes "
+                f"{_count(len(block.args), 'argument')}"
             )
         for arg, operand in zip(block.args, self.inputs, strict=True):
             if arg.type != operand.type:
@@ -673,6 +676,19 @@ class FusedOp(IRDLOperation):
                     f"graph.fused: region argument type {format_type(arg.type)} differs "
                     f"from operand type {format_type(operand.type)}"
                 )
+        inside: set[SSAValue] = set(block.args)
+        for op in self.body.walk():
+            for operand in op.operands:
+                if operand not in inside:
+                    name = "%" + operand.name_hint if operand.name_hint else "a value"
+                    raise GraphVerifyError(
+                        f"graph.fused: {op.name} in the region uses {name}, defined outside "
+                        "it (the region sees only its arguments)"
+                    )
+            for region in op.regions:
+                for b in region.blocks:
+                    inside.update(b.args)
+            inside.update(op.results)
         last = block.last_op
         if not isinstance(last, YieldOp):
             raise GraphVerifyError("graph.fused: the region must end in graph.yield")
@@ -695,6 +711,14 @@ class YieldOp(IRDLOperation):
     name = "graph.yield"
     values = var_operand_def(TensorType)
     traits = traits_def(IsTerminator())
+
+    def verify_(self) -> None:
+        if not isinstance(self.parent_op(), FusedOp):
+            raise GraphVerifyError("graph.yield may only end the region of a graph.fused op")
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 def _check_size(t: TensorType[Attribute]) -> None:

@@ -76,7 +76,11 @@ class SourceManager:
 
     def add(self, name: str, text: str, first_line: int = 1) -> None:
         lines = self._lines.setdefault(name, [])
-        new = text.splitlines()
+        # Lines end at '\n' only, as the lexer counts them ('\r', form feeds and
+        # other characters splitlines() breaks at are ordinary whitespace).
+        new = [line.removesuffix("\r") for line in text.split("\n")]
+        if len(new) > 1 and new[-1] == "":
+            new.pop()  # the text's final newline ends its last line
         need = first_line - 1 + len(new)
         if len(lines) < need:
             lines.extend([""] * (need - len(lines)))
@@ -102,5 +106,19 @@ class SourceManager:
             return head
         src = src.replace("\t", " ")
         printable = "".join(c if c.isprintable() else "?" for c in src)
-        caret = " " * (max(loc.column, 1) - 1) + "^"
+        column = max(loc.column, 1)
+        if len(printable) > _MAX_SHOWN:
+            # Show a window of a very long line around the column.
+            start = max(0, min(column - 1 - _MAX_SHOWN // 2, len(printable) - _MAX_SHOWN))
+            end = start + _MAX_SHOWN
+            shown = printable[start:end]
+            prefix = "..." if start > 0 else ""
+            suffix = "..." if end < len(printable) else ""
+            printable = prefix + shown + suffix
+            column = column - start + len(prefix)
+        caret = " " * (column - 1) + "^"
         return f"{head}\n{printable}\n{caret}"
+
+
+_MAX_SHOWN = 160
+"""Source lines longer than this are shown as a window around the column."""

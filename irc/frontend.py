@@ -37,7 +37,7 @@ from xdsl.dialects.builtin import (
     f64,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import VerifyException
 
@@ -147,6 +147,7 @@ _TOKEN_WORDS = {
 
 _OPENERS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE", "LESSTHAN": "MORETHAN"}
 _CLOSERS = set(_OPENERS.values())
+_MAX_LIST_DEPTH = 16
 _TYPE_WORDS = {"tensor", "memref", "ptr", *SCALAR_TYPES}
 _ATTR_VALUE = {"NUMBER", "TRUE", "FALSE", "STRING", "SYMBOL", "LSQB", "TYPE_NAME"}
 
@@ -401,10 +402,7 @@ class _SyntaxErrors:
                     f"expected an op name like graph.{ftext} (ops are written DIALECT.OP), "
                     f"found {found}"
                 )
-            return (
-                "expected an op like '%y = graph.add %a, %b', 'return' or '}', "
-                f"found {found}"
-            )
+            return f"expected an op like '%y = graph.add %a, %b', 'return' or '}}', found {found}"
         if "_NL" in acc:
             if last == "RETURN" or ctx.stack_has("RETURN", index):
                 return f"unexpected {found} after the return; expected the end of the line"
@@ -433,7 +431,11 @@ class _SyntaxErrors:
         if ftype == "RBRACE":
             return f"unmatched {found}: no function or module is open here"
         if ftype in ("VALUE", "OPNAME", "RETURN"):
-            done = any(_kind(item) in ("rule:func", "rule:module") for item in ctx.stack)
+            done = any(
+                isinstance(item, Tree)
+                and any(t.data in ("func", "module") for t in item.iter_subtrees())
+                for item in ctx.stack
+            )
             hint = (
                 "does a '}' above close the function too early?"
                 if done
@@ -493,7 +495,9 @@ class _Builder(_SyntaxErrors):
     def tok_loc(self, tok: Token) -> Location:
         return self.loc(tok.line or 1, tok.column or 1)
 
-    def error(self, where: Token | Tree | Location, message: str, notes: Sequence[Note] = ()) -> IrcError:
+    def error(
+        self, where: Token | Tree | Location, message: str, notes: Sequence[Note] = ()
+    ) -> IrcError:
         if isinstance(where, Token):
             loc = self.tok_loc(where)
         elif isinstance(where, Tree):
@@ -524,10 +528,22 @@ class _Builder(_SyntaxErrors):
         for node in tree.children:
             if not isinstance(node, Tree):
                 continue
-            fnodes = [c for c in node.children if isinstance(c, Tree)] if node.data == "module" else [node]
+            fnodes = (
+                [c for c in node.children if isinstance(c, Tree)]
+                if node.data == "module"
+                else [node]
+            )
             for fnode in fnodes:
                 if fnode.data == "op":
                     # Top-level ops (tile.kernel) live beside the functions.
+                    op_name = str(fnode.children[2])
+                    if op_name.startswith(("graph.", "func.")) or op_name not in self.op_classes:
+                        raise self.error(
+                            fnode.children[2],
+                            f"'{op_name}' outside any function: ops are written inside "
+                            "'func @name(...) { ... }' (does a '}' above close the function "
+                            "too early?)",
+                        )
                     self.scope, self.pending = {}, {}
                     funcs.append(self._op(fnode))
                     continue
@@ -535,7 +551,11 @@ class _Builder(_SyntaxErrors):
                 name = f.sym_name.data
                 loc = self.tok_loc(fnode.children[1])
                 if name in seen:
-                    raise self.error(loc, f"function @{name} is defined twice", [Note(seen[name], "first defined here")])
+                    raise self.error(
+                        loc,
+                        f"function @{name} is defined twice",
+                        [Note(seen[name], "first defined here")],
+                    )
                 seen[name] = loc
                 funcs.append(f)
         return ModuleOp(funcs)
@@ -543,6 +563,7 @@ class _Builder(_SyntaxErrors):
     def _func(self, node: Tree) -> func.FuncOp:
         _, sym, args, _, sig, body = node.children
         name = str(sym)[1:]
+        self.func_start = node.meta.start_pos
         self.scope: dict[str, tuple[SSAValue, Location]] = {}
         self.pending = self._all_defs(body)
         arg_types: list[Attribute] = []
@@ -578,7 +599,11 @@ class _Builder(_SyntaxErrors):
     def _define(self, tok: Token, value: SSAValue) -> None:
         name = str(tok)
         if name in self.scope:
-            raise self.error(tok, f"{name} is already defined", [Note(self.scope[name][1], "previous definition here")])
+            raise self.error(
+                tok,
+                f"{name} is already defined",
+                [Note(self.scope[name][1], "previous definition here")],
+            )
         self.scope[name] = (value, self.tok_loc(tok))
         set_value_name(value, name[1:])
 
@@ -587,12 +612,24 @@ class _Builder(_SyntaxErrors):
         if name in self.scope:
             return self.scope[name][0]
         if name in self.pending:
-            raise self.error(tok, f"{name} is used before it is defined", [Note(self.pending[name], "defined here")])
+            raise self.error(
+                tok,
+                f"{name} is used before it is defined",
+                [Note(self.pending[name], "defined here")],
+            )
         known = difflib.get_close_matches(name, list(self.scope), n=1)
         hint = f" (did you mean {known[0]}?)" if known else ""
         raise self.error(tok, f"use of undefined value {name}{hint}")
 
-    def _body(self, body: Tree, block: Block, *, is_func: bool, fname: str = "", result_types: Sequence[Attribute] = ()) -> None:
+    def _body(
+        self,
+        body: Tree,
+        block: Block,
+        *,
+        is_func: bool,
+        fname: str = "",
+        result_types: Sequence[Attribute] = (),
+    ) -> None:
         saw_return = False
         for stmt in body.children:
             if saw_return:
@@ -605,10 +642,19 @@ class _Builder(_SyntaxErrors):
             else:
                 block.add_op(self._op(stmt))
         if is_func and not saw_return:
-            raise self.error(body if body.children else self._last_pos(), f"function @{fname} must end with 'return'")
+            raise self.error(self._closing_brace(body), f"function @{fname} must end with 'return'")
 
-    def _last_pos(self) -> Location:
-        return self.loc(max(self.text.count("\n"), 1), 1)
+    def _closing_brace(self, body: Tree) -> Location:
+        """Where the '}' closing a function body stands."""
+        if body.meta.empty:
+            start = self.text.find("{", self.func_start) + 1
+        else:
+            start = body.meta.end_pos
+        pos = self.text.find("}", start)
+        pos = pos if pos >= 0 else max(len(self.text) - 1, 0)
+        line = self.text.count("\n", 0, pos) + 1
+        column = pos - (self.text.rfind("\n", 0, pos) + 1) + 1
+        return self.loc(line, column)
 
     def _return(self, stmt: Tree, fname: str, result_types: Sequence[Attribute]) -> Operation:
         _, values, types = stmt.children
@@ -616,14 +662,17 @@ class _Builder(_SyntaxErrors):
         if types is not None:
             written = [self._type(t) for t in types.children]
             if len(written) != len(operands):
-                raise self.error(stmt, f"return lists {len(operands)} values but {len(written)} types")
+                raise self.error(
+                    stmt, f"return lists {len(operands)} values but {len(written)} types"
+                )
             for i, (v, t) in enumerate(zip(operands, written, strict=True)):
                 if v.type != t:
                     from irc.types import format_type
 
                     raise self.error(
                         values.children[i],
-                        f"return: {values.children[i]} has type {format_type(v.type)}, written as {format_type(t)}",
+                        f"return: {values.children[i]} has type {format_type(v.type)}, "
+                        f"written as {format_type(t)}",
                     )
         op = func.ReturnOp(*operands)
         op.location = self.loc(stmt.meta.line, stmt.meta.column).to_attr()
@@ -644,12 +693,26 @@ class _Builder(_SyntaxErrors):
         self._check_counts(cls, name_tok, operands, region)
         props = self._attrs(cls, attrs) if attrs is not None else {}
         written = [self._type(t) for t in types.children] if types is not None else None
+        if written is not None and _is_graph_op(cls):
+            for tnode, t in zip(types.children, written, strict=True):  # type: ignore[union-attr]
+                if not isinstance(t, TensorType):
+                    from irc.types import format_type
+
+                    raise self.error(
+                        tnode,
+                        f"{cls.name} produces a tensor: write its type like tensor<4x8xf32>, "
+                        f"not {format_type(t)}",
+                    )
         result_toks = list(results.children) if results is not None else []
         regions: list[Region] = []
         if region is not None:
             regions.append(self._region(region))
-        result_types = self._result_types(cls, name_tok, loc, operand_vals, props, written, result_toks)
-        op = cls.create(operands=operand_vals, result_types=result_types, properties=props, regions=regions)
+        result_types = self._result_types(
+            cls, name_tok, loc, operand_vals, props, written, result_toks
+        )
+        op = cls.create(
+            operands=operand_vals, result_types=result_types, properties=props, regions=regions
+        )
         op.location = loc.to_attr()
         for tok, res in zip(result_toks, op.results, strict=True):
             self._define(tok, res)
@@ -666,8 +729,7 @@ class _Builder(_SyntaxErrors):
             if operands is not None and given > want:
                 where = operands.children[want]
             raise self.error(
-                where,
-                f"{cls.name} takes {_count(want, 'operand')}, got {_count(given, 'operand')}",
+                where, f"{cls.name} takes {_count(want, 'operand')}, got {given or 'none'}"
             )
         regions = _fixed_count(cls, "regions")
         if regions == 0 and region is not None:
@@ -710,12 +772,22 @@ class _Builder(_SyntaxErrors):
             if n_results == 0:
                 raise self.error(result_toks[0], f"{cls.name} produces no value")
             if not result_toks:
-                raise self.error(name_tok, f"{cls.name} produces a value: write '%name = {cls.name} ...'")
-            raise self.error(result_toks[0], f"{cls.name} produces {n_results} value(s), not {len(result_toks)}")
+                raise self.error(
+                    name_tok, f"{cls.name} produces a value: write '%name = {cls.name} ...'"
+                )
+            raise self.error(
+                result_toks[0],
+                f"{cls.name} produces {_count(n_results, 'value')}, "
+                f"but {_count(len(result_toks), 'name')} are written before '='",
+            )
         if written is not None:
             if len(written) != len(result_toks):
+                if not result_toks:
+                    raise self.error(loc, f"{cls.name} produces no value: nothing may follow ':'")
                 raise self.error(
-                    loc, f"{cls.name}: {len(result_toks)} result(s) but {len(written)} type(s) after ':'"
+                    loc,
+                    f"{cls.name}: {_count(len(result_toks), 'result')} but "
+                    f"{_count(len(written), 'type')} after ':'",
                 )
             return written
         if not result_toks:
@@ -726,8 +798,22 @@ class _Builder(_SyntaxErrors):
             try:
                 return [cls.infer_type([o.type for o in operands], props)]
             except VerifyException as e:
-                raise self.error(loc, str(e)) from None
+                raise self.error(loc, str(e), self._operand_note(e, operands)) from None
         raise self.error(name_tok, f"{cls.name} needs its result types written after ':'")
+
+    def _operand_note(self, e: VerifyException, operands: list[SSAValue]) -> list[Note]:
+        """A note at the definition of the operand a verifier error is about."""
+        from irc.types import format_type
+
+        index = getattr(e, "operand", None)
+        if index is None or not 0 <= index < len(operands):
+            return []
+        v = operands[index]
+        name = "%" + v.name_hint if v.name_hint else "the operand"
+        where = Location.from_attr(v.owner.location) if isinstance(v.owner, Operation) else None
+        if isinstance(v, BlockArgument):
+            where = Location.from_attr(v.location)
+        return [Note(where, f"{name} defined here as {format_type(v.type)}")] if where else []
 
     # -- attributes and types --
 
@@ -741,13 +827,15 @@ class _Builder(_SyntaxErrors):
             key = str(key_tok)
             if key not in known:
                 allowed = ", ".join(sorted(known)) or "none"
-                raise self.error(key_tok, f"{cls.name} has no attribute '{key}' (its attributes: {allowed})")
+                raise self.error(
+                    key_tok, f"{cls.name} has no attribute '{key}' (its attributes: {allowed})"
+                )
             if key in props:
                 raise self.error(key_tok, f"attribute '{key}' is given twice")
-            props[key] = self._attr_value(value)
+            props[key] = self._attr_value(value, 0)
         return props
 
-    def _attr_value(self, node: Tree | Token) -> Attribute:
+    def _attr_value(self, node: Tree | Token, depth: int) -> Attribute:
         kind = node.data if isinstance(node, Tree) else "type"
         if kind == "number":
             tok = node.children[0]
@@ -762,7 +850,11 @@ class _Builder(_SyntaxErrors):
         if kind == "symbol":
             return SymbolRefAttr(str(node.children[0])[1:])
         if kind == "array":
-            return ArrayAttr([self._attr_value(c) for c in node.children if c is not None])
+            if depth >= _MAX_LIST_DEPTH:
+                raise self.error(node, f"lists nest more than {_MAX_LIST_DEPTH} deep")
+            return ArrayAttr(
+                [self._attr_value(c, depth + 1) for c in node.children if c is not None]
+            )
         return self._type(node)
 
     def _type(self, node: Tree) -> Attribute:
@@ -772,8 +864,14 @@ class _Builder(_SyntaxErrors):
             if name in SCALAR_TYPES:
                 return SCALAR_TYPES[name]
             if name in ("tensor", "memref"):
-                raise self.error(name_tok, f"{name} type needs a shape: {name}<4x8xf32>, or {name}<f32> for rank 0")
-            raise self.error(name_tok, f"unknown type '{name}' (expected tensor<...> or one of {', '.join(SCALAR_TYPES)})")
+                raise self.error(
+                    name_tok,
+                    f"{name} type needs a shape: {name}<4x8xf32>, or {name}<f32> for rank 0",
+                )
+            raise self.error(
+                name_tok,
+                f"unknown type '{name}' (expected tensor<...> or one of {', '.join(SCALAR_TYPES)})",
+            )
         text = str(shape_tok)
         if name == "ptr" and text in SCALAR_TYPES:
             from irc.dialects.tile import PtrType
@@ -784,6 +882,12 @@ class _Builder(_SyntaxErrors):
         dims: list[int] = []
         pos = 0
         while (m := _SHAPE_RE.match(text, pos)) is not None:
+            digits = m.group(1).lstrip("0")
+            if len(digits) > 15:
+                where = self.loc(shape_tok.line or 1, (shape_tok.column or 1) + pos)
+                raise self.error(
+                    where, f"dimension {_quote(m.group(1))} in '{name}<...>' is too large"
+                )
             dims.append(int(m.group(1)))
             pos = m.end()
         element = text[pos:]
@@ -791,14 +895,21 @@ class _Builder(_SyntaxErrors):
         if element not in SCALAR_TYPES or (name == "tensor" and element == "index"):
             where = self.loc(shape_tok.line or 1, col)
             if re.fullmatch(r"[\d?*-]+.*", element):
-                raise self.error(where, f"malformed dimension in '{name}<{text}>': dimensions are positive integers separated by 'x'")
+                raise self.error(
+                    where,
+                    f"malformed dimension in '{name}<{text}>': dimensions are positive "
+                    "integers separated by 'x'",
+                )
             allowed = "f32 f16 bf16 f64 i64 i32 i1"
             raise self.error(where, f"unknown element type '{element}' (expected one of {allowed})")
         for d in dims:
             if d < 1:
                 raise self.error(shape_tok, f"dimension {d} in '{name}<{text}>' must be positive")
         if numel(dims) > MAX_ELEMENTS:
-            raise self.error(shape_tok, f"'{name}<{text}>' has {numel(dims):.3g} elements, more than irc supports (2**48)")
+            raise self.error(
+                shape_tok,
+                f"'{name}<{text}>' has {numel(dims):.3g} elements, more than irc supports (2**48)",
+            )
         element_type = SCALAR_TYPES[element]
         if name == "tensor":
             return TensorType(element_type, dims)
@@ -808,13 +919,15 @@ class _Builder(_SyntaxErrors):
 def _number_attr(text: str, error: object) -> Attribute:
     body = text.lstrip("+-")
     if re.fullmatch(r"\d+", body):
+        if len(body.lstrip("0")) > 19:
+            raise error(f"integer {_quote(text)} does not fit in 64 bits")  # type: ignore[operator]
         value = int(text)
         if not -(2**63) <= value < 2**63:
-            raise error(f"integer {text} does not fit in 64 bits")  # type: ignore[operator]
+            raise error(f"integer {_quote(text)} does not fit in 64 bits")  # type: ignore[operator]
         return IntegerAttr(value, i64)
     value_f = float(text)
     if math.isinf(value_f) and body not in ("inf",):
-        raise error(f"number {text} is too large for f64")  # type: ignore[operator]
+        raise error(f"number {_quote(text)} is too large for f64")  # type: ignore[operator]
     return FloatAttr(value_f, f64)
 
 
@@ -822,6 +935,12 @@ def _property_names(cls: type[Operation]) -> set[str]:
     if isinstance(cls, type) and issubclass(cls, IRDLOperation):
         return set(cls.get_irdl_definition().properties)
     return set()
+
+
+def _is_graph_op(cls: type[Operation]) -> bool:
+    from irc.dialects.graph import GraphOp
+
+    return isinstance(cls, type) and issubclass(cls, GraphOp)
 
 
 def _count(n: int, what: str) -> str:

@@ -60,7 +60,13 @@ EMITTERS: dict[str, Callable[[ModuleOp], str]] = {
 class _AppendPass(argparse.Action):
     """Keeps pass flags and -p pipelines in command-line order."""
 
-    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        ns: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         items: list[str] = list(getattr(ns, "pipeline_items", None) or [])
         items.append(values if isinstance(values, str) else self.const)
         ns.pipeline_items = items
@@ -74,23 +80,40 @@ def make_arg_parser() -> argparse.ArgumentParser:
     ap.add_argument("input", nargs="?", default="-", help="input .ir file ('-' for stdin)")
     ap.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
     ap.add_argument(
-        "-p", "--pipeline", action=_AppendPass, dest="pipeline_items", metavar="PIPELINE",
+        "-p",
+        "--pipeline",
+        action=_AppendPass,
+        dest="pipeline_items",
+        metavar="PIPELINE",
         help="comma-separated passes with options, e.g. 'decompose'",
     )
     for name in PASSES:
         ap.add_argument(
-            f"--{name}", action=_AppendPass, nargs=0, const=name, dest="pipeline_items",
+            f"--{name}",
+            action=_AppendPass,
+            nargs=0,
+            const=name,
+            dest="pipeline_items",
             help=f"run the '{name}' pass",
         )
-    ap.add_argument("--emit", default="ir", choices=sorted(EMITTERS), help="output form (default: ir)")
-    ap.add_argument("--split-input-file", action="store_true", help="treat '// -----' lines as separate inputs")
     ap.add_argument(
-        "--verify-diagnostics", action="store_true",
+        "--emit", default="ir", choices=sorted(EMITTERS), help="output form (default: ir)"
+    )
+    ap.add_argument(
+        "--split-input-file", action="store_true", help="treat '// -----' lines as separate inputs"
+    )
+    ap.add_argument(
+        "--verify-diagnostics",
+        action="store_true",
         help="check diagnostics against '// expected-error@+N {{...}}' annotations",
     )
-    ap.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after each pass")
+    ap.add_argument(
+        "--print-ir-after-all", action="store_true", help="print the IR to stderr after each pass"
+    )
     ap.add_argument("--no-verify", action="store_true", help="skip the verifier between passes")
-    ap.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors")
+    ap.add_argument(
+        "--debug", action="store_true", help="show Python tracebacks of internal errors"
+    )
     return ap
 
 
@@ -150,7 +173,9 @@ class Driver:
 
 # --- --verify-diagnostics ---------------------------------------------------
 
-_EXPECT = re.compile(r"//\s*expected-(error|note|warning)\s*(?:@([+-]\d+|above|below))?\s*\{\{(.*?)\}\}")
+_EXPECT = re.compile(
+    r"//\s*expected-(error|note|warning)\s*(?:@([+-]\d+|above|below))?\s*\{\{(.*?)\}\}"
+)
 
 
 @dataclass
@@ -181,7 +206,9 @@ def expectations(chunk: Chunk, filename: str) -> list[Expectation]:
     return out
 
 
-def check_diagnostics(diags: Sequence[Diagnostic], expected: list[Expectation], filename: str) -> list[Diagnostic]:
+def check_diagnostics(
+    diags: Sequence[Diagnostic], expected: list[Expectation], filename: str
+) -> list[Diagnostic]:
     """Problems with the match between produced and expected diagnostics."""
     problems: list[Diagnostic] = []
     produced: list[tuple[str, Location | None, str]] = []
@@ -193,14 +220,22 @@ def check_diagnostics(diags: Sequence[Diagnostic], expected: list[Expectation], 
         if severity == "note" and not check_notes:
             continue
         for e in expected:
-            if not e.matched and e.severity == severity and loc is not None and e.line == loc.line and e.text in message:
+            if (
+                not e.matched
+                and e.severity == severity
+                and loc is not None
+                and e.line == loc.line
+                and e.text in message
+            ):
                 e.matched = True
                 break
         else:
             problems.append(Diagnostic(loc, f"unexpected {severity}: {message}"))
     for e in expected:
         if not e.matched:
-            problems.append(Diagnostic(e.where, f'expected {e.severity} "{e.text}" was not produced'))
+            problems.append(
+                Diagnostic(e.where, f'expected {e.severity} "{e.text}" was not produced')
+            )
     return problems
 
 
@@ -216,7 +251,11 @@ def run(argv: Sequence[str] | None = None, stdout: Any = None) -> int:
     except IrcError as e:
         sources = SourceManager()
         for d in e.diagnostics:
-            sys.stderr.write(f"irc-opt: {sources.format(d)}\n" if d.location is None else sources.format(d) + "\n")
+            sys.stderr.write(
+                f"irc-opt: {sources.format(d)}\n"
+                if d.location is None
+                else sources.format(d) + "\n"
+            )
         return 1
     except KeyboardInterrupt:
         return 130

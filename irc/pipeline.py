@@ -7,7 +7,10 @@ every pass, and a hook to print the IR after each one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+import re
+import typing
+from collections.abc import Callable, Mapping, Sequence
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -51,18 +54,61 @@ def build_pipeline(spec: str) -> list[ModulePass]:
     try:
         specs = list(parse_pipeline(spec))
     except (ArgSpecParseError, ValueError) as e:
-        raise IrcError(Diagnostic(None, f"malformed pass pipeline '{spec}': {e}")) from None
+        raise IrcError(Diagnostic(None, _malformed(spec, e))) from None
     passes: list[ModulePass] = []
     for s in specs:
         if s.name not in PASSES:
             known = ", ".join(sorted(PASSES))
             raise IrcError(Diagnostic(None, f"unknown pass '{s.name}' (available: {known})"))
         cls = PASSES[s.name]()
+        _check_options(s.name, cls, s.normalize_parameter_names().parameters)
         try:
             passes.append(cls.from_pass_spec(s))
         except (ValueError, TypeError, ArgSpecParseError) as e:
             raise IrcError(Diagnostic(None, f"bad options for pass '{s.name}': {e}")) from None
     return passes
+
+
+def _check_options(name: str, cls: type[ModulePass], given: Mapping[str, object]) -> None:
+    """Unknown option names and ill-typed numbers, in words (xDSL's checks are terse)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "name" and f.init}
+    hints = typing.get_type_hints(cls)
+    for key, value in given.items():
+        spelled = key.replace("_", "-")
+        if key not in fields:
+            listed = ", ".join(k.replace("_", "-") for k in fields)
+            why = f"its options: {listed}" if fields else "it takes no options"
+            raise IrcError(Diagnostic(None, f"pass '{name}' has no option '{spelled}' ({why})"))
+        values = value if isinstance(value, tuple) else (value,)
+        want = hints.get(key)
+        kinds = {int: "an integer", float: "a number", bool: "true or false"}
+        if want in kinds and not (values and all(_is_kind(v, want) for v in values)):
+            shown = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+            shown = shown or "nothing"
+            raise IrcError(
+                Diagnostic(
+                    None, f"pass '{name}': option '{spelled}' must be {kinds[want]}, got {shown}"
+                )
+            )
+
+
+def _is_kind(value: object, kind: object) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _malformed(spec: str, e: BaseException) -> str:
+    """xDSL's multi-line pipeline syntax error as one line with the column."""
+    text = str(e)
+    where = re.search(r"pass-pipeline:\d+:(\d+)", text)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    reason = lines[-1] if lines else type(e).__name__
+    reason = reason[:1].lower() + reason[1:]
+    column = f" at column {where.group(1)}" if where else ""
+    return f"malformed pass pipeline '{spec}'{column}: {reason}"
 
 
 AfterPass = Callable[[ModulePass, ModuleOp], None]

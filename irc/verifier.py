@@ -55,7 +55,9 @@ def _verify_func(f: func.FuncOp, out: list[Diagnostic]) -> None:
     _verify_block_ops(list(block.ops), visible, out)
     last = block.last_op
     if not isinstance(last, func.ReturnOp):
-        out.append(Diagnostic(op_location(f), f"function @{f.sym_name.data} must end with 'return'"))
+        out.append(
+            Diagnostic(op_location(f), f"function @{f.sym_name.data} must end with 'return'")
+        )
         return
     got = [v.type for v in last.operands]
     if len(got) != len(expected):
@@ -110,8 +112,12 @@ def _verify_op(op: Operation, out: list[Diagnostic]) -> None:
         index = getattr(e, "operand", None)
         if index is not None and index < len(op.operands):
             v = op.operands[index]
-            notes.append(Note(value_location(v), f"{value_name(v)} defined here as {format_type(v.type)}"))
-        out.append(Diagnostic(op_location(op), str(e), notes=notes))
+            notes.append(
+                Note(value_location(v), f"{value_name(v)} defined here as {format_type(v.type)}")
+            )
+        # xDSL's own messages may span lines; a diagnostic is one line.
+        message = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        out.append(Diagnostic(op_location(op), message or type(e).__name__, notes=notes))
 
 
 def enclosing_block(op: Operation) -> Block | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerType, IntegerAttr, ModuleOp, f64, i64
+from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, f64, i64
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
