@@ -12,6 +12,7 @@ traceback).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import re
 import sys
@@ -49,10 +50,18 @@ def emit_triton(module: ModuleOp) -> str:
     return triton_source(module)
 
 
+def emit_dot(module: ModuleOp) -> str:
+    """Graphviz, one cluster per fusion group."""
+    from irc.dot import emit_dot as draw
+
+    return draw(module)
+
+
 EMITTERS: dict[str, Callable[[ModuleOp], str]] = {
     "ir": print_module,
     "mlir": emit_mlir,
     "triton": emit_triton,
+    "dot": emit_dot,
 }
 """`--emit` targets; later levels register theirs here."""
 
@@ -110,6 +119,13 @@ def make_arg_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--print-ir-after-all", action="store_true", help="print the IR to stderr after each pass"
     )
+    ap.add_argument(
+        "--fusion-report",
+        nargs="?",
+        const="text",
+        choices=["text", "json"],
+        help="print every fusion group and rejected candidate to stderr (with --fuse)",
+    )
     ap.add_argument("--no-verify", action="store_true", help="skip the verifier between passes")
     ap.add_argument(
         "--debug", action="store_true", help="show Python tracebacks of internal errors"
@@ -149,6 +165,18 @@ class Driver:
         self.filename = filename
         self.sources = SourceManager()
         self.passes: list[ModulePass] = build_pipeline(",".join(args.pipeline_items or []))
+        if getattr(args, "fusion_report", None):
+            self.passes = self._with_fusion_report(args.fusion_report)
+
+    def _with_fusion_report(self, mode: str) -> list[ModulePass]:
+        from irc.passes.fuse import FusePass
+
+        if not any(isinstance(p, FusePass) for p in self.passes):
+            raise IrcError(Diagnostic(None, "--fusion-report describes the fuse pass: add --fuse"))
+        return [
+            dataclasses.replace(p, report=mode) if isinstance(p, FusePass) else p
+            for p in self.passes
+        ]
 
     def process(self, chunk: Chunk) -> str:
         """Text for one chunk; raises IrcError on bad input."""
