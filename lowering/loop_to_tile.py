@@ -125,6 +125,8 @@ class KernelTranslator:
         self.scopes = [Scope()]
         self.constants: dict[SSAValue, int] = {}
         self.cse: dict[object, SSAValue] = {}
+        # Index block -> (flat index it was unravelled from, position, bounds).
+        self.components: dict[SSAValue, tuple[SSAValue, int, tuple[int, ...]]] = {}
         self.const_cache: dict[tuple[int | float, Attribute], SSAValue] = {}
         self.offset_cache: dict[tuple[tuple[int, ...], tuple[SSAValue, ...]], SSAValue] = {}
         self.shape = kernel_shape(kernel)
@@ -254,6 +256,7 @@ class KernelTranslator:
             v = self.iapply("floordiv", flat, stride) if stride != 1 else flat
             if d > 0:
                 v = self.iapply("mod", v, size)
+            self.components[v] = (flat, d, tuple(bounds))
             out.append(v)
         return out
 
@@ -447,13 +450,36 @@ class KernelTranslator:
 
     def _offsets(self, shape: tuple[int, ...], indices: tuple[SSAValue, ...]) -> SSAValue:
         strides = [numel(shape[d + 1 :]) for d in range(len(shape))]
+        terms = [
+            (t, stride)
+            for t, size, stride in zip(indices, shape, strides, strict=True)
+            if size != 1 and self.constants.get(t) != 0
+        ]
         total: SSAValue | None = None
-        for t, size, stride in zip(indices, shape, strides, strict=True):
-            if size == 1 or self.constants.get(t) == 0:
-                continue
+        for t, stride in self.refold(terms):
             term = self.iapply("mul", t, stride)
             total = term if total is None else self.apply("add", [total, term])
         return total if total is not None else self.const(0, self.index)
+
+    def refold(self, terms: list[tuple[SSAValue, int]]) -> list[tuple[SSAValue, int]]:
+        """Sum(i_d * stride_d) over every component of one unravelled flat index is
+        that flat index times the last stride: `(x // C) * C + x % C` becomes `x`."""
+        by_flat: dict[SSAValue, list[tuple[SSAValue, int]]] = {}
+        for t, stride in terms:
+            if t in self.components:
+                by_flat.setdefault(self.components[t][0], []).append((t, stride))
+        out = list(terms)
+        for flat, run in by_flat.items():
+            bounds = self.components[run[0][0]][2]
+            positions = {self.components[t][1]: stride for t, stride in run}
+            wanted = [d for d, size in enumerate(bounds) if size != 1]
+            if sorted(positions) != wanted or len(run) != len(wanted):
+                continue
+            last = positions[wanted[-1]]
+            if all(positions[d] == last * numel(bounds[d + 1 :]) for d in wanted):
+                out = [term for term in out if term not in run]
+                out.append((flat, last))
+        return out
 
     def load(self, op: loop.LoadOp) -> SSAValue:
         offs = self.offsets(op.buffer, op.indices)
