@@ -28,7 +28,7 @@ from irc.frontend import parse_file
 from irc.pipeline import run_pipeline
 from irc.verifier import verify
 
-LOWERING = ("decompose", "graph-to-loop", "tile", "loop-to-tile")
+LOWERING = ("decompose", "graph-to-loop", "split-reduction", "tile", "loop-to-tile")
 """Passes from the graph level down to tile kernels, in order."""
 
 
@@ -50,7 +50,7 @@ def lower_to_tile(module: ModuleOp, *, verify_each: bool = True) -> ModuleOp:
     level = level_of(module)
     if level == "tile":
         return module
-    passes = list(LOWERING) if level == "graph" else ["tile", "loop-to-tile"]
+    passes = list(LOWERING) if level == "graph" else ["split-reduction", "tile", "loop-to-tile"]
     return run_pipeline(module, ",".join(passes), verify_each=verify_each)
 
 

@@ -125,8 +125,8 @@ class KernelTranslator:
         self.scopes = [Scope()]
         self.constants: dict[SSAValue, int] = {}
         self.cse: dict[object, SSAValue] = {}
-        # Index block -> (flat index it was unravelled from, position, bounds).
-        self.components: dict[SSAValue, tuple[SSAValue, int, tuple[int, ...]]] = {}
+        # Index block -> (flat index F, div, mod): the block is (F // div) % mod.
+        self.digits: dict[SSAValue, tuple[SSAValue, int, int | None]] = {}
         self.const_cache: dict[tuple[int | float, Attribute], SSAValue] = {}
         self.offset_cache: dict[tuple[tuple[int, ...], tuple[SSAValue, ...]], SSAValue] = {}
         self.shape = kernel_shape(kernel)
@@ -201,10 +201,21 @@ class KernelTranslator:
         )
 
     def iapply(self, fn: str, a: SSAValue, b: int) -> SSAValue:
-        """Index arithmetic with a constant, folding the trivial cases."""
-        if fn == "mul" and b == 1 or fn == "add" and b == 0:
+        """Index arithmetic with a constant, folding the trivial cases.
+
+        Quotients and remainders are remembered as digits `(F // div) % mod`
+        of a flat index F, so that `refold` can put a row-major sum of them
+        back together.
+        """
+        if fn == "mul" and b == 1 or fn == "add" and b == 0 or fn == "floordiv" and b == 1:
             return a
-        return self.apply(fn, [a, self.const(b, self.index)])
+        v = self.apply(fn, [a, self.const(b, self.index)])
+        flat, div, mod = self.digits.get(a, (a, 1, None))
+        if fn == "floordiv" and mod is None:
+            self.digits[v] = (flat, div * b, None)
+        elif fn == "mod" and mod is None:
+            self.digits[v] = (flat, div, b)
+        return v
 
     def arange(self, size: int) -> SSAValue:
         r = self.add(
@@ -256,7 +267,6 @@ class KernelTranslator:
             v = self.iapply("floordiv", flat, stride) if stride != 1 else flat
             if d > 0:
                 v = self.iapply("mod", v, size)
-            self.components[v] = (flat, d, tuple(bounds))
             out.append(v)
         return out
 
@@ -413,6 +423,8 @@ class KernelTranslator:
         args = [self.value(a) for a in op.args]
         result = op.result.type
         if result == INDEX:
+            if fn in ("floordiv", "mod", "mul", "add") and args[1] in self.constants:
+                return self.iapply(fn, args[0], self.constants[args[1]])
             return self.apply(fn, args, self.index)
         if fn == "cast":
             target = result
@@ -462,23 +474,28 @@ class KernelTranslator:
         return total if total is not None else self.const(0, self.index)
 
     def refold(self, terms: list[tuple[SSAValue, int]]) -> list[tuple[SSAValue, int]]:
-        """Sum(i_d * stride_d) over every component of one unravelled flat index is
-        that flat index times the last stride: `(x // C) * C + x % C` becomes `x`."""
-        by_flat: dict[SSAValue, list[tuple[SSAValue, int]]] = {}
+        """Sum(digit_k * stride_k) over all the digits of one flat index F is F times
+        the smallest stride: `(x // C) * C + x % C` becomes `x`."""
+        by_flat: dict[SSAValue, list[tuple[int, int | None, int, SSAValue]]] = {}
         for t, stride in terms:
-            if t in self.components:
-                by_flat.setdefault(self.components[t][0], []).append((t, stride))
-        out = list(terms)
+            flat, div, mod = self.digits.get(t, (t, 1, None))
+            by_flat.setdefault(flat, []).append((div, mod, stride, t))
+        out: list[tuple[SSAValue, int]] = []
         for flat, run in by_flat.items():
-            bounds = self.components[run[0][0]][2]
-            positions = {self.components[t][1]: stride for t, stride in run}
-            wanted = [d for d, size in enumerate(bounds) if size != 1]
-            if sorted(positions) != wanted or len(run) != len(wanted):
-                continue
-            last = positions[wanted[-1]]
-            if all(positions[d] == last * numel(bounds[d + 1 :]) for d in wanted):
-                out = [term for term in out if term not in run]
-                out.append((flat, last))
+            run.sort(key=lambda r: r[0])
+            base = run[0][2]
+            expected_div = 1
+            whole = True
+            for k, (div, mod, stride, _) in enumerate(run):
+                last = k == len(run) - 1
+                if div != expected_div or stride != base * div or (mod is None) != last:
+                    whole = False
+                    break
+                expected_div = div * (mod or 1)
+            if whole and (len(run) > 1 or run[0][3] is flat):
+                out.append((flat, base))
+            else:
+                out += [(t, stride) for _, _, stride, t in run]
         return out
 
     def load(self, op: loop.LoadOp) -> SSAValue:

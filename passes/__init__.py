@@ -24,6 +24,12 @@ def _graph_to_loop() -> type[ModulePass]:
     return GraphToLoopPass
 
 
+def _split_reduction() -> type[ModulePass]:
+    from irc.passes.split_reduction import SplitReductionPass
+
+    return SplitReductionPass
+
+
 def _tile() -> type[ModulePass]:
     from irc.passes.tile import TilePass
 
@@ -46,6 +52,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose": _decompose,
     "fuse": _fuse,
     "graph-to-loop": _graph_to_loop,
+    "split-reduction": _split_reduction,
     "tile": _tile,
     "loop-to-tile": _loop_to_tile,
 }
