@@ -260,7 +260,7 @@ class KernelBuilder:
     def reduce(self, op: graph.ReduceOp, idx: list[SSAValue]) -> SSAValue:
         x = op.input
         in_shape = shape_of(x.type)
-        dims = op.reduced_dims()
+        dims = sorted(op.reduced_dims())  # bounds follow the input's dim order
         keep = op.keeps_dims()
         element = element_of(op.result.type)
         bounds = [in_shape[d] for d in dims]
