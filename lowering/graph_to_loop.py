@@ -35,7 +35,7 @@ from xdsl.passes import ModulePass
 
 from irc.dialects import graph, loop
 from irc.frontend import set_value_name
-from irc.types import I1, element_of, shape_of
+from irc.types import F32, HALF_TYPES, I1, element_of, shape_of
 
 INDEX = IndexType()
 
@@ -264,22 +264,26 @@ class KernelBuilder:
         keep = op.keeps_dims()
         element = element_of(op.result.type)
         bounds = [in_shape[d] for d in dims]
+        # A half-precision mean sums and divides in f32 and rounds once, as torch does
+        # (a sum rounded to f16 first overflows past 65504).
+        mean = isinstance(op, graph.ReduceMeanOp)
+        acc = F32 if mean and element in HALF_TYPES else element
         with self.region(len(bounds)) as (block, rivs):
-            self._reduce_body(x, in_shape, dims, keep, idx, rivs)
+            self._reduce_body(x, in_shape, dims, keep, idx, rivs, acc)
         props: dict[str, Attribute] = {
             "kind": StringAttr(REDUCE_KIND[type(op)]),
             "bounds": _ints(bounds),
         }
         red = self.add(
-            loop.ReduceOp.create(properties=props, result_types=[element], regions=[Region(block)])
+            loop.ReduceOp.create(properties=props, result_types=[acc], regions=[Region(block)])
         )
-        if isinstance(op, graph.ReduceMeanOp):
+        if mean:
             n = 1
             for b in bounds:
                 n *= b
-            red = self.apply(
-                "div", [red, self.constant(FloatAttr(float(n), f64), element)], element
-            )
+            red = self.apply("div", [red, self.constant(FloatAttr(float(n), f64), acc)], acc)
+        if acc != element:
+            red = self.apply("cast", [red], element)
         return red
 
     def _reduce_body(
@@ -290,8 +294,9 @@ class KernelBuilder:
         keep: bool,
         idx: list[SSAValue],
         rivs: list[SSAValue],
+        acc: Attribute | None = None,
     ) -> None:
-        """Yields x at (reduced dims from the loop, the others from idx)."""
+        """Yields x at (reduced dims from the loop, the others from idx), as `acc`."""
         out_iter = iter(idx)
         r_iter = iter(rivs)
         x_idx: list[SSAValue] = []
@@ -302,7 +307,10 @@ class KernelBuilder:
                 x_idx.append(next(r_iter))
             else:
                 x_idx.append(next(out_iter))
-        self.add(loop.YieldOp.create(operands=[self.value_at(x, x_idx)]))
+        value = self.value_at(x, x_idx)
+        if acc is not None and acc != element_of(x.type):
+            value = self.apply("cast", [value], acc)
+        self.add(loop.YieldOp.create(operands=[value]))
 
     def matmul(self, op: graph.MatmulOp, idx: list[SSAValue]) -> SSAValue:
         a, b = op.lhs, op.rhs
