@@ -22,9 +22,10 @@ from typing import Any
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import SSAValue
 
 from irc.dialects import loop, tile
-from irc.frontend import parse_file
+from irc.frontend import parse_file, set_value_name
 from irc.pipeline import run_pipeline
 from irc.verifier import verify
 
@@ -175,7 +176,12 @@ def compile(
 ) -> CompiledModule:
     """Compiles a `.ir` file (path) or a parsed module (copied, not changed)."""
     if isinstance(program, ModuleOp):
-        module = program.clone()
+        # xDSL's clone re-validates name hints and rejects the spec's `%0`: copy them as set.
+        mapping: dict[SSAValue, SSAValue] = {}
+        module = program.clone(value_mapper=mapping, clone_name_hints=False)
+        for old, new in mapping.items():
+            if old.name_hint is not None:
+                set_value_name(new, old.name_hint)
         source = "a module"
         verify(module)
     else:
