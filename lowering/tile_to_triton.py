@@ -222,6 +222,8 @@ class KernelPrinter:
                 self.assign(op, depth, f"tl.reduce({n(op.input)}, {axis}, _irc_{kind})")
         elif isinstance(op, tile.DotOp):
             precision = f", input_precision={op.precision.data!r}" if op.precision else ""
+            if _elem(op.acc) == "f64":
+                precision += ", out_dtype=tl.float64"  # tl.dot's default out_dtype is f32
             self.assign(op, depth, f"tl.dot({n(op.a)}, {n(op.b)}, {n(op.acc)}{precision})")
         elif isinstance(op, tile.ForOp):
             self.for_loop(op, depth)
@@ -266,7 +268,12 @@ class KernelPrinter:
             target = _elem(op.result)
             if target == "i1":
                 return f"{args[0]} != 0"
+            if target in ("f16", "bf16") and _elem(op.args[0]) not in ("f32", "f16", "bf16"):
+                # Through f32, as torch converts (and the interpreter casts to bf16 only so).
+                return f"{args[0]}.to(tl.float32).to({TL_DTYPE[target]})"
             return f"{args[0]}.to({TL_DTYPE[target]})"
+        if fn == "sqrt" and _elem(op.args[0]) == "f64":
+            return f"tl.sqrt({args[0]})"  # tl.sqrt_rn takes f32 only; f64 sqrt is IEEE
         if fn in UNARY:
             return UNARY[fn].format(*args)
         if fn in BINARY:
