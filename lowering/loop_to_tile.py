@@ -683,7 +683,9 @@ class KernelTranslator:
     def dot_operand(self, v: SSAValue, shape: tuple[int, int], element: Attribute) -> SSAValue:
         """One dot operand as a full tile, zero in masked lanes, in the dot's input type."""
         t = self.value(v)
-        if not isinstance(v.owner, loop.LoadOp):
+        # A load's mask covers only the axes its offsets span: one broadcast along K
+        # (a size-1 dim, e.g. K = 1) must be zeroed past K here too.
+        if not isinstance(v.owner, loop.LoadOp) or shape_of(t) != shape:
             mask = self.mask_for(shape)
             if mask is not None:
                 t = self.apply("where", [mask, t, self.const(0.0, compute_type(element))])
