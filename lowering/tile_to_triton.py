@@ -40,11 +40,24 @@ TORCH_DTYPE = {
 }
 
 HEADER = """\
+import os
+
 import torch
 import triton
 import triton.language as tl
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+_IRC_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+
+@triton.jit
+def _irc_dot_bf16(a, b, acc):
+    # Triton's interpreter multiplies bf16 *bit patterns* in tl.dot; there the dot runs
+    # on f32 copies, which gives the same result (bf16 products are exact in f32).
+    if _IRC_INTERPRETED:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
 
 
 @triton.jit
@@ -224,7 +237,8 @@ class KernelPrinter:
             precision = f", input_precision={op.precision.data!r}" if op.precision else ""
             if _elem(op.acc) == "f64":
                 precision += ", out_dtype=tl.float64"  # tl.dot's default out_dtype is f32
-            self.assign(op, depth, f"tl.dot({n(op.a)}, {n(op.b)}, {n(op.acc)}{precision})")
+            dot = "_irc_dot_bf16" if _elem(op.a) == "bf16" and not precision else "tl.dot"
+            self.assign(op, depth, f"{dot}({n(op.a)}, {n(op.b)}, {n(op.acc)}{precision})")
         elif isinstance(op, tile.ForOp):
             self.for_loop(op, depth)
         elif isinstance(op, tile.YieldOp):
