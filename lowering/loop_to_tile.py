@@ -16,6 +16,7 @@ passes 2**31 elements.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -97,6 +98,24 @@ CSE_OPS = (
     tile.ConstantOp,
 )
 COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
+
+
+def half_value(x: float, element: Attribute) -> float:
+    """`x` as an f16 or bf16 constant holds it (nearest even; other types: `x`).
+
+    Half-precision values are computed in f32, so a constant must be rounded here:
+    an f16 splat of 0.7 is 0.69970703125 in torch.
+    """
+    if element not in HALF_TYPES or math.isnan(x) or math.isinf(x):
+        return x
+    try:
+        if element == ELEMENT_TYPES["f16"]:
+            return struct.unpack("<e", struct.pack("<e", x))[0]
+        bits = struct.unpack("<I", struct.pack("<f", x))[0]  # through f32, as torch does
+    except OverflowError:
+        return math.copysign(math.inf, x)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
 
 
 @dataclass
@@ -371,9 +390,7 @@ class KernelTranslator:
         *batch, m, n = self.shape.parallel
         gm, gn = math.ceil(m / bm), math.ceil(n / bn)
         self.grid = [gm * gn, numel(batch)]
-        pid = self.program_id(0)
-        pid_m = self.iapply("floordiv", pid, gn) if gn > 1 else self.const(0, self.index)
-        pid_n = self.iapply("mod", pid, gn) if gn > 1 else pid
+        pid_m, pid_n = self.grouped_order(self.program_id(0), gm, gn)
         rm = self.expand(self.apply("add", [self.iapply("mul", pid_m, bm), self.arange(bm)]), 1)
         rn = self.expand(self.apply("add", [self.iapply("mul", pid_n, bn), self.arange(bn)]), 0)
         self.rows, self.cols = rm, rn
@@ -384,6 +401,32 @@ class KernelTranslator:
         batch_ivs = self.unravel(self.program_id(1), batch) if batch else []
         for iv, v in zip(ivs, [*batch_ivs, rm, rn], strict=True):
             self.bind(iv, v)
+
+    def grouped_order(
+        self, pid: SSAValue, gm: int, gn: int, group: int = 8
+    ) -> tuple[SSAValue, SSAValue]:
+        """Output tile (row, column) of a program, in groups of `group` rows.
+
+        Consecutive programs then share the same few rows of A and columns of
+        B, which keeps them in L2 (the ordering of Triton's matmul tutorial).
+        """
+        if gn == 1:
+            return pid, self.const(0, self.index)
+        if gm <= group:
+            return self.iapply("mod", pid, gm), self.iapply("floordiv", pid, gm)
+        in_group = group * gn
+        first_m = self.iapply("mul", self.iapply("floordiv", pid, in_group), group)
+        size_m = self.apply(
+            "minimum",
+            [
+                self.apply("sub", [self.const(gm, self.index), first_m]),
+                self.const(group, self.index),
+            ],
+        )
+        local = self.iapply("mod", pid, in_group)
+        pid_m = self.apply("add", [first_m, self.apply("mod", [local, size_m])])
+        pid_n = self.apply("floordiv", [local, size_m])
+        return pid_m, pid_n
 
     # -- values --
 
@@ -415,7 +458,7 @@ class KernelTranslator:
         if element == INDEX:
             return self.const(int(number), self.index)
         if element in FLOAT_TYPES:
-            return self.const(float(number), compute_type(element))
+            return self.const(half_value(float(number), element), compute_type(element))
         return self.const(int(number), element)
 
     def apply_op(self, op: loop.ApplyOp) -> SSAValue:
@@ -498,7 +541,8 @@ class KernelTranslator:
                 out += [(t, stride) for _, _, stride, t in run]
         return out
 
-    def load(self, op: loop.LoadOp) -> SSAValue:
+    def load(self, op: loop.LoadOp, widen: bool = True) -> SSAValue:
+        """A block load; half-precision values are widened to f32 unless `widen` is off."""
         offs = self.offsets(op.buffer, op.indices)
         shape = shape_of(offs)
         mask = self.mask_for(shape)
@@ -512,7 +556,7 @@ class KernelTranslator:
                 operands=operands, properties=props, result_types=[block_type(element, shape)]
             )
         )
-        if element in HALF_TYPES:
+        if element in HALF_TYPES and widen:
             v = self.apply("cast", [v], F32)
         return v
 
@@ -682,6 +726,12 @@ class KernelTranslator:
 
     def dot_operand(self, v: SSAValue, shape: tuple[int, int], element: Attribute) -> SSAValue:
         """One dot operand as a full tile, zero in masked lanes, in the dot's input type."""
+        owner = v.owner
+        if isinstance(owner, loop.LoadOp) and owner.result.type == element:
+            # Straight from memory into the tensor cores, without an f32 round trip.
+            raw = self.load(owner, widen=False)
+            if shape_of(raw) == shape:
+                return raw
         t = self.value(v)
         # A load's mask covers only the axes its offsets span: one broadcast along K
         # (a size-1 dim, e.g. K = 1) must be zeroed past K here too.

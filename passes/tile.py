@@ -6,7 +6,7 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
 - pointwise over N elements: one axis of `block` elements (default 1024),
   shrunk to the next power of two of N for small kernels;
 - reduction of rows of R elements: if next_pow2(R) <= `persistent_rblock`
-  (default 4096) the whole row sits in registers ("persistent") and several rows
+  (default 8192) the whole row sits in registers ("persistent") and several rows
   share a program so that a program holds about 4096 elements; otherwise one
   row a program, looped in chunks of `rblock` (default 1024);
 - contraction (matmul): 64x64 output tiles (16 at least, fewer for small M, N)
@@ -70,7 +70,7 @@ def _warps(elements: int) -> int:
 
 
 def choose_tiling(
-    shape: KernelShape, block: int = 1024, rblock: int = 1024, persistent_rblock: int = 4096
+    shape: KernelShape, block: int = 1024, rblock: int = 1024, persistent_rblock: int = 8192
 ) -> Tiling:
     """The heuristic of this module's docstring."""
     if shape.kind == "pointwise":
@@ -104,13 +104,13 @@ def tiling_of(kernel: loop.KernelOp) -> Tiling:
 
 @dataclass(frozen=True)
 class TilePass(ModulePass):
-    """`tile{block=1024, rblock=1024, persistent-rblock=4096}`: block sizes per kernel."""
+    """`tile{block=1024, rblock=1024, persistent-rblock=8192}`: block sizes per kernel."""
 
     name = "tile"
 
     block: int = 1024
     rblock: int = 1024
-    persistent_rblock: int = 4096
+    persistent_rblock: int = 8192
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for key, value in (
