@@ -169,12 +169,75 @@ def matmul_rate() -> tuple[float, float]:
     return 2 * 4096**3 / (ms * 1e-3), ms
 
 
-def run(only: list[str] | None) -> dict[str, Any]:
+def measure(w: Workload, bw: float, mm_rate: float, mm_ms: float) -> dict[str, Any]:
+    """One row of the table."""
     import torch
-    import triton
     from triton.testing import do_bench
 
     import irc
+
+    args = w.inputs("cuda")
+    path = WORKLOADS_DIR / f"{w.name}.ir"
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    compiled = irc.compile(path, device="cuda")
+    irc_fn = compiled[w.name]
+    got = _outputs(irc_fn(*args))
+    torch.cuda.synchronize()
+    irc_cold = time.perf_counter() - t0
+
+    torch._dynamo.reset()
+    t0 = time.perf_counter()
+    tc_fn = torch.compile(w.torch_fn)
+    tc_out = _outputs(tc_fn(*args))
+    torch.cuda.synchronize()
+    tc_cold = time.perf_counter() - t0
+
+    want = _outputs(w.torch_fn(*args))
+    ok = True
+    err = 0.0
+    for g, e in zip(got, want, strict=True):
+        try:
+            torch.testing.assert_close(g, e)
+        except AssertionError:
+            ok = False
+        err = max(err, (g.float() - e.float()).abs().max().item())
+    del tc_out
+
+    eager_ms = do_bench(lambda: w.torch_fn(*args))
+    tc_ms = do_bench(lambda: tc_fn(*args))
+    irc_ms = do_bench(lambda: irc_fn(*args))
+    if w.kind == "matmul":
+        floor_ms = 2 * 4096**3 / mm_rate * 1e3
+    else:
+        floor_ms = (_bytes(args) + _bytes(want)) / bw * 1e3
+    row: dict[str, Any] = {
+        "workload": w.name,
+        "eager_ms": eager_ms,
+        "compile_ms": tc_ms,
+        "irc_ms": irc_ms,
+        "irc_over_compile": irc_ms / tc_ms,
+        "irc_over_floor": irc_ms / floor_ms,
+        "kernels_eager": kernel_count(lambda: w.torch_fn(*args)),
+        "kernels_compile": kernel_count(lambda: tc_fn(*args)),
+        "kernels_irc": kernel_count(lambda: irc_fn(*args)),
+        "cold_compile_s": tc_cold,
+        "cold_irc_s": irc_cold,
+        "correct": ok,
+        "max_abs_err": err,
+    }
+    if w.kind == "matmul":
+        row["irc_over_torch_mm"] = irc_ms / mm_ms
+    if w.kind == "launch":
+        row["wall_us_eager"] = wall_per_call(lambda: w.torch_fn(*args))
+        row["wall_us_compile"] = wall_per_call(lambda: tc_fn(*args))
+        row["wall_us_irc"] = wall_per_call(lambda: irc_fn(*args))
+    return row
+
+
+def run(only: list[str] | None) -> dict[str, Any]:
+    import torch
+    import triton
 
     torch.manual_seed(0)
     bw = copy_bandwidth()
@@ -183,62 +246,7 @@ def run(only: list[str] | None) -> dict[str, Any]:
     for w in _workloads():
         if only and w.name not in only:
             continue
-        args = w.inputs("cuda")
-        path = WORKLOADS_DIR / f"{w.name}.ir"
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        compiled = irc.compile(path, device="cuda")
-        irc_fn = compiled[w.name]
-        got = _outputs(irc_fn(*args))
-        torch.cuda.synchronize()
-        irc_cold = time.perf_counter() - t0
-
-        torch._dynamo.reset()
-        t0 = time.perf_counter()
-        tc_fn = torch.compile(w.torch_fn)
-        tc_out = _outputs(tc_fn(*args))
-        torch.cuda.synchronize()
-        tc_cold = time.perf_counter() - t0
-
-        want = _outputs(w.torch_fn(*args))
-        ok = True
-        err = 0.0
-        for g, e in zip(got, want, strict=True):
-            try:
-                torch.testing.assert_close(g, e)
-            except AssertionError:
-                ok = False
-            err = max(err, (g.float() - e.float()).abs().max().item())
-        del tc_out
-
-        eager_ms = do_bench(lambda: w.torch_fn(*args))
-        tc_ms = do_bench(lambda: tc_fn(*args))
-        irc_ms = do_bench(lambda: irc_fn(*args))
-        if w.kind == "matmul":
-            floor_ms = 2 * 4096**3 / mm_rate * 1e3
-        else:
-            floor_ms = (_bytes(args) + _bytes(want)) / bw * 1e3
-        row: dict[str, Any] = {
-            "workload": w.name,
-            "eager_ms": eager_ms,
-            "compile_ms": tc_ms,
-            "irc_ms": irc_ms,
-            "irc_over_compile": irc_ms / tc_ms,
-            "irc_over_floor": irc_ms / floor_ms,
-            "kernels_eager": kernel_count(lambda: w.torch_fn(*args)),
-            "kernels_compile": kernel_count(lambda: tc_fn(*args)),
-            "kernels_irc": kernel_count(lambda: irc_fn(*args)),
-            "cold_compile_s": tc_cold,
-            "cold_irc_s": irc_cold,
-            "correct": ok,
-            "max_abs_err": err,
-        }
-        if w.kind == "matmul":
-            row["irc_over_torch_mm"] = irc_ms / mm_ms
-        if w.kind == "launch":
-            row["wall_us_eager"] = wall_per_call(lambda: w.torch_fn(*args))
-            row["wall_us_compile"] = wall_per_call(lambda: tc_fn(*args))
-            row["wall_us_irc"] = wall_per_call(lambda: irc_fn(*args))
+        row = measure(w, bw, mm_rate, mm_ms)
         rows.append(row)
         print(format_row(row), flush=True)
     return {
