@@ -61,7 +61,7 @@ def op_classes() -> dict[str, type[Operation]]:
     return {op.name: op for d in all_dialects() for op in d.operations}
 
 
-def set_value_name(value: SSAValue, name: str) -> None:
+def set_value_name(value: SSAValue, name: str | None) -> None:
     """Keeps the user's spelling of a value name.
 
     xDSL's `name_hint` setter drops `_N` suffixes and rejects names such as
@@ -431,9 +431,14 @@ class _SyntaxErrors:
         if ftype == "RBRACE":
             return f"unmatched {found}: no function or module is open here"
         if ftype in ("VALUE", "OPNAME", "RETURN"):
+            # A finished function is on the stack as a tree, or as its tokens while
+            # the parser still waits to see whether a line break follows it.
             done = any(
-                isinstance(item, Tree)
-                and any(t.data in ("func", "module") for t in item.iter_subtrees())
+                (isinstance(item, Token) and item.type in ("FUNC", "MODULE"))
+                or (
+                    isinstance(item, Tree)
+                    and any(t.data in ("func", "module") for t in item.iter_subtrees())
+                )
                 for item in ctx.stack
             )
             hint = (

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
 from irc.diagnostics import Diagnostic, IrcError, Location, SourceManager
-from irc.frontend import decode_source, parse
+from irc.frontend import decode_source, parse, set_value_name
 from irc.passes import PASSES
 from irc.pipeline import PassFailure, build_pipeline, run_pipeline
 from irc.printer import print_module
@@ -35,11 +36,27 @@ SPLIT_MARKER = re.compile(r"^// -----", re.MULTILINE)
 
 
 def emit_mlir(module: ModuleOp) -> str:
-    """MLIR generic syntax through xDSL's printer, for xdsl-opt and mlir-opt."""
+    """MLIR generic syntax through xDSL's printer, for xdsl-opt and mlir-opt.
+
+    Names MLIR cannot take as written (`%0` is MLIR's own numbering) are left
+    to xDSL's printer to number, so that no name is defined twice.
+    """
     from xdsl.printer import Printer
 
-    out = io.StringIO()
-    Printer(stream=out, print_generic_format=True).print_op(module)
+    renamed: list[tuple[SSAValue, str]] = []
+    for op in module.walk():
+        values = [*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)]
+        for value in values:
+            name = value.name_hint
+            if name is not None and not SSAValue.is_valid_name(name):
+                renamed.append((value, name))
+                set_value_name(value, None)
+    try:
+        out = io.StringIO()
+        Printer(stream=out, print_generic_format=True).print_op(module)
+    finally:
+        for value, name in renamed:
+            set_value_name(value, name)
     return out.getvalue() + "\n"
 
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
 from irc.diagnostics import Diagnostic, IrcError
+from irc.frontend import set_value_name
 from irc.passes import PASSES
 from irc.verifier import verify
 
@@ -129,14 +131,51 @@ def run_pipeline(
     passes = build_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
     ctx = context()
     for p in passes:
+        encode_value_names(module)
         try:
             p.apply(ctx, module)
         except IrcError:
             raise
         except Exception as e:
             raise PassFailure(p.name, e) from e
+        finally:
+            decode_value_names(module)
         if verify_each:
             verify(module, context=p.name)
         if after_pass is not None:
             after_pass(p, module)
     return module
+
+
+# --- value names while xDSL rewrites ---------------------------------------------
+#
+# irc keeps value names as written (`%0`, `%1`), but xDSL's rewriter copies a
+# replaced op's name onto the new values through a setter that rejects names
+# starting with a digit (a ValueError inside any pass that replaces such an op).
+# Around each pass those names carry a prefix that xDSL accepts.
+
+_NAME_PREFIX = "$irc$"
+
+
+def _named_values(module: Operation) -> Iterator[SSAValue]:
+    for op in module.walk():
+        yield from op.results
+        for region in op.regions:
+            for block in region.blocks:
+                yield from block.args
+
+
+def encode_value_names(module: Operation) -> None:
+    """Gives every name xDSL would reject a prefix that makes it acceptable."""
+    for value in _named_values(module):
+        name = value.name_hint
+        if name is not None and not SSAValue.is_valid_name(name):
+            set_value_name(value, _NAME_PREFIX + name)
+
+
+def decode_value_names(module: Operation) -> None:
+    """Undoes `encode_value_names`, also on values a pass named after old ones."""
+    for value in _named_values(module):
+        name = value.name_hint
+        if name is not None and name.startswith(_NAME_PREFIX):
+            set_value_name(value, name[len(_NAME_PREFIX) :] or None)
