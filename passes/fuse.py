@@ -450,29 +450,68 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
             GroupRecord(name, kind, [_op_label(g, o) for o in gr.ops], before, cost[gr.id])
         )
         materialize(g, gr.ops, name, kind)
+    _restore_order(fn.body.block)
     return report
 
 
+def _restore_order(block: Block) -> None:
+    """Sorts a block topologically, keeping the original order where it is free.
+
+    Each graph.fused op is placed after its last member, which may come before
+    the graph.fused op of another group that it reads.
+    """
+    ops = list(block.ops)
+    index = {op: i for i, op in enumerate(ops)}
+    users: dict[Operation, list[Operation]] = {op: [] for op in ops}
+    waiting: dict[Operation, int] = {}
+    for op in ops:
+        deps = {o.owner for o in op.operands if isinstance(o.owner, Operation) and o.owner in index}
+        waiting[op] = len(deps)
+        for d in deps:
+            users[d].append(op)
+    ready = [index[op] for op in ops if waiting[op] == 0]
+    heapq.heapify(ready)
+    order: list[Operation] = []
+    while ready:
+        op = ops[heapq.heappop(ready)]
+        order.append(op)
+        for u in users[op]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, index[u])
+    assert len(order) == len(ops), "fusion groups form a cycle"
+    if order == ops:
+        return
+    for op in ops:
+        op.detach()
+    for op in order:
+        block.add_op(op)
+
+
 def _creates_cycle(g: FusionGraph, a: Group, b: Group, group_of: dict[Operation, Group]) -> bool:
-    """Whether a path leaves one group and re-enters the other through a third."""
+    """Whether a path leaves the merged group and re-enters it through other groups.
+
+    Groups are the nodes, not ops: a path may enter a third group by one op and
+    leave it by another, since that group becomes one kernel that runs after
+    all of its inputs are ready.
+    """
     members = set(a.ops) | set(b.ops)
-    start: list[Operation] = []
+    stack: list[Operation] = []
     for op in a.ops + b.ops:
         for r in op.results:
-            start += [c for c in g.consumers(r) if c not in members]
-    limit = max(g.order[o] for o in members)
-    seen: set[Operation] = set()
-    stack = start
+            stack += [c for c in g.consumers(r) if c not in members]
+    seen: set[int] = set()
     while stack:
-        op = stack.pop()
-        if op in seen or g.order[op] > limit:
+        other = group_of[stack.pop()]
+        if other.id in seen:
             continue
-        seen.add(op)
-        for r in op.results:
-            for c in g.consumers(r):
-                if c in members:
-                    return True
-                stack.append(c)
+        seen.add(other.id)
+        for op in other.ops:
+            for r in op.results:
+                for c in g.consumers(r):
+                    if c in members:
+                        return True
+                    stack.append(c)
     return False
 
 
