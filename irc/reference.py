@@ -1,0 +1,552 @@
+"""Reference semantics of the graph level: each op evaluated by the PyTorch op of its name.
+
+The spec says "numerics follow PyTorch's op of the same name", so this
+interpreter *is* the definition that compiled kernels are checked against.
+It is table-driven (`EVALUATORS`: op class -> function) so that a new op is one
+entry, and it checks every result's shape and dtype against the IR type, so a
+disagreement between the dialect's type inference and PyTorch is caught here
+rather than blamed on generated code.
+
+    module = irc.parse(text)
+    fn = functions(module)["softmax"]
+    outputs = run_function(fn, random_inputs(fn, seed=0))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
+
+import torch
+import torch.nn.functional as F
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, ModuleOp, TensorType
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+
+from irc.diagnostics import op_location
+from irc.dialects import graph
+from irc.types import (
+    ELEMENT_TYPES,
+    I1,
+    element_bytes,
+    element_name,
+    element_of,
+    format_type,
+    is_float,
+    numel,
+    shape_of,
+)
+
+# --- element types ----------------------------------------------------------------
+
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "f64": torch.float64,
+    "i64": torch.int64,
+    "i32": torch.int32,
+    "i1": torch.bool,
+}
+_ELEMENT_OF_DTYPE: dict[torch.dtype, str] = {v: k for k, v in _TORCH_DTYPES.items()}
+
+
+def torch_dtype(element_type: Attribute) -> torch.dtype:
+    """The torch dtype of an irc element type (`i1` is `torch.bool`)."""
+    try:
+        return _TORCH_DTYPES[element_name(element_type)]
+    except (KeyError, ValueError):
+        raise ValueError(f"no torch dtype for element type {element_type}") from None
+
+
+def element_type_of(dtype: torch.dtype) -> Attribute:
+    """The irc element type of a torch dtype: the inverse of `torch_dtype`."""
+    name = _ELEMENT_OF_DTYPE.get(dtype)
+    if name is None:
+        raise ValueError(f"torch dtype {dtype} has no irc element type")
+    return ELEMENT_TYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """`f32`, `i1`, ...: how irc spells a torch dtype in messages."""
+    return element_name(element_type_of(dtype))
+
+
+def _tensor_type(t: Attribute) -> TensorType[Attribute]:
+    if not isinstance(t, TensorType):
+        raise ValueError(f"the reference works on tensors, got {t}")
+    return cast(TensorType[Attribute], t)
+
+
+# --- errors -------------------------------------------------------------------------
+
+
+class ReferenceInterpreterError(RuntimeError):
+    """Base of the interpreter's own errors."""
+
+
+class UnsupportedOpError(ReferenceInterpreterError):
+    """An op the reference has no evaluator for (e.g. a loop- or tile-level op)."""
+
+    def __init__(self, op: Operation):
+        self.op = op
+        super().__init__(
+            f"the reference interpreter cannot evaluate '{op.name}'{_where(op)}"
+            " (it runs graph-level IR only)"
+        )
+
+
+class ResultMismatchError(AssertionError, ReferenceInterpreterError):
+    """PyTorch produced a shape or dtype that differs from the op's IR type.
+
+    This is a bug in irc (type inference or an evaluator), never in the input.
+    """
+
+
+class EvaluationError(ReferenceInterpreterError):
+    """PyTorch raised while evaluating an op; the message names the op."""
+
+    def __init__(self, op: Operation, error: BaseException):
+        self.op = op
+        self.error = error
+        super().__init__(f"{op.name}{_where(op)}: {type(error).__name__}: {error}")
+
+
+def _where(op: Operation) -> str:
+    loc = op_location(op)
+    return "" if loc is None else f" at {loc.file}:{loc.line}:{loc.column}"
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """Whether an exception from torch means an allocation failed (CPU or GPU)."""
+    if isinstance(e, EvaluationError):
+        e = e.error
+    if isinstance(e, torch.OutOfMemoryError | MemoryError):
+        return True
+    return isinstance(e, RuntimeError) and (
+        "not enough memory" in str(e) or "out of memory" in str(e).lower()
+    )
+
+
+# --- evaluators ---------------------------------------------------------------------
+
+Tensor = torch.Tensor
+Evaluator = Callable[[Any, list[Tensor]], Tensor | list[Tensor]]
+"""`(op, operand tensors) -> result tensor(s)`; `op` is the concrete op class."""
+
+EVALUATORS: dict[type[Operation], Evaluator] = {}
+"""Op class -> evaluator. Later levels may register their ops here too."""
+
+
+def evaluator(*classes: type[Operation]) -> Callable[[Evaluator], Evaluator]:
+    """Registers one function as the evaluator of `classes`."""
+
+    def register(fn: Evaluator) -> Evaluator:
+        for cls in classes:
+            EVALUATORS[cls] = fn
+        return fn
+
+    return register
+
+
+def _elementwise(fn: Callable[..., Tensor]) -> Evaluator:
+    return lambda op, args: fn(*args)
+
+
+def _gelu(x: Tensor) -> Tensor:
+    """The exact (erf) GELU the spec asks for, not the tanh approximation."""
+    return F.gelu(x, approximate="none")
+
+
+_UNARY: dict[type[Operation], Callable[..., Tensor]] = {
+    graph.NegOp: torch.neg,
+    graph.AbsOp: torch.abs,
+    graph.ExpOp: torch.exp,
+    graph.LogOp: torch.log,
+    graph.SqrtOp: torch.sqrt,
+    graph.RsqrtOp: torch.rsqrt,
+    graph.SinOp: torch.sin,
+    graph.CosOp: torch.cos,
+    graph.TanhOp: torch.tanh,
+    graph.SigmoidOp: torch.sigmoid,
+    graph.ReluOp: torch.relu,
+    graph.GeluOp: _gelu,
+    graph.SiluOp: F.silu,
+    graph.ReciprocalOp: torch.reciprocal,
+}
+
+_BINARY: dict[type[Operation], Callable[..., Tensor]] = {
+    graph.AddOp: torch.add,
+    graph.SubOp: torch.sub,
+    graph.MulOp: torch.mul,
+    graph.DivOp: torch.true_divide,
+    graph.MaximumOp: torch.maximum,  # NaN-propagating, unlike torch.fmax
+    graph.MinimumOp: torch.minimum,
+    graph.PowOp: torch.pow,
+    graph.EqOp: torch.eq,
+    graph.NeOp: torch.ne,
+    graph.LtOp: torch.lt,
+    graph.LeOp: torch.le,
+    graph.GtOp: torch.gt,
+    graph.GeOp: torch.ge,
+}
+
+for _cls, _fn in (_UNARY | _BINARY).items():
+    EVALUATORS[_cls] = _elementwise(_fn)
+
+EVALUATORS[graph.WhereOp] = _elementwise(torch.where)
+
+
+def _result_type(op: Operation, i: int = 0) -> TensorType[Attribute]:
+    return _tensor_type(op.results[i].type)
+
+
+def _result_shape(op: Operation) -> tuple[int, ...]:
+    return shape_of(_result_type(op))
+
+
+def _result_dtype(op: Operation) -> torch.dtype:
+    return torch_dtype(element_of(_result_type(op)))
+
+
+@evaluator(graph.CastOp)
+def _cast(op: graph.CastOp, args: list[Tensor]) -> Tensor:
+    return args[0].to(_result_dtype(op))
+
+
+@evaluator(graph.ConstantOp)
+def _constant(op: graph.ConstantOp, args: list[Tensor]) -> Tensor:
+    dtype = _result_dtype(op)
+    value = constant_value(op)
+    # Through a 0-d tensor so that out-of-range floats round to inf as a cast
+    # would, where torch.full(shape, 1e10, dtype=float16) raises instead.
+    scalar = torch.tensor(value, dtype=torch.float64 if isinstance(value, float) else None)
+    scalar = scalar.to(dtype)
+    return torch.empty(_result_shape(op), dtype=dtype).fill_(scalar)
+
+
+def constant_value(op: graph.ConstantOp) -> bool | int | float:
+    """The Python value of a `graph.constant`, converted to its element type's kind."""
+    attr = op.value
+    element = element_of(_result_type(op))
+    if isinstance(attr, IntegerAttr):
+        raw: float | int = attr.value.data
+    elif isinstance(attr, FloatAttr):
+        raw = attr.value.data
+    else:
+        raise ValueError(f"graph.constant: unsupported value attribute {attr}")
+    if element == I1:
+        return bool(raw)
+    if is_float(element):
+        return float(raw)
+    return int(raw)
+
+
+@evaluator(graph.ReshapeOp)
+def _reshape(op: graph.ReshapeOp, args: list[Tensor]) -> Tensor:
+    return args[0].reshape(_result_shape(op))
+
+
+@evaluator(graph.BroadcastOp)
+def _broadcast(op: graph.BroadcastOp, args: list[Tensor]) -> Tensor:
+    # expand() prepends missing leading dimensions, as broadcasting does.
+    return args[0].expand(_result_shape(op))
+
+
+@evaluator(graph.TransposeOp)
+def _transpose(op: graph.TransposeOp, args: list[Tensor]) -> Tensor:
+    (x,) = args
+    perm = graph.normalize_dims(op.name, _int_list(op.perm), x.dim(), "perm")
+    return x.permute(perm)
+
+
+def _int_list(attr: Attribute | None) -> list[int]:
+    assert isinstance(attr, ArrayAttr), attr
+    return [a.value.data for a in attr.data]  # type: ignore[union-attr]
+
+
+@evaluator(graph.ReduceSumOp)
+def _reduce_sum(op: graph.ReduceSumOp, args: list[Tensor]) -> Tensor:
+    (x,) = args
+    # dtype= keeps i32 sums in i32 (torch.sum widens integers to i64 by default).
+    return torch.sum(x, dim=op.reduced_dims(), keepdim=op.keeps_dims(), dtype=x.dtype)
+
+
+@evaluator(graph.ReduceMaxOp)
+def _reduce_max(op: graph.ReduceMaxOp, args: list[Tensor]) -> Tensor:
+    return torch.amax(args[0], dim=op.reduced_dims(), keepdim=op.keeps_dims())
+
+
+@evaluator(graph.ReduceMinOp)
+def _reduce_min(op: graph.ReduceMinOp, args: list[Tensor]) -> Tensor:
+    return torch.amin(args[0], dim=op.reduced_dims(), keepdim=op.keeps_dims())
+
+
+@evaluator(graph.ReduceMeanOp)
+def _reduce_mean(op: graph.ReduceMeanOp, args: list[Tensor]) -> Tensor:
+    return torch.mean(args[0], dim=op.reduced_dims(), keepdim=op.keeps_dims())
+
+
+@evaluator(graph.MatmulOp)
+def _matmul(op: graph.MatmulOp, args: list[Tensor]) -> Tensor:
+    return torch.matmul(args[0], args[1])
+
+
+@evaluator(graph.SoftmaxOp)
+def _softmax(op: graph.SoftmaxOp, args: list[Tensor]) -> Tensor:
+    return torch.softmax(args[0], dim=op.axis())
+
+
+@evaluator(graph.LayerNormOp)
+def _layer_norm(op: graph.LayerNormOp, args: list[Tensor]) -> Tensor:
+    x, w, b = args
+    normalized = [x.shape[d] for d in op.normalized_dims()]
+    return F.layer_norm(x, normalized, w, b, op.epsilon())
+
+
+@evaluator(graph.FusedOp)
+def _fused(op: graph.FusedOp, args: list[Tensor]) -> list[Tensor]:
+    # The region is isolated from above: its block arguments are the operands.
+    return _run_block(op.body.block, args)
+
+
+# --- the interpreter ------------------------------------------------------------------
+
+
+def functions(module: ModuleOp) -> dict[str, func.FuncOp]:
+    """The module's functions by name, in file order."""
+    return {op.sym_name.data: op for op in module.body.ops if isinstance(op, func.FuncOp)}
+
+
+def run(
+    module: ModuleOp,
+    name: str,
+    inputs: Sequence[Tensor],
+    device: str | torch.device | None = None,
+) -> list[Tensor]:
+    """Runs the function `name` (with or without a leading '@') of `module`."""
+    fns = functions(module)
+    fn = fns.get(name.removeprefix("@"))
+    if fn is None:
+        known = ", ".join("@" + n for n in fns) or "none"
+        raise KeyError(f"no function @{name.removeprefix('@')} (available: {known})")
+    return run_function(fn, inputs, device)
+
+
+def run_function(
+    fn: func.FuncOp,
+    inputs: Sequence[Tensor],
+    device: str | torch.device | None = None,
+) -> list[Tensor]:
+    """Evaluates `fn` on `inputs` and returns its outputs (contiguous tensors).
+
+    The inputs must match the signature exactly (shape and dtype): the graph
+    level has no implicit conversions, so a mismatch is the caller's mistake.
+    Constants are made on `device`, by default the inputs' device (else CPU).
+    """
+    block = fn.body.block
+    name = fn.sym_name.data
+    if len(inputs) != len(block.args):
+        raise ValueError(f"@{name} takes {len(block.args)} input(s), got {len(inputs)}")
+    for i, (arg, x) in enumerate(zip(block.args, inputs, strict=True)):
+        _check_tensor(x, arg.type, lambda i=i: f"input {i} of @{name}", ValueError)
+    if device is None:
+        device = inputs[0].device if inputs else torch.device("cpu")
+    with torch.no_grad(), torch.device(device):
+        outputs = _run_block(block, list(inputs))
+    return [o.contiguous() for o in outputs]
+
+
+def _run_block(block: Block, args: list[Tensor]) -> list[Tensor]:
+    """Evaluates a block's ops and returns its terminator's operands.
+
+    Values are dropped after their last use so that peak memory stays near what
+    the program needs (`estimate_peak_bytes` mirrors this).
+    """
+    env: dict[SSAValue, Tensor] = dict(zip(block.args, args, strict=True))
+    ops = list(block.ops)
+    frees = _frees_after(block)
+    for i, op in enumerate(ops[:-1] if _has_terminator(block) else ops):
+        operands = [_lookup(env, v, op) for v in op.operands]
+        for j, r in enumerate(_evaluate(op, operands)):
+            env[op.results[j]] = r
+        for v in frees.get(i, ()):
+            env.pop(v, None)
+    if not _has_terminator(block):
+        return []
+    return [_lookup(env, v, ops[-1]) for v in ops[-1].operands]
+
+
+def _lookup(env: dict[SSAValue, Tensor], v: SSAValue, user: Operation) -> Tensor:
+    try:
+        return env[v]
+    except KeyError:
+        name = f"%{v.name_hint}" if v.name_hint else "a value"
+        raise ReferenceInterpreterError(
+            f"{user.name}{_where(user)} uses {name} from outside its region; "
+            "graph.fused regions are isolated from above (pass values in as operands)"
+        ) from None
+
+
+def _has_terminator(block: Block) -> bool:
+    return isinstance(block.last_op, func.ReturnOp | graph.YieldOp)
+
+
+def _frees_after(block: Block) -> dict[int, list[SSAValue]]:
+    """Op index -> values of this block that are dead once that op has run."""
+    last_use: dict[SSAValue, int] = {}
+    defined: list[tuple[int, SSAValue]] = [(-1, a) for a in block.args]
+    for i, op in enumerate(block.ops):
+        defined += [(i, r) for r in op.results]
+        for inner in op.walk():
+            for v in inner.operands:
+                last_use[v] = i
+    frees: dict[int, list[SSAValue]] = {}
+    for i, v in defined:
+        frees.setdefault(max(last_use.get(v, i), i), []).append(v)
+    return frees
+
+
+def _evaluate(op: Operation, operands: list[Tensor]) -> list[Tensor]:
+    fn = EVALUATORS.get(type(op))
+    if fn is None:
+        raise UnsupportedOpError(op)
+    try:
+        out = fn(op, operands)
+    except ReferenceInterpreterError:
+        raise
+    except Exception as e:
+        if is_out_of_memory(e):
+            raise
+        raise EvaluationError(op, e) from e
+    results = out if isinstance(out, list) else [out]
+    if len(results) != len(op.results):
+        raise ResultMismatchError(
+            f"{op.name}{_where(op)}: the reference gave {len(results)} result(s) "
+            f"but the op has {len(op.results)}"
+        )
+    for i, (r, v) in enumerate(zip(results, op.results, strict=True)):
+        what = lambda i=i: f"result {i} of {op.name}{_where(op)}"  # noqa: E731
+        _check_tensor(r, v.type, what, ResultMismatchError)
+    return results
+
+
+def _check_tensor(
+    x: Tensor, t: Attribute, what: Callable[[], str], error: type[Exception]
+) -> None:
+    """The shape/dtype assertion; `what` is lazy so the hot path builds no strings."""
+    tt = _tensor_type(t)
+    if tuple(x.shape) != shape_of(tt) or x.dtype != torch_dtype(tt.element_type):
+        got = f"shape {list(x.shape)} {_dtype_text(x.dtype)}"
+        raise error(f"{what()} is {got}, but the IR type is {format_type(tt)}")
+
+
+def _dtype_text(dtype: torch.dtype) -> str:
+    try:
+        return dtype_name(dtype)
+    except ValueError:
+        return str(dtype)
+
+
+# --- inputs and memory ------------------------------------------------------------------
+
+
+def random_inputs(
+    fn: func.FuncOp, seed: int = 0, device: str | torch.device = "cpu"
+) -> list[Tensor]:
+    """One random tensor per argument of `fn`, the same for a seed on every device.
+
+    Floats are standard normal (drawn in their own dtype), ints small
+    (-8..8), bools fair coins. A tensor is never all zeros (or all false), so
+    that a kernel that ignores an input cannot pass by luck. Values are drawn
+    on the CPU with one generator, then moved, so CPU and CUDA runs agree.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    out: list[Tensor] = []
+    for arg in fn.body.block.args:
+        t = _tensor_type(arg.type)
+        out.append(random_tensor(shape_of(t), torch_dtype(t.element_type), gen).to(device))
+    return out
+
+
+def random_tensor(shape: Sequence[int], dtype: torch.dtype, gen: torch.Generator) -> Tensor:
+    """A random tensor as `random_inputs` makes them."""
+    size = tuple(shape)
+    if dtype.is_floating_point:
+        x = torch.randn(size, dtype=dtype, generator=gen)
+    elif dtype == torch.bool:
+        x = torch.randint(0, 2, size, generator=gen, dtype=torch.int8).bool()
+    else:
+        x = torch.randint(-8, 9, size, generator=gen, dtype=dtype)
+    if not bool(x.any()):
+        x.view(-1)[0] = True if dtype == torch.bool else 1
+    return x
+
+
+def value_bytes(v: SSAValue) -> int:
+    """Bytes of a tensor value (an `i1` element takes one byte, as in torch)."""
+    t = _tensor_type(v.type)
+    return numel(shape_of(t)) * element_bytes(t.element_type)
+
+
+def estimate_peak_bytes(fn: func.FuncOp) -> int:
+    """Peak memory of `run_function(fn, ...)`, inputs included, erring high.
+
+    Follows the interpreter's order and frees; an op is charged its results
+    plus, for ops whose torch kernels allocate temporaries (softmax,
+    layer_norm, mean, matmul), twice its largest operand or result.
+    """
+    block = fn.body.block
+    inputs = sum(value_bytes(a) for a in block.args)
+    return inputs + _block_extra_bytes(block)
+
+
+def _block_extra_bytes(block: Block) -> int:
+    """Peak bytes a block allocates on top of its arguments."""
+    frees = _frees_after(block)
+    live = peak = 0
+    for i, op in enumerate(block.ops):
+        if isinstance(op, func.ReturnOp | graph.YieldOp):
+            break
+        if isinstance(op, graph.FusedOp):
+            now = _block_extra_bytes(op.body.block)
+        else:
+            now = sum(value_bytes(r) for r in op.results) + _workspace_bytes(op)
+        peak = max(peak, live + now)
+        live += sum(value_bytes(r) for r in op.results)
+        live -= sum(value_bytes(v) for v in frees.get(i, ()) if not isinstance(v, BlockArgument))
+    return peak
+
+
+def _workspace_bytes(op: Operation) -> int:
+    if isinstance(op, graph.SoftmaxOp | graph.LayerNormOp | graph.ReduceMeanOp | graph.MatmulOp):
+        biggest = max((value_bytes(v) for v in _iter_values(op)), default=0)
+        return 2 * biggest
+    return 0
+
+
+def _iter_values(op: Operation) -> Iterable[SSAValue]:
+    yield from op.operands
+    yield from op.results
+
+
+__all__ = [
+    "EVALUATORS",
+    "EvaluationError",
+    "ReferenceInterpreterError",
+    "ResultMismatchError",
+    "UnsupportedOpError",
+    "constant_value",
+    "dtype_name",
+    "element_type_of",
+    "estimate_peak_bytes",
+    "evaluator",
+    "functions",
+    "is_out_of_memory",
+    "random_inputs",
+    "random_tensor",
+    "run",
+    "run_function",
+    "torch_dtype",
+    "value_bytes",
+]

@@ -1,0 +1,394 @@
+"""`irc-run`: run graph-level functions on random inputs with the PyTorch reference.
+
+    irc-run FILE.ir                           # every function, seed 0, on the CPU
+    irc-run FILE.ir --fn softmax --seed 3     # one function, other inputs
+    irc-run FILE.ir --device cuda
+
+For each function and each of its outputs it prints the shape, the dtype and
+summary statistics, so that two runs (or a run and a compiled kernel) can be
+compared at a glance.
+
+Exit status: 0 success, 1 the input or the request has errors (printed as
+diagnostics: a bad file, an unknown --fn, no CUDA, not enough memory), 2 an
+internal error in irc (one line; --debug shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import torch
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType
+
+from irc.diagnostics import Diagnostic, IrcError, SourceManager, op_location
+from irc.frontend import parse, read_source
+from irc.reference import (
+    UnsupportedOpError,
+    dtype_name,
+    estimate_peak_bytes,
+    functions,
+    is_out_of_memory,
+    random_inputs,
+    run_function,
+    value_bytes,
+)
+from irc.types import format_type, numel, shape_of
+from irc.verifier import verify
+
+PROG = "irc-run"
+
+MEMORY_HEADROOM = 0.9
+"""Use at most this share of the free memory: the estimate is not exact and
+the OOM killer gives no second chance."""
+
+
+def make_arg_parser() -> argparse.ArgumentParser:
+    """The command line; later flags (`--check`, `--no-fuse`) are added here."""
+    ap = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run the functions of an .ir file on random inputs with the "
+        "PyTorch reference semantics and summarize their outputs.",
+    )
+    ap.add_argument("input", help="input .ir file ('-' for stdin)")
+    ap.add_argument("--fn", metavar="NAME", help="run only this function (default: all)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    ap.add_argument(
+        "--device", default="cpu", choices=("cpu", "cuda"), help="where to run (default: cpu)"
+    )
+    ap.add_argument(
+        "--debug", action="store_true", help="show Python tracebacks of internal errors"
+    )
+    return ap
+
+
+# --- one function -----------------------------------------------------------------
+
+
+@dataclass
+class FunctionRun:
+    """What running one function produced; later steps (e.g. --check) read it."""
+
+    fn: func.FuncOp
+    inputs: list[torch.Tensor]
+    outputs: list[torch.Tensor]
+    notes: list[str] = field(default_factory=list[str])
+
+    @property
+    def name(self) -> str:
+        return self.fn.sym_name.data
+
+
+class Runner:
+    """One irc-run invocation; kept apart from argv handling for tests and reuse."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO):
+        self.args = args
+        self.out = out
+        self.sources = SourceManager()
+        self.filename = args.input if args.input != "-" else "<stdin>"
+
+    def load(self) -> ModuleOp:
+        text = read_source(self.args.input)
+        self.sources.add(self.filename, text)
+        module = parse(text, self.filename)
+        verify(module)
+        return module
+
+    def select(self, module: ModuleOp) -> list[func.FuncOp]:
+        fns = functions(module)
+        if self.args.fn is None:
+            return list(fns.values())
+        name = self.args.fn.removeprefix("@")
+        if name not in fns:
+            known = ", ".join("@" + n for n in fns) or "none"
+            raise IrcError(
+                Diagnostic(None, f"no function @{name} in {self.filename} (available: {known})")
+            )
+        return [fns[name]]
+
+    def check_graph_level(self, fn: func.FuncOp) -> None:
+        """The reference runs the graph level only: tensors in, tensors out."""
+        types = [*fn.function_type.inputs.data, *fn.function_type.outputs.data]
+        other = next((t for t in types if not isinstance(t, TensorType)), None)
+        if other is not None:
+            raise IrcError(
+                Diagnostic(
+                    op_location(fn),
+                    f"irc-run runs graph-level functions only; @{fn.sym_name.data} "
+                    f"takes or returns {format_type(other)} (lower-level IR?)",
+                )
+            )
+
+    def device(self) -> torch.device:
+        if self.args.device == "cuda" and not torch.cuda.is_available():
+            why = (
+                "this PyTorch build has no CUDA support"
+                if torch.version.cuda is None
+                else "no CUDA device is visible"
+            )
+            raise IrcError(Diagnostic(None, f"--device cuda: {why}; use --device cpu"))
+        return torch.device(self.args.device)
+
+    def check_memory(self, fn: func.FuncOp, device: torch.device) -> None:
+        """Refuses, with one line, a function whose tensors cannot fit.
+
+        Allocating them anyway would end in a MemoryError at best and, on Linux,
+        in the OOM killer at worst (no message at all).
+        """
+        need = estimate_peak_bytes(fn) + _stats_bytes(fn)
+        free = available_bytes(device)
+        if need > free * MEMORY_HEADROOM:
+            inputs = sum(value_bytes(a) for a in fn.body.block.args)
+            raise IrcError(
+                Diagnostic(
+                    None,
+                    f"@{fn.sym_name.data} needs about {format_bytes(need)} of memory on "
+                    f"{device.type} (inputs {format_bytes(inputs)}), but only "
+                    f"{format_bytes(free)} is available",
+                )
+            )
+        if device.type != "cpu":
+            # Inputs are drawn on the host one at a time, then moved.
+            largest = max((value_bytes(a) for a in fn.body.block.args), default=0)
+            host = available_bytes(torch.device("cpu"))
+            if largest > host * MEMORY_HEADROOM:
+                raise IrcError(
+                    Diagnostic(
+                        None,
+                        f"@{fn.sym_name.data}: an input of {format_bytes(largest)} does not fit "
+                        f"in the {format_bytes(host)} of free host memory",
+                    )
+                )
+
+    def run_reference(self, fn: func.FuncOp, device: torch.device) -> FunctionRun:
+        inputs = random_inputs(fn, seed=self.args.seed, device=device)
+        try:
+            outputs = run_function(fn, inputs, device)
+        except UnsupportedOpError as e:
+            raise IrcError(
+                Diagnostic(
+                    op_location(e.op),
+                    f"irc-run evaluates graph-level IR only; '{e.op.name}' is not a graph op",
+                )
+            ) from None
+        return FunctionRun(fn, inputs, outputs)
+
+    def report(self, result: FunctionRun, device: torch.device) -> None:
+        ret = result.fn.body.block.last_op
+        values = list(ret.operands) if ret is not None else []
+        self.out.write(f"@{result.name} (seed {self.args.seed}, {device.type})\n")
+        if not result.outputs:
+            self.out.write("  no outputs\n")
+        for i, x in enumerate(result.outputs):
+            hint = values[i].name_hint if i < len(values) else None
+            label = f"out {i}" + (f" %{hint}" if hint else "")
+            self.out.write(f"  {label}: {summarize(x)}\n")
+        for note in result.notes:
+            self.out.write(f"  {note}\n")
+
+    def process(self, fn: func.FuncOp, device: torch.device) -> int:
+        """Runs one function and prints its report; returns its exit status."""
+        result = self.run_reference(fn, device)
+        self.report(result, device)
+        return 0
+
+    def main(self) -> int:
+        module = self.load()
+        fns = self.select(module)
+        device = self.device()
+        for fn in fns:
+            self.check_graph_level(fn)
+            self.check_memory(fn, device)
+        status = 0
+        for fn in fns:
+            try:
+                status = max(status, self.process(fn, device))
+            except Exception as e:
+                if is_out_of_memory(e):
+                    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    raise IrcError(
+                        Diagnostic(
+                            None,
+                            f"ran out of memory on {device.type} while running "
+                            f"@{fn.sym_name.data}: {first}",
+                        )
+                    ) from None
+                raise
+            finally:
+                self.out.flush()
+        return status
+
+
+# --- statistics -------------------------------------------------------------------
+
+
+STATS_CHUNK = 1 << 24
+"""Elements summarized at a time, so statistics of a huge output need little memory."""
+
+
+def summarize(x: torch.Tensor) -> str:
+    """`shape=[4, 8] dtype=f32 min=.. max=.. mean=.. std=..` (NaN/inf counted apart)."""
+    head = f"shape={list(x.shape)} dtype={dtype_name(x.dtype)}"
+    flat = x.reshape(-1)
+    if x.dtype == torch.bool:
+        return f"{head} true={int(flat.sum().item())}/{x.numel()}"
+    chunks = [flat[i : i + STATS_CHUNK] for i in range(0, flat.numel(), STATS_CHUNK)]
+    count, total = 0, 0.0
+    lo, hi = float("inf"), float("-inf")
+    nan = pos = neg = 0
+    for c in chunks:
+        d = c.double()
+        if x.dtype.is_floating_point:
+            finite = torch.isfinite(d)
+            nan += int(torch.isnan(d).sum().item())
+            pos += int((d == float("inf")).sum().item())
+            neg += int((d == float("-inf")).sum().item())
+            d = d[finite]
+        if d.numel() == 0:
+            continue
+        count += d.numel()
+        total += d.sum().item()
+        lo = min(lo, d.min().item())
+        hi = max(hi, d.max().item())
+    extra = [f"{k}={v}" for k, v in (("nan", nan), ("+inf", pos), ("-inf", neg)) if v]
+    if count == 0:
+        return " ".join([head, "no finite values", *extra])
+    mean = total / count
+    if x.numel() == 1 and count == 1:
+        return f"{head} value={_num(mean)}"
+    # A second pass: the sum of squared deviations is stabler than E[x^2] - mean^2.
+    squares = 0.0
+    for c in chunks:
+        d = c.double()
+        if x.dtype.is_floating_point:
+            d = d[torch.isfinite(d)]
+        squares += ((d - mean) ** 2).sum().item()
+    std = (squares / count) ** 0.5
+    stats = f"min={_num(lo)} max={_num(hi)} mean={_num(mean)} std={_num(std)}"
+    return " ".join([head, stats, *extra])
+
+
+def _num(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def _stats_bytes(fn: func.FuncOp) -> int:
+    """Temporaries of `summarize`: a few f64 copies of one chunk."""
+    outputs = fn.function_type.outputs.data
+    largest = max((numel(shape_of(t)) for t in outputs), default=0)
+    return min(largest, STATS_CHUNK) * 32
+
+
+# --- memory -----------------------------------------------------------------------
+
+
+def available_bytes(device: torch.device) -> int:
+    """Free memory on `device`: the GPU's free memory, or the host's within its cgroup."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    return available_host_bytes()
+
+
+def available_host_bytes() -> int:
+    """MemAvailable from /proc/meminfo, lowered to the cgroup limit in a container."""
+    import os
+
+    candidates: list[int] = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    candidates.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if not candidates:
+        try:
+            candidates.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            pass
+    limit = _cgroup_room()
+    if limit is not None:
+        candidates.append(limit)
+    return min(candidates) if candidates else 1 << 62
+
+
+def _cgroup_room() -> int | None:
+    """Bytes left under the cgroup memory limit (v2, then v1), or None if unlimited."""
+    pairs = (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    )
+    for limit_path, usage_path in pairs:
+        try:
+            with open(limit_path) as f:
+                raw = f.read().strip()
+            if raw == "max":
+                return None
+            limit = int(raw)
+            if limit >= 1 << 60:  # v1 spells "unlimited" as a huge number
+                return None
+            with open(usage_path) as f:
+                usage = int(f.read().strip())
+            return max(limit - usage, 0)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def format_bytes(n: int | float) -> str:
+    """`3.6 TiB`: sizes for people."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+# --- main -------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
+    """The console script; returns the exit status (0, 1 or 2)."""
+    args = make_arg_parser().parse_args(argv)
+    runner: Runner | None = None
+    try:
+        runner = Runner(args, stdout or sys.stdout)
+        return runner.main()
+    except IrcError as e:
+        sources = runner.sources if runner is not None else SourceManager()
+        for d in e.diagnostics:
+            text = sources.format(d)
+            sys.stderr.write((f"{PROG}: {text}" if d.location is None else text) + "\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        return _internal_error(e, args.debug)
+
+
+def _internal_error(e: BaseException, debug: bool) -> int:
+    if debug:
+        traceback.print_exception(e)
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    sys.stderr.write(
+        f"{PROG}: internal error: {type(e).__name__}: {first}"
+        + ("" if debug else " (run with --debug for the traceback)")
+        + "\n"
+    )
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
