@@ -405,6 +405,8 @@ class FunctionLowering:
         last = block.last_op
         assert isinstance(last, graph.YieldOp)
         outputs = list(last.values)
+        if not outputs:
+            return  # a group of dead ops: nothing to compute, no kernel
         name = op.kernel.data if isinstance(op.kernel, StringAttr) else None
         if any(isinstance(o, graph.ReduceOp) for o in members):
             self.rows_kernel(members, outputs, name)
