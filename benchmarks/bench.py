@@ -169,7 +169,9 @@ def matmul_rate() -> tuple[float, float]:
     return 2 * 4096**3 / (ms * 1e-3), ms
 
 
-def measure(w: Workload, bw: float, mm_rate: float, mm_ms: float) -> dict[str, Any]:
+def measure(
+    w: Workload, bw: float, mm_rate: float, mm_ms: float, autotune: bool = False
+) -> dict[str, Any]:
     """One row of the table."""
     import torch
     from triton.testing import do_bench
@@ -180,7 +182,7 @@ def measure(w: Workload, bw: float, mm_rate: float, mm_ms: float) -> dict[str, A
     path = WORKLOADS_DIR / f"{w.name}.ir"
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    compiled = irc.compile(path, device="cuda")
+    compiled = irc.compile(path, device="cuda", autotune=autotune)
     irc_fn = compiled[w.name]
     got = _outputs(irc_fn(*args))
     torch.cuda.synchronize()
@@ -235,7 +237,7 @@ def measure(w: Workload, bw: float, mm_rate: float, mm_ms: float) -> dict[str, A
     return row
 
 
-def run(only: list[str] | None) -> dict[str, Any]:
+def run(only: list[str] | None, autotune: bool = False) -> dict[str, Any]:
     import torch
     import triton
 
@@ -246,7 +248,7 @@ def run(only: list[str] | None) -> dict[str, Any]:
     for w in _workloads():
         if only and w.name not in only:
             continue
-        row = measure(w, bw, mm_rate, mm_ms)
+        row = measure(w, bw, mm_rate, mm_ms, autotune)
         rows.append(row)
         print(format_row(row), flush=True)
     return {
@@ -257,6 +259,7 @@ def run(only: list[str] | None) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d"),
         "copy_bandwidth_GBps": bw / 1e9,
         "bf16_mm_TFLOPs": mm_rate / 1e12,
+        "autotune": autotune,
         "rows": rows,
     }
 
@@ -331,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="workload names to run")
     ap.add_argument("--markdown", help="also write the table as Markdown here")
     ap.add_argument("--json", help="also write the raw results as JSON here")
+    ap.add_argument("--autotune", action="store_true", help="compile irc's kernels with autotuning")
     ap.add_argument(
         "--fresh-caches",
         action="store_true",
@@ -348,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: needs a CUDA GPU", file=sys.stderr)
         return 1
     print(HEADER, flush=True)
-    result = run(args.only)
+    result = run(args.only, args.autotune)
     if args.markdown:
         Path(args.markdown).write_text(markdown(result))
     if args.json:

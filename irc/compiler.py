@@ -24,6 +24,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import SSAValue
 
+from irc.diagnostics import Diagnostic, IrcError
 from irc.dialects import loop, tile
 from irc.frontend import parse_file, set_value_name
 from irc.pipeline import run_pipeline
@@ -46,20 +47,31 @@ def level_of(module: ModuleOp) -> str:
     return "graph"
 
 
-def lower_to_tile(module: ModuleOp, *, verify_each: bool = True) -> ModuleOp:
-    """Runs whatever part of the lowering the module still needs (in place)."""
+def lower_to_tile(
+    module: ModuleOp, *, verify_each: bool = True, autotune: str | None = None
+) -> ModuleOp:
+    """Runs whatever part of the lowering the module still needs (in place).
+
+    With `autotune` set to a device ("cuda"), every kernel's tiling is measured
+    and chosen there before the loop-to-tile step.
+    """
     level = level_of(module)
     if level == "tile":
         return module
     passes = list(LOWERING) if level == "graph" else ["split-reduction", "tile", "loop-to-tile"]
-    return run_pipeline(module, ",".join(passes), verify_each=verify_each)
+    run_pipeline(module, ",".join(passes[:-1]), verify_each=verify_each)
+    if autotune is not None:
+        from irc.autotune import autotune_module
+
+        autotune_module(module, autotune)
+    return run_pipeline(module, passes[-1], verify_each=verify_each)
 
 
-def triton_source(module: ModuleOp, source: str = "irc") -> str:
+def triton_source(module: ModuleOp, source: str = "irc", autotune: str | None = None) -> str:
     """The Triton Python module for `module` (lowered first when needed)."""
     from irc.lowering.tile_to_triton import emit_triton
 
-    lower_to_tile(module)
+    lower_to_tile(module, autotune=autotune)
     return emit_triton(module, "".join(c if c.isprintable() else "?" for c in source))
 
 
@@ -173,8 +185,13 @@ def compile(
     *,
     device: str | None = None,
     fuse: bool = True,
+    autotune: bool = False,
 ) -> CompiledModule:
-    """Compiles a `.ir` file (path) or a parsed module (copied, not changed)."""
+    """Compiles a `.ir` file (path) or a parsed module (copied, not changed).
+
+    `autotune` measures block sizes, warps and stages of every kernel on the GPU
+    (cached on disk); it needs `device="cuda"`.
+    """
     if isinstance(program, ModuleOp):
         # xDSL's clone re-validates name hints and rejects the spec's `%0`: copy them as set.
         mapping: dict[SSAValue, SSAValue] = {}
@@ -189,10 +206,12 @@ def compile(
         source = os.fspath(program)
         verify(module)
     if fuse:
-        from irc.passes import PASSES
-
-        if "fuse" in PASSES:
-            run_pipeline(module, "decompose,fuse")
-    text = triton_source(module, source)
+        run_pipeline(module, "fuse")
+    device = device or default_device()
+    if autotune and device != "cuda":
+        raise IrcError(
+            Diagnostic(None, "autotuning measures kernels on a CUDA GPU; none is in use")
+        )
+    text = triton_source(module, source, autotune=device if autotune else None)
     kernels = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))
-    return CompiledModule(text, device or default_device(), kernels, module)
+    return CompiledModule(text, device, kernels, module)

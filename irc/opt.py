@@ -143,6 +143,11 @@ def make_arg_parser() -> argparse.ArgumentParser:
         choices=["text", "json"],
         help="print every fusion group and rejected candidate to stderr (with --fuse)",
     )
+    ap.add_argument(
+        "--autotune",
+        action="store_true",
+        help="with --emit triton: time block sizes, warps and stages per kernel on the GPU (cached)",
+    )
     ap.add_argument("--no-verify", action="store_true", help="skip the verifier between passes")
     ap.add_argument(
         "--debug", action="store_true", help="show Python tracebacks of internal errors"
@@ -206,7 +211,21 @@ class Driver:
             verify_each=not self.args.no_verify,
             after_pass=self._dump if self.args.print_ir_after_all else None,
         )
+        if getattr(self.args, "autotune", False):
+            return self.autotuned(module)
         return EMITTERS[self.args.emit](module)
+
+    def autotuned(self, module: ModuleOp) -> str:
+        """--autotune: kernels' tilings measured on the GPU before Triton is printed."""
+        import torch
+
+        from irc.compiler import triton_source
+
+        if self.args.emit != "triton":
+            raise IrcError(Diagnostic(None, "--autotune chooses kernel tilings: use it with --emit triton"))
+        if not torch.cuda.is_available():
+            raise IrcError(Diagnostic(None, "--autotune measures kernels on a CUDA GPU; none is available"))
+        return triton_source(module, self.filename, autotune="cuda")
 
     def _dump(self, p: ModulePass, module: ModuleOp) -> None:
         sys.stderr.write(f"// -----// IR Dump After {p.name} //----- //\n")

@@ -1,0 +1,206 @@
+"""Autotuning: block sizes, warps and stages per kernel, measured on the GPU.
+
+For each loop.kernel the candidates of its kind (`candidates`) are lowered on
+their own, run on random buffers of the kernel's shapes and timed with
+`triton.testing.do_bench`; the fastest is written on the kernel, where the
+rest of the pipeline reads it. Winners are cached in
+`<cache dir>/autotune.json`, keyed by the kernel's loop IR (tiling removed),
+the GPU's name and Triton's version, so a second run only reads the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, MemRefType, ModuleOp, i64
+
+from irc.dialects import loop
+from irc.passes.tile import KernelShape, Tiling, choose_tiling, kernel_shape, next_pow2
+from irc.types import numel
+
+
+def candidates(shape: KernelShape) -> list[Tiling]:
+    """The configurations worth trying for a kernel of this shape (default first)."""
+    default = choose_tiling(shape)
+    out = [default]
+    if shape.kind == "pointwise":
+        n = next_pow2(numel(shape.parallel))
+        for x, w in ((512, 4), (1024, 4), (1024, 8), (2048, 8), (4096, 8), (4096, 16)):
+            if x <= max(n, 512):
+                out.append(Tiling((x,), w))
+    elif shape.kind == "reduction":
+        rows, r = numel(shape.parallel), numel(shape.reduction)
+        full = next_pow2(r)
+        if full <= 8192:
+            for x in (1, 2, 4, 8, 16, 32):
+                if x <= next_pow2(rows) and x * full <= 16384:
+                    for w in (4, 8, 16):
+                        out.append(Tiling((x, full), w))
+        for rb in (1024, 2048, 4096):
+            if rb < full:
+                for w in (4, 8):
+                    out.append(Tiling((1, rb), w))
+    else:
+        *_, m, n = shape.parallel
+        (k,) = shape.reduction
+        for bm, bn, bk, w, s in (
+            (128, 256, 64, 8, 3),
+            (256, 128, 64, 8, 3),
+            (128, 128, 64, 8, 3),
+            (128, 128, 64, 4, 4),
+            (128, 128, 32, 4, 4),
+            (64, 128, 64, 4, 4),
+            (64, 64, 32, 4, 3),
+        ):
+            if (
+                bm <= max(16, next_pow2(m))
+                and bn <= max(16, next_pow2(n))
+                and bk <= max(16, next_pow2(k))
+            ):
+                out.append(Tiling((bm, bn, bk), w, s))
+    unique: list[Tiling] = []
+    for t in out:
+        if t not in unique:
+            unique.append(t)
+    return unique
+
+
+def set_tiling(kernel: loop.KernelOp, t: Tiling) -> None:
+    kernel.block = ArrayAttr([IntegerAttr(b, i64) for b in t.block])
+    kernel.warps = IntegerAttr(t.warps, i64)
+    kernel.stages = IntegerAttr(t.stages, i64)
+
+
+def kernel_key(kernel: loop.KernelOp, device_name: str, triton_version: str) -> str:
+    from irc.printer import print_module
+
+    clone = kernel.clone()
+    for prop in ("block", "warps", "stages"):
+        clone.properties.pop(prop, None)
+    text = print_module(clone)
+    clone.erase()
+    return hashlib.sha256(f"{device_name}|{triton_version}|{text}".encode()).hexdigest()[:32]
+
+
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total: int, stream: Any = None):
+        self.total = max(total, 1)
+        self.done = 0
+        self.stream = stream or sys.stderr
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        filled = int(30 * self.done / self.total)
+        bar = "#" * filled + "." * (30 - filled)
+        self.stream.write(f"\rautotune [{bar}] {self.done}/{self.total} {label[:50]:<50}")
+        if self.done >= self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def _buffers(kernel: loop.KernelOp, device: str) -> list[Any]:
+    import torch
+
+    from irc.reference import torch_dtype
+
+    memrefs: list[Any] = []
+    for op in kernel.body.walk():
+        if isinstance(op, loop.LoadOp | loop.StoreOp) and op.buffer not in memrefs:
+            memrefs.append(op.buffer)
+    out = []
+    for m in memrefs:
+        t = m.type
+        assert isinstance(t, MemRefType)
+        dtype = torch_dtype(t.element_type)
+        shape = list(t.get_shape())
+        if dtype.is_floating_point:
+            out.append(torch.randn(shape, device=device, dtype=dtype))
+        else:
+            out.append(torch.zeros(shape, device=device, dtype=dtype))
+    return out
+
+
+def time_tiling(kernel: loop.KernelOp, t: Tiling, device: str) -> float:
+    """Milliseconds of one candidate (inf when it fails to compile or run)."""
+    from triton.testing import do_bench
+
+    from irc.compiler import load_source
+    from irc.lowering.loop_to_tile import KernelTranslator
+    from irc.lowering.tile_to_triton import emit_triton
+
+    trial = kernel.clone()
+    set_tiling(trial, t)
+    name = "irc_autotune_kernel"
+    tk = KernelTranslator(trial, name).build()
+    source = emit_triton(ModuleOp([tk]), "autotune")
+    try:
+        mod = load_source(source, device)
+        fn = getattr(mod, name)
+        bufs = _buffers(trial, device)
+        grid = tuple(a.value.data for a in tk.grid.data)  # type: ignore[attr-defined]
+        options: dict[str, int] = {"num_warps": t.warps}
+        if t.stages > 1:
+            options["num_stages"] = t.stages
+
+        def launch() -> None:
+            fn[grid](*bufs, **options)
+
+        return float(do_bench(launch, warmup=10, rep=40))
+    except Exception:  # a configuration that does not fit (registers, shared memory)
+        return float("inf")
+    finally:
+        trial.erase()
+
+
+def autotune_module(
+    module: ModuleOp,
+    device: str = "cuda",
+    cache_file: Path | None = None,
+    progress: bool = True,
+    timer: Callable[[loop.KernelOp, Tiling, str], float] = time_tiling,
+) -> dict[str, dict[str, Any]]:
+    """Picks and records the fastest tiling of every loop.kernel in `module`."""
+    import torch
+    import triton
+
+    from irc.compiler import cache_dir
+
+    device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    path = cache_file or cache_dir() / "autotune.json"
+    try:
+        cache: dict[str, dict[str, Any]] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    todo = [(k, kernel_key(k, device_name, triton.__version__)) for k in kernels]
+    bar = (
+        Progress(sum(len(candidates(kernel_shape(k))) for k, key in todo if key not in cache))
+        if progress
+        else None
+    )
+    results: dict[str, dict[str, Any]] = {}
+    for k, key in todo:
+        hit = cache.get(key)
+        if hit is None:
+            timings = []
+            for t in candidates(kernel_shape(k)):
+                timings.append((timer(k, t, device), t))
+                if bar:
+                    bar.step(k.kernel_name.data)
+            ms, best = min(timings, key=lambda pair: pair[0])
+            hit = {"block": list(best.block), "warps": best.warps, "stages": best.stages, "ms": ms}
+            cache[key] = hit
+        set_tiling(k, Tiling(tuple(hit["block"]), hit["warps"], hit["stages"]))
+        results[k.kernel_name.data] = hit
+    try:
+        path.write_text(json.dumps(cache, indent=1))
+    except OSError:
+        pass
+    return results
