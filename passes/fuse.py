@@ -245,6 +245,12 @@ def _rows_schema(
             raise Rejected(f"{op.name} of shape {list(shape)} is outside the rows of {list(full)}")
         if not isinstance(op, CHEAP_OPS):
             raise Rejected(f"{op.name} of shape {list(shape)} would be recomputed per element")
+    for v in group_io(g, ops)[1]:
+        if shape_of(v.type) not in (full, row_keep, row):
+            raise Rejected(
+                f"an output of shape {list(shape_of(v.type))} is neither a row nor an element "
+                f"of {list(full)}"
+            )
     for r in reductions:
         assert isinstance(r, graph.ReduceOp)
         if r.keeps_dims() or not row:
