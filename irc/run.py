@@ -240,28 +240,29 @@ def summarize(x: torch.Tensor) -> str:
         return f"{head} true={int(flat.sum().item())}/{x.numel()}"
     chunks = [flat[i : i + STATS_CHUNK] for i in range(0, flat.numel(), STATS_CHUNK)]
     count, total = 0, 0.0
-    lo, hi = float("inf"), float("-inf")
+    lo: float | int | None = None
+    hi: float | int | None = None
     nan = pos = neg = 0
     for c in chunks:
-        d = c.double()
         if x.dtype.is_floating_point:
-            finite = torch.isfinite(d)
-            nan += int(torch.isnan(d).sum().item())
-            pos += int((d == float("inf")).sum().item())
-            neg += int((d == float("-inf")).sum().item())
-            d = d[finite]
-        if d.numel() == 0:
+            nan += int(torch.isnan(c).sum().item())
+            pos += int((c == float("inf")).sum().item())
+            neg += int((c == float("-inf")).sum().item())
+            c = c[torch.isfinite(c)]
+        if c.numel() == 0:
             continue
-        count += d.numel()
-        total += d.sum().item()
-        lo = min(lo, d.min().item())
-        hi = max(hi, d.max().item())
+        count += c.numel()
+        total += c.double().sum().item()
+        # min/max in the tensor's own dtype: exact for i64 beyond 2**53.
+        c_lo, c_hi = c.min().item(), c.max().item()
+        lo = c_lo if lo is None else min(lo, c_lo)
+        hi = c_hi if hi is None else max(hi, c_hi)
     extra = [f"{k}={v}" for k, v in (("nan", nan), ("+inf", pos), ("-inf", neg)) if v]
-    if count == 0:
+    if lo is None or hi is None:
         return " ".join([head, "no finite values", *extra])
     mean = total / count
-    if x.numel() == 1 and count == 1:
-        return f"{head} value={_num(mean)}"
+    if x.numel() == 1:
+        return f"{head} value={_num(lo)}"
     # A second pass: the sum of squared deviations is stabler than E[x^2] - mean^2.
     squares = 0.0
     for c in chunks:
@@ -274,8 +275,9 @@ def summarize(x: torch.Tensor) -> str:
     return " ".join([head, stats, *extra])
 
 
-def _num(v: float) -> str:
-    return f"{v:.6g}"
+def _num(v: float | int) -> str:
+    """Integers exactly, floats to 6 significant digits."""
+    return str(v) if isinstance(v, int) else f"{v:.6g}"
 
 
 def _stats_bytes(fn: func.FuncOp) -> int:

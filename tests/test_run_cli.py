@@ -107,6 +107,11 @@ def test_summary_of_mixed_values() -> None:
     assert summarize(torch.tensor([[-3]], dtype=torch.int64)) == "shape=[1, 1] dtype=i64 value=-3"
     assert summarize(torch.tensor(float("-inf"))) == "shape=[] dtype=f32 no finite values -inf=1"
     assert summarize(torch.tensor([True, False])) == "shape=[2] dtype=i1 true=1/2"
+    big = torch.tensor([2**62 + 1, -(2**62) - 1, 4])
+    assert summarize(big).startswith(f"shape=[3] dtype=i64 min={-(2**62) - 1} max={2**62 + 1} ")
+    assert summarize(torch.tensor([-3, 3], dtype=torch.int32)) == (
+        "shape=[2] dtype=i32 min=-3 max=3 mean=0 std=3"
+    )
 
 
 def test_summary_is_chunked(monkeypatch: pytest.MonkeyPatch) -> None:
