@@ -61,6 +61,20 @@ def _irc_dot_bf16(a, b, acc):
 
 
 @triton.jit
+def _irc_to_bf16(x):
+    # Triton's interpreter truncates f32 -> bf16 (and flushes subnormals); torch rounds
+    # to nearest even. There the rounding is done on the bits, as torch does it.
+    if _IRC_INTERPRETED:
+        f = x.to(tl.float32)
+        bits = f.to(tl.uint32, bitcast=True)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        bits = tl.where(f != f, (bits >> 16) | 0x40, rounded)  # NaN stays a quiet NaN
+        return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return x.to(tl.float32).to(tl.bfloat16)
+
+
+@triton.jit
 def _irc_max(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
@@ -118,7 +132,7 @@ def _launch(kernel, grid, args, num_warps, num_stages=None):
     compiled = kernel[grid](*args, **options)
     # Triton specializes pointers on 16-byte alignment: cache only that variant.
     if aligned and not _IRC_INTERPRETED and hasattr(compiled, "__getitem__"):
-        _LAUNCHERS[(kernel, grid)] = compiled[grid]
+        _LAUNCHERS[(kernel, grid)] = compiled[tuple(grid) + (1,) * (3 - len(grid))]
 """
 
 
@@ -304,6 +318,8 @@ class KernelPrinter:
             target = _elem(op.result)
             if target == "i1":
                 return f"{args[0]} != 0"
+            if target == "bf16":
+                return f"_irc_to_bf16({args[0]})"
             if target in ("f16", "bf16") and _elem(op.args[0]) not in ("f32", "f16", "bf16"):
                 # Through f32, as torch converts (and the interpreter casts to bf16 only so).
                 return f"{args[0]}.to(tl.float32).to({TL_DTYPE[target]})"
