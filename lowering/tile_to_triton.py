@@ -75,6 +75,16 @@ def _irc_to_bf16(x):
 
 
 @triton.jit
+def _irc_from_bf16(x):
+    # The interpreter flushes bf16 subnormals to zero when widening; widen the bits.
+    if _IRC_INTERPRETED:
+        bits = x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16
+        return bits.to(tl.float32, bitcast=True)
+    else:
+        return x.to(tl.float32)
+
+
+@triton.jit
 def _irc_max(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
@@ -320,6 +330,9 @@ class KernelPrinter:
                 return f"{args[0]} != 0"
             if target == "bf16":
                 return f"_irc_to_bf16({args[0]})"
+            if _elem(op.args[0]) == "bf16":
+                wide = f"_irc_from_bf16({args[0]})"
+                return wide if target == "f32" else f"{wide}.to({TL_DTYPE[target]})"
             if target in ("f16", "bf16") and _elem(op.args[0]) not in ("f32", "f16", "bf16"):
                 # Through f32, as torch converts (and the interpreter casts to bf16 only so).
                 return f"{args[0]}.to(tl.float32).to({TL_DTYPE[target]})"
