@@ -48,6 +48,7 @@ import triton.language as tl
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 _IRC_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+_RUNTIME = triton.knobs.runtime
 
 
 @triton.jit
@@ -115,34 +116,51 @@ def _irc_pow(a, b):
 def _check(x, shape, dtype, fn, i):
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{fn}: argument {i} must be a torch.Tensor, got {type(x).__name__}")
-    if tuple(x.shape) != shape or x.dtype != dtype:
+    if x.shape != shape or x.dtype != dtype:
         raise ValueError(
             f"{fn}: argument {i} must be a {dtype} tensor of shape {list(shape)}, "
             f"got {x.dtype} of shape {list(x.shape)}"
         )
     if x.device.type != DEVICE:
         raise ValueError(f"{fn}: argument {i} is on {x.device.type}; this module runs on {DEVICE}")
-    return x.contiguous()
+    return x if x.is_contiguous() else x.contiguous()
 
 
 _LAUNCHERS = {}
 
 
 def _launch(kernel, grid, args, num_warps, num_stages=None):
-    # After its first launch a kernel goes straight through Triton's compiled
-    # handle, skipping the argument binding that costs most of a small call.
-    aligned = all(a.data_ptr() % 16 == 0 for a in args)
-    runner = _LAUNCHERS.get((kernel, grid))
-    if runner is not None and aligned:
-        runner(*args)
-        return
+    # After its first launch a kernel goes straight to Triton's compiled launcher
+    # with the handles cached here, skipping the argument binding and lookups
+    # that cost most of a small call.
+    fast = _LAUNCHERS.get(kernel)
+    if fast is not None:
+        for a in args:
+            if a.data_ptr() % 16:
+                break
+        else:
+            compiled, grid3, get_stream, device = fast
+            stream = get_stream(device)
+            compiled.run(
+                *grid3, stream, compiled.function, compiled.packed_metadata,
+                compiled.launch_metadata(grid3, stream, *args),
+                _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook, *args,
+            )
+            return
     options = {"num_warps": num_warps}
     if num_stages is not None:
         options["num_stages"] = num_stages
     compiled = kernel[grid](*args, **options)
     # Triton specializes pointers on 16-byte alignment: cache only that variant.
-    if aligned and not _IRC_INTERPRETED and hasattr(compiled, "__getitem__"):
-        _LAUNCHERS[(kernel, grid)] = compiled[tuple(grid) + (1,) * (3 - len(grid))]
+    if not _IRC_INTERPRETED and all(a.data_ptr() % 16 == 0 for a in args):
+        from triton.runtime.driver import driver
+
+        compiled._init_handles()
+        grid3 = tuple(grid) + (1,) * (3 - len(grid))
+        active = driver.active
+        _LAUNCHERS[kernel] = (compiled, grid3, active.get_current_stream, active.get_current_device())
+
+
 """
 
 
