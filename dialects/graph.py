@@ -63,7 +63,7 @@ Props = dict[str, Attribute]
 def _int_list(op_name: str, props: Props, key: str) -> list[int]:
     attr = props.get(key)
     if attr is None:
-        raise GraphVerifyError(f"{op_name} needs the attribute '{key} = [...]'")
+        raise GraphVerifyError(f"{op_name} needs the attribute '{key}', like {{{key} = [0]}}")
     if not isinstance(attr, ArrayAttr) or not all(
         isinstance(a, IntegerAttr) and not _is_bool(a) for a in attr.data
     ):
@@ -87,7 +87,7 @@ def _bool(op_name: str, props: Props, key: str, default: bool) -> bool:
 def _int(op_name: str, props: Props, key: str) -> int:
     attr = props.get(key)
     if attr is None:
-        raise GraphVerifyError(f"{op_name} needs the attribute '{key} = N'")
+        raise GraphVerifyError(f"{op_name} needs the attribute '{key}', like {{{key} = 0}}")
     if not isinstance(attr, IntegerAttr) or _is_bool(attr):
         raise GraphVerifyError(f"{op_name}: '{key}' must be an integer")
     return attr.value.data
@@ -97,7 +97,7 @@ def _float(op_name: str, props: Props, key: str, default: float | None = None) -
     attr = props.get(key)
     if attr is None:
         if default is None:
-            raise GraphVerifyError(f"{op_name} needs the attribute '{key} = NUMBER'")
+            raise GraphVerifyError(f"{op_name} needs the attribute '{key}', like {{{key} = 1.0}}")
         return default
     if isinstance(attr, FloatAttr):
         return attr.value.data
@@ -382,7 +382,7 @@ class ConstantOp(GraphOp):
         _check_size(t)
         v = props.get("value")
         if v is None:
-            raise GraphVerifyError("graph.constant needs the attribute 'value = NUMBER'")
+            raise GraphVerifyError("graph.constant needs the attribute 'value', like {value = 1.0}")
         if _is_bool(v):
             if t.element_type != I1:
                 raise GraphVerifyError(

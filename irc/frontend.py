@@ -100,7 +100,9 @@ def decode_source(data: bytes, filename: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        start = data.rfind(b"\n", 0, e.start) + 1
+        # The column counts characters, as in every other diagnostic.
+        col = len(data[start : e.start].decode("utf-8", "replace")) + 1
         raise IrcError.at(
             Location(filename, line, col),
             f"the file is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
@@ -150,6 +152,11 @@ _CLOSERS = set(_OPENERS.values())
 _MAX_LIST_DEPTH = 16
 _TYPE_WORDS = {"tensor", "memref", "ptr", *SCALAR_TYPES}
 _ATTR_VALUE = {"NUMBER", "TRUE", "FALSE", "STRING", "SYMBOL", "LSQB", "TYPE_NAME"}
+
+
+def _statement_kind(ftype: str, ftext: str) -> str:
+    """RETURN for the word `return` however the lexer took it in a context without it."""
+    return "RETURN" if ftext == "return" else ftype
 
 
 def _describe_token(tok: Token) -> str:
@@ -289,9 +296,11 @@ class _SyntaxErrors:
                 return IrcError.at(
                     loc, f"expected a {what} name after '{ch}' (letters, digits, _ . $ -)"
                 )
-            found = f"character {_quote(ch)}"
-            found_type = "?"
-            found_text = ch
+            word = re.match(r"[A-Za-z0-9_.$-]+", self.text[pos:])
+            if word is not None:
+                found, found_type, found_text = _quote(word.group()), "WORD", word.group()
+            else:
+                found, found_type, found_text = f"character {_quote(ch)}", "?", ch
         else:
             tok: Token = e.token if isinstance(e, UnexpectedToken) else Token("$END", "")
             found_type = tok.type
@@ -375,7 +384,7 @@ class _SyntaxErrors:
             tail = ctx.statement_tail(-1)
             if tail and tail[0] in ("VALUE", "rule:value_list", "OPNAME"):
                 return self._explain_line(ctx, "top", -1, found, ftype, ftext)
-            return self._explain_top(ctx, found, ftype)
+            return self._explain_top(ctx, found, _statement_kind(ftype, ftext))
         return f"expected {_expected_words(acc)}, found {found}"
 
     def _explain_line(
@@ -393,7 +402,7 @@ class _SyntaxErrors:
             if header is not None:
                 return header
         if where == "module" and not ctx.statement_started(index):
-            if ftype in ("VALUE", "OPNAME", "RETURN"):
+            if _statement_kind(ftype, ftext) in ("VALUE", "OPNAME", "RETURN"):
                 return f"expected 'func' or '}}' in the module, found {found} outside any function"
             return f"expected 'func' or '}}' in the module, found {found}"
         if not ctx.statement_started(index):
@@ -475,16 +484,21 @@ class _SyntaxErrors:
                 self.tok_loc(func_tok),
                 f"function {sym} is not closed: expected '}}' before the end of the file",
             )
-        for _, tok in ctx.open:
+        for i, tok in ctx.open:
             if tok.type == "LBRACE":
+                keyword = ctx.stack[i - 1] if i > 0 else tok
+                if isinstance(keyword, Token) and keyword.type == "MODULE":
+                    return IrcError.at(
+                        self.tok_loc(keyword),
+                        "module is not closed: expected '}' before the end of the file",
+                    )
                 return IrcError.at(
                     self.tok_loc(tok), "'{' is not closed: expected '}' before the end of the file"
                 )
+        # Unreachable while the text ends in a line break (build() sees to it):
+        # the line break is met first. Said as any other token would be.
         line = max(self.text.count("\n"), 1)
-        return IrcError.at(
-            self.loc(line, 1),
-            f"unexpected end of the file; expected {_expected_words(ctx.accepts)}",
-        )
+        return IrcError.at(self.loc(line, 1), self._explain(ctx, "the end of the file", "$END", ""))
 
 
 class _Builder(_SyntaxErrors):
@@ -543,11 +557,13 @@ class _Builder(_SyntaxErrors):
                     # Top-level ops (tile.kernel) live beside the functions.
                     op_name = str(fnode.children[2])
                     if op_name.startswith(("graph.", "func.")) or op_name not in self.op_classes:
+                        hint = ""
+                        if any(isinstance(f, func.FuncOp) for f in funcs):
+                            hint = " (does a '}' above close the function too early?)"
                         raise self.error(
                             fnode.children[2],
                             f"'{op_name}' outside any function: ops are written inside "
-                            "'func @name(...) { ... }' (does a '}' above close the function "
-                            "too early?)",
+                            f"'func @name(...) {{ ... }}'{hint}",
                         )
                     self.scope, self.pending = {}, {}
                     funcs.append(self._op(fnode))

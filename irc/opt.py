@@ -222,9 +222,13 @@ class Driver:
         from irc.compiler import triton_source
 
         if self.args.emit != "triton":
-            raise IrcError(Diagnostic(None, "--autotune chooses kernel tilings: use it with --emit triton"))
+            raise IrcError(
+                Diagnostic(None, "--autotune chooses kernel tilings: use it with --emit triton")
+            )
         if not torch.cuda.is_available():
-            raise IrcError(Diagnostic(None, "--autotune measures kernels on a CUDA GPU; none is available"))
+            raise IrcError(
+                Diagnostic(None, "--autotune measures kernels on a CUDA GPU; none is available")
+            )
         return triton_source(module, self.filename, autotune="cuda")
 
     def _dump(self, p: ModulePass, module: ModuleOp) -> None:
@@ -232,7 +236,7 @@ class Driver:
         sys.stderr.write(print_module(module))
 
     def format(self, diag: Diagnostic) -> str:
-        return self.sources.format(diag)
+        return format_diagnostic(self.sources, diag)
 
 
 # --- --verify-diagnostics ---------------------------------------------------
@@ -315,16 +319,18 @@ def run(argv: Sequence[str] | None = None, stdout: Any = None) -> int:
     except IrcError as e:
         sources = SourceManager()
         for d in e.diagnostics:
-            sys.stderr.write(
-                f"irc-opt: {sources.format(d)}\n"
-                if d.location is None
-                else sources.format(d) + "\n"
-            )
+            sys.stderr.write(format_diagnostic(sources, d) + "\n")
         return 1
     except KeyboardInterrupt:
         return 130
     except Exception as e:
         return _internal_error(e, args.debug)
+
+
+def format_diagnostic(sources: SourceManager, d: Diagnostic) -> str:
+    """A diagnostic as printed; one without a place in a file names the tool."""
+    text = sources.format(d)
+    return f"irc-opt: {text}" if d.location is None else text
 
 
 def _internal_error(e: BaseException, debug: bool) -> int:
@@ -350,7 +356,15 @@ def _run(args: argparse.Namespace, out_stream: Any) -> int:
                 data = f.read()
         except OSError as e:
             raise IrcError(Diagnostic(None, f"cannot read '{filename}': {e.strerror}")) from None
-    text = decode_source(data, filename)
+    try:
+        text = decode_source(data, filename)
+    except IrcError as e:
+        # Quote the line with the bad byte shown as a replacement character.
+        sources = SourceManager()
+        sources.add(filename, data.decode("utf-8", "replace"))
+        for d in e.diagnostics:
+            sys.stderr.write(format_diagnostic(sources, d) + "\n")
+        return 1
     driver = Driver(args, filename)
     outputs: list[str] = []
     status = 0

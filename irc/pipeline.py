@@ -16,7 +16,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.utils.arg_spec import parse_pipeline
+from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
 from irc.diagnostics import Diagnostic, IrcError
@@ -63,12 +63,28 @@ def build_pipeline(spec: str) -> list[ModulePass]:
             known = ", ".join(sorted(PASSES))
             raise IrcError(Diagnostic(None, f"unknown pass '{s.name}' (available: {known})"))
         cls = PASSES[s.name]()
-        _check_options(s.name, cls, s.normalize_parameter_names().parameters)
+        s = _checked_spec(s, cls)
         try:
             passes.append(cls.from_pass_spec(s))
         except (ValueError, TypeError, ArgSpecParseError) as e:
             raise IrcError(Diagnostic(None, f"bad options for pass '{s.name}': {e}")) from None
     return passes
+
+
+def _checked_spec(spec: ArgSpec, cls: type[ModulePass]) -> ArgSpec:
+    """The spec with its option names checked and whole numbers given to float options
+    made floats (xDSL takes `2` for a float option as a type error)."""
+    spec = spec.normalize_parameter_names()
+    _check_options(spec.name, cls, spec.parameters)
+    hints = typing.get_type_hints(cls)
+    parameters = dict(spec.parameters)
+    for key, values in parameters.items():
+        if hints.get(key) is float:
+            parameters[key] = tuple(
+                float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+                for v in (values if isinstance(values, tuple) else (values,))
+            )
+    return ArgSpec(spec.name, parameters)
 
 
 def _check_options(name: str, cls: type[ModulePass], given: Mapping[str, object]) -> None:

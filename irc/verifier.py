@@ -36,11 +36,12 @@ def verify(module: ModuleOp, context: str | None = None) -> None:
     is reported as such rather than blamed on the input.
     """
     diagnostics: list[Diagnostic] = []
+    visible: set[SSAValue] = set()  # values of top-level ops other than functions
     for op in module.body.ops:
         if isinstance(op, func.FuncOp):
             _verify_func(op, diagnostics)
         else:
-            _verify_block_ops([op], set(), diagnostics)
+            _verify_block_ops([op], visible, diagnostics)
     if diagnostics:
         if context is not None:
             for d in diagnostics:
@@ -116,7 +117,10 @@ def _verify_op(op: Operation, out: list[Diagnostic]) -> None:
                 Note(value_location(v), f"{value_name(v)} defined here as {format_type(v.type)}")
             )
         # xDSL's own messages may span lines; a diagnostic is one line.
-        message = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        message = ""
+        for line in (part.strip() for part in str(e).splitlines()):
+            if line:
+                message += ("" if not message else " " if message.endswith(":") else "; ") + line
         out.append(Diagnostic(op_location(op), message or type(e).__name__, notes=notes))
 
 
