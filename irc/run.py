@@ -26,6 +26,8 @@ import torch
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 
+from irc.compiler import CompiledModule
+from irc.compiler import compile as compile_module
 from irc.diagnostics import Diagnostic, IrcError, SourceManager, op_location
 from irc.frontend import parse, read_source
 from irc.reference import (
@@ -62,6 +64,14 @@ def make_arg_parser() -> argparse.ArgumentParser:
         "--device", default="cpu", choices=("cpu", "cuda"), help="where to run (default: cpu)"
     )
     ap.add_argument(
+        "--check",
+        action="store_true",
+        help="also compile with irc and compare against the reference (exit 1 on a mismatch)",
+    )
+    ap.add_argument(
+        "--no-fuse", action="store_true", help="with --check: compile without fusion, to compare"
+    )
+    ap.add_argument(
         "--debug", action="store_true", help="show Python tracebacks of internal errors"
     )
     return ap
@@ -92,6 +102,7 @@ class Runner:
         self.out = out
         self.sources = SourceManager()
         self.filename = args.input if args.input != "-" else "<stdin>"
+        self._compiled: CompiledModule | None = None
 
     def load(self) -> ModuleOp:
         text = read_source(self.args.input)
@@ -196,10 +207,35 @@ class Runner:
         """Runs one function and prints its report; returns its exit status."""
         result = self.run_reference(fn, device)
         self.report(result, device)
+        if self.args.check:
+            return self.check(result, device)
         return 0
+
+    def compiled(self, device: torch.device) -> CompiledModule:
+        """The whole file compiled once (fused unless --no-fuse) for `device`."""
+        if self._compiled is None:
+            self._compiled = compile_module(
+                self.module, device=device.type, fuse=not self.args.no_fuse
+            )
+        return self._compiled
+
+    def check(self, result: FunctionRun, device: torch.device) -> int:
+        """--check: irc's kernels against the reference on the same inputs."""
+        compiled = self.compiled(device)
+        got = compiled.run(result.name, result.inputs)
+        mode = "unfused" if self.args.no_fuse else "fused"
+        self.out.write(f"  check ({mode}, {compiled.kernel_count} kernels in the file):\n")
+        status = 0
+        for i, (g, want) in enumerate(zip(got, result.outputs, strict=True)):
+            verdict = compare(g, want)
+            if verdict.startswith("MISMATCH"):
+                status = 1
+            self.out.write(f"    out {i}: {verdict}\n")
+        return status
 
     def main(self) -> int:
         module = self.load()
+        self.module = module
         fns = self.select(module)
         device = self.device()
         for fn in fns:
@@ -223,6 +259,31 @@ class Runner:
             finally:
                 self.out.flush()
         return status
+
+
+def compare(got: torch.Tensor, want: torch.Tensor) -> str:
+    """`ok` or `MISMATCH`, with the max absolute and relative errors.
+
+    Tolerances are torch.testing.assert_close's defaults for the dtype; NaNs
+    must sit in the same places.
+    """
+    try:
+        torch.testing.assert_close(got, want, equal_nan=True)
+        verdict = "ok"
+    except AssertionError:
+        verdict = "MISMATCH"
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"{verdict}: got {got.dtype} {list(got.shape)}, want {want.dtype} {list(want.shape)}"
+    if not (got.is_floating_point() or got.is_complex()):
+        wrong = int((got != want).sum().item())
+        return f"{verdict}: {wrong} of {want.numel()} elements differ"
+    g, w = got.double(), want.double()
+    both = torch.isfinite(g) & torch.isfinite(w)
+    diff = (g - w).abs()[both]
+    if diff.numel() == 0:
+        return f"{verdict}: no finite values to compare"
+    rel = diff / w.abs()[both].clamp_min(torch.finfo(want.dtype).tiny)
+    return f"{verdict}: max abs err {diff.max().item():.3g}, max rel err {rel.max().item():.3g}"
 
 
 # --- statistics -------------------------------------------------------------------
