@@ -8,12 +8,15 @@ Inputs are fresh random tensors from `irc.reference.random_inputs` (never all
 zeros), shapes are ragged (not multiples of any block size) and cover ranks
 0 to 4. Large-tensor behaviour (int64 indices) is checked on the emitted source
 only, without running it.
+
+The same suite runs on a GPU with `IRC_TEST_DEVICE=cuda` (default: cpu).
 """
 
 from __future__ import annotations
 
 import io
 import math
+import os
 import re
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +44,7 @@ DTYPES = {
     "i1": torch.bool,
 }
 FLOATS = ("f32", "f16", "bf16", "f64")
+DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 
 Shape = tuple[int, ...]
 
@@ -93,11 +97,11 @@ def one_op(
 def compile_text(text: str) -> tuple[ModuleOp, CompiledModule]:
     module = irc.parse(text, "test.ir")
     irc.verify(module)
-    return module, irc.compile(module, device="cpu", fuse=False)
+    return module, irc.compile(module, device=DEVICE, fuse=False)
 
 
 def inputs_for(module: ModuleOp, name: str = "f", seed: int = 0) -> list[Tensor]:
-    return random_inputs(functions(module)[name], seed)
+    return random_inputs(functions(module)[name], seed, DEVICE)
 
 
 def check(
@@ -281,7 +285,7 @@ def share_values(x: Tensor, y: Tensor) -> list[Tensor]:
     yb = y.expand_as(x) if y.dim() <= x.dim() else y
     if yb.shape != x.shape:
         return [x, y]
-    pick = torch.arange(x.numel()).reshape(x.shape) % 2 == 0
+    pick = torch.arange(x.numel(), device=x.device).reshape(x.shape) % 2 == 0
     return [torch.where(pick, yb, x), y]
 
 
@@ -377,7 +381,7 @@ def test_constant_returned(value: str, shape: Shape, el: str) -> None:
     number = {"true": True, "false": False}.get(value, None)
     if number is None:
         number = float(value) if el in FLOATS else int(value)
-    check(text, lambda: torch.full(shape, number, dtype=DTYPES[el]))
+    check(text, lambda: torch.full(shape, number, dtype=DTYPES[el], device=DEVICE))
 
 
 @pytest.mark.parametrize("el", ["f32", "f16", "i32", "i64"])
@@ -394,7 +398,11 @@ def test_constant_operand(el: str) -> None:
         ],
         [("z", (37, 31), el)],
     )
-    c = torch.tensor(float(value), dtype=DTYPES[el]) if not el.startswith("i") else int(value)
+    c = (
+        torch.tensor(float(value), dtype=DTYPES[el], device=DEVICE)
+        if not el.startswith("i")
+        else int(value)
+    )
     # Constants are splats read in place: no kernel computes them.
     check(text, lambda x: x * c + c, kernels=2)
 
@@ -890,10 +898,10 @@ def test_non_contiguous_inputs_of_every_kind() -> None:
     )
     module, compiled = compile_text(text)
     g = torch.Generator().manual_seed(1)
-    a = torch.randn(30, 37, generator=g).t()  # transposed
-    b = torch.randn(37, 60, generator=g)[:, ::2]  # strided columns
-    c = torch.randn(1, 30, generator=g).expand(37, 30)  # stride 0
-    d = torch.randn(37, 5, 30, generator=g).permute(1, 2, 0)  # rank 3, permuted
+    a = torch.randn(30, 37, generator=g).to(DEVICE).t()  # transposed
+    b = torch.randn(37, 60, generator=g).to(DEVICE)[:, ::2]  # strided columns
+    c = torch.randn(1, 30, generator=g).to(DEVICE).expand(37, 30)  # stride 0
+    d = torch.randn(37, 5, 30, generator=g).to(DEVICE).permute(1, 2, 0)  # rank 3, permuted
     assert not any(x.is_contiguous() for x in (a, b, c, d))
     (o,) = compiled.run("f", [a, b, c, d])
     assert_close(o, (a + b) * c - d.transpose(1, 2).sum(0))
@@ -904,8 +912,8 @@ def test_non_contiguous_matmul_operands() -> None:
         one_op("matmul", [((37, 29), "f32"), ((29, 45), "f32")], ((37, 45), "f32"))
     )
     g = torch.Generator().manual_seed(2)
-    a = torch.randn(29, 37, generator=g).t()
-    b = torch.randn(45, 29, generator=g).t()
+    a = torch.randn(29, 37, generator=g).to(DEVICE).t()
+    b = torch.randn(45, 29, generator=g).to(DEVICE).t()
     (c,) = compiled.run("f", [a, b])
     assert_close(c, a @ b)
 
@@ -913,9 +921,9 @@ def test_non_contiguous_matmul_operands() -> None:
 def test_wrong_argument_is_rejected() -> None:
     module, compiled = compile_text(one_op("exp", [((37, 30), "f32")], ((37, 30), "f32")))
     with pytest.raises(ValueError, match="shape"):
-        compiled.run("f", [torch.randn(30, 37)])
+        compiled.run("f", [torch.randn(30, 37, device=DEVICE)])
     with pytest.raises(ValueError, match="float"):
-        compiled.run("f", [torch.randn(37, 30, dtype=torch.float64)])
+        compiled.run("f", [torch.randn(37, 30, dtype=torch.float64, device=DEVICE)])
 
 
 # --- several results, several functions, odd names ------------------------------------------
@@ -939,7 +947,7 @@ def test_several_results_and_functions() -> None:
     assert_close(t, x.t().contiguous())
     assert t.is_contiguous()
     assert_close(same, x)
-    assert_close(c, torch.tensor(4.0))
+    assert_close(c, torch.tensor(4.0, device=DEVICE))
     (s,) = inputs_for(module, "g")
     assert_close(compiled.g(s), -s)
 
