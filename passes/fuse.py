@@ -540,17 +540,43 @@ def _kernel_name(ops: Sequence[Operation], kind: str, counter: list[int]) -> str
 def materialize(g: FusionGraph, ops: Sequence[Operation], name: str, kind: str) -> graph.FusedOp:
     """Moves a group's ops (and the views between them) into one graph.fused op."""
     members = set(ops)
-    # Views whose input is made in the group and which are read only inside it go in too.
+    fn_block = g.fn.body.block
+    # Views of values made in the group (chains of them too) that the group reads go
+    # in: moved when only the group reads them, else copied, so that the kernel never
+    # reads a view of its own output from outside (a cycle). Constants read only
+    # inside go in too.
+    made_inside: set[Operation] = set()
+    for op in fn_block.ops:
+        if isinstance(op, VIEW_OPS) and (
+            op.operands[0].owner in members or op.operands[0].owner in made_inside
+        ):
+            made_inside.add(op)
+    needed: set[Operation] = set()
+    for op in reversed(list(fn_block.ops)):
+        if op in made_inside and any(
+            u.operation in members or u.operation in needed for u in op.results[0].uses
+        ):
+            needed.add(op)
+    for op in list(fn_block.ops):
+        if op not in needed:
+            continue
+        inside = members | needed
+        if all(u.operation in inside for u in op.results[0].uses):
+            members.add(op)
+            continue
+        copy = op.clone()
+        fn_block.insert_op_after(copy, op)
+        op.results[0].replace_uses_with_if(
+            copy.results[0], lambda use, inside=inside: use.operation in inside
+        )
+        members.add(copy)
     inner: list[Operation] = []
-    for op in g.fn.body.block.ops:
+    for op in fn_block.ops:
         if op in members:
             inner.append(op)
-        elif isinstance(op, FREE_OPS):
+        elif isinstance(op, graph.ConstantOp):
             users = [u.operation for u in op.results[0].uses]
-            src = op.operands[0].owner if op.operands else None
-            if users and all(u in members for u in users) and (
-                isinstance(op, graph.ConstantOp) or src in members
-            ):
+            if users and all(u in members for u in users):
                 inner.append(op)
                 members.add(op)
     external: list[SSAValue] = []
