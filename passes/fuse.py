@@ -374,6 +374,12 @@ def _op_label(g: FusionGraph, op: Operation) -> str:
 
 def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> FusionReport:
     """Fuses one graph function in place; returns what was decided and why."""
+    # Views and constants nobody reads go: a dead view of a group's value would
+    # otherwise make that value an output the group's schema never saw.
+    for op in reversed(list(fn.body.block.ops)):
+        if isinstance(op, FREE_OPS) and not op.results[0].uses:
+            op.detach()
+            op.erase()
     g = FusionGraph(fn)
     report = FusionReport(function=fn.sym_name.data)
     group_of: dict[Operation, Group] = {}
