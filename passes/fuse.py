@@ -274,6 +274,12 @@ def _contraction_schema(
         if op in epilogue:
             if shape != out:
                 raise Rejected(f"epilogue {op.name} of shape {list(shape)} differs from the matmul's")
+            moved = _moving_view(op, epilogue | {mm})
+            if moved is not None:
+                raise Rejected(
+                    f"epilogue {op.name} reads the matmul's tile through a {moved.name} "
+                    "(the accumulator cannot be re-indexed)"
+                )
             continue
         # Prologue: cheap, feeding only the matmul (directly or through other prologue ops).
         if not isinstance(op, CHEAP_OPS):
@@ -288,6 +294,30 @@ def _contraction_schema(
         if shape_of(v.type) != out:
             raise Rejected("an output of the contraction kernel is not of the matmul's shape")
     return Schema("contraction")
+
+
+def _moving_view(op: Operation, producers: set[Operation]) -> Operation | None:
+    """A view that moves elements between `op` and a value it reads from `producers`."""
+    for o in op.operands:
+        v, moved = o, None
+        while isinstance(v.owner, VIEW_OPS):
+            view = v.owner
+            if moved is None and not _is_identity_view(view):
+                moved = view
+            v = view.operands[0]
+        if moved is not None and v.owner in producers:
+            return moved
+    return None
+
+
+def _is_identity_view(view: Operation) -> bool:
+    src, dst = shape_of(view.operands[0].type), shape_of(view.results[0].type)
+    if src != dst:
+        return False
+    if isinstance(view, graph.TransposeOp):
+        perm = [p.value.data % len(src) for p in view.perm.data]  # type: ignore[union-attr]
+        return perm == list(range(len(src)))
+    return True
 
 
 def _downstream(g: FusionGraph, root: Operation, members: set[Operation]) -> set[Operation]:
