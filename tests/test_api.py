@@ -1,0 +1,251 @@
+"""The Python embedding API: parse/print, pipelines, the pass registry, xDSL interop."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.parser import Parser
+from xdsl.passes import ModulePass
+from xdsl.universe import Universe
+
+import irc
+from irc.dialects import DIALECTS, all_dialects, graph
+from irc.frontend import op_classes
+from irc.opt import EMITTERS, emit_mlir
+from irc.passes import PASSES
+from irc.passes.decompose import DecomposePass
+from irc.pipeline import PassFailure, context
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
+
+SOFTMAX = """\
+func @softmax(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %y = graph.softmax %x {dim = 1} : tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+"""
+
+
+def test_parse_and_print() -> None:
+    module = irc.parse(SOFTMAX)
+    assert isinstance(module, ModuleOp)
+    (f,) = module.body.ops
+    assert f.sym_name.data == "softmax"  # type: ignore[attr-defined]
+    assert irc.print_module(module) == SOFTMAX
+    # A single function prints on its own too.
+    assert irc.print_module(f) == SOFTMAX
+
+
+def test_parse_file_returns_the_module_and_its_text() -> None:
+    module, text = irc.parse_file(str(ROOT / "examples" / "softmax.ir"))
+    assert text == (ROOT / "examples" / "softmax.ir").read_text()
+    assert [op.sym_name.data for op in module.body.ops] == ["softmax"]  # type: ignore[attr-defined]
+
+
+def test_parse_errors_are_irc_errors_with_locations() -> None:
+    with pytest.raises(irc.IrcError) as info:
+        irc.parse("func @f() {\n  %y = graph.nope\n  return\n}\n", "api.ir")
+    (d,) = info.value.diagnostics
+    assert isinstance(d, irc.Diagnostic)
+    assert d.location == irc.Location("api.ir", 2, 8)
+    assert str(info.value) == d.message
+    assert d.message.startswith("unknown op 'graph.nope' (did you mean graph.")
+
+
+def test_first_line_shifts_locations() -> None:
+    with pytest.raises(irc.IrcError) as info:
+        irc.parse("func @f() {\n  return %q\n}\n", "chunk.ir", first_line=41)
+    assert info.value.diagnostics[0].location == irc.Location("chunk.ir", 42, 10)
+
+
+def test_verify_collects_every_problem() -> None:
+    text = SOFTMAX.replace("{dim = 1} : tensor<4x8xf32>", "{dim = 1} : tensor<4x8xf16>")
+    text = text.replace("return %y : tensor<4x8xf32>", "return %y : tensor<4x8xf16>")
+    module = irc.parse(text)  # the written type is checked by the verifier
+    with pytest.raises(irc.IrcError) as info:
+        irc.verify(module)
+    messages = [d.message for d in info.value.diagnostics]
+    assert messages == [
+        "graph.softmax: result type tensor<4x8xf16> does not match the inferred type "
+        "tensor<4x8xf32>",
+        "return value 0 (%y) has type tensor<4x8xf16> but @softmax declares tensor<4x8xf32>",
+    ]
+
+
+def test_run_pipeline_with_a_string() -> None:
+    module = irc.parse(SOFTMAX)
+    assert irc.run_pipeline(module, "decompose") is module
+    printed = irc.print_module(module)
+    assert "graph.softmax" not in printed
+    assert [line.split("=")[1].split()[0] for line in printed.splitlines() if " = " in line] == [
+        "graph.reduce_max", "graph.sub", "graph.exp", "graph.reduce_sum", "graph.div",
+    ]  # fmt: skip
+
+
+def test_run_pipeline_with_pass_instances_and_a_callback() -> None:
+    module = irc.parse(SOFTMAX)
+    seen: list[tuple[str, str]] = []
+    irc.run_pipeline(
+        module,
+        [DecomposePass(), DecomposePass()],
+        after_pass=lambda p, m: seen.append((p.name, irc.print_module(m))),
+    )
+    assert [name for name, _ in seen] == ["decompose", "decompose"]
+    assert seen[0][1] == seen[1][1] == irc.print_module(module)
+
+
+def test_empty_pipeline_does_nothing() -> None:
+    module = irc.parse(SOFTMAX)
+    assert irc.build_pipeline("") == [] and irc.build_pipeline("  ") == []
+    irc.run_pipeline(module, "")
+    assert irc.print_module(module) == SOFTMAX
+
+
+def test_build_pipeline() -> None:
+    passes = irc.build_pipeline("decompose,decompose")
+    assert passes == [DecomposePass(), DecomposePass()]
+    for spec, message in [
+        ("decompose,,", "malformed pass pipeline"),
+        ("no-such-pass", "unknown pass 'no-such-pass' (available: "),
+        ("decompose{a=1}", "pass 'decompose' has no option 'a'"),
+    ]:
+        with pytest.raises(irc.IrcError) as info:
+            irc.build_pipeline(spec)
+        assert info.value.diagnostics[0].location is None
+        assert message in info.value.diagnostics[0].message
+
+
+def test_a_failing_pass_is_named_and_keeps_its_cause() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Failing(ModulePass):
+        name = "failing"
+
+        def apply(self, ctx: Context, op: ModuleOp) -> None:
+            raise ZeroDivisionError("in the pass")
+
+    with pytest.raises(PassFailure) as info:
+        irc.run_pipeline(irc.parse(SOFTMAX), [Failing()])
+    assert info.value.pass_name == "failing"
+    assert isinstance(info.value.error, ZeroDivisionError)
+    assert "pass 'failing' failed: ZeroDivisionError: in the pass" == str(info.value)
+
+
+def test_verify_each_can_be_turned_off() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Breaker(ModulePass):
+        name = "breaker"
+
+        def apply(self, ctx: Context, op: ModuleOp) -> None:
+            ret = op.body.block.first_op.body.block.last_op  # type: ignore[union-attr]
+            ret.detach()
+            ret.erase()
+
+    irc.run_pipeline(irc.parse(SOFTMAX), [Breaker()], verify_each=False)
+    with pytest.raises(irc.IrcError) as info:
+        irc.run_pipeline(irc.parse(SOFTMAX), [Breaker()])
+    assert info.value.diagnostics[0].message == (
+        "after pass 'breaker': function @softmax must end with 'return'"
+    )
+
+
+# --- the registry and xDSL interop -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PASSES))
+def test_each_registered_pass_is_named_by_its_key(name: str) -> None:
+    cls = PASSES[name]()
+    assert isinstance(cls, type) and issubclass(cls, ModulePass)
+    assert cls.name == name
+    # Each can be built from its own spec (all options have defaults).
+    (p,) = irc.build_pipeline(name)
+    assert isinstance(p, cls)
+
+
+def test_registry_holds_decompose() -> None:
+    assert PASSES["decompose"]() is DecomposePass
+
+
+def test_dialects_hold_every_spec_op() -> None:
+    spec_ops = (
+        "neg abs exp log sqrt rsqrt sin cos tanh sigmoid relu gelu silu reciprocal "
+        "add sub mul div maximum minimum pow eq ne lt le gt ge where cast constant "
+        "reduce_sum reduce_max reduce_min reduce_mean matmul transpose reshape broadcast "
+        "softmax layer_norm"
+    ).split()
+    names = {op.name for op in graph.Graph.operations}
+    assert {f"graph.{op}" for op in spec_ops} <= names
+    assert set(op_classes()) >= names
+    assert [d.name for d in all_dialects()] == list(DIALECTS)
+
+
+def test_universe_entry_point() -> None:
+    (entry,) = [
+        e for e in importlib.metadata.entry_points(group="xdsl.universe") if e.name == "irc"
+    ]
+    assert entry.value == "irc.universe:IRC_UNIVERSE"
+    universe = entry.load()
+    assert isinstance(universe, Universe)
+    assert set(universe.all_dialects) == set(DIALECTS)
+    assert set(universe.all_passes) == set(PASSES)
+    assert universe.all_dialects["graph"]() is graph.Graph
+    # Joined with xDSL's own universe (as xdsl-opt does) without a name clash.
+    multiverse = Universe.get_multiverse()
+    assert "graph" in multiverse.all_dialects and "decompose" in multiverse.all_passes
+    assert "builtin" in multiverse.all_dialects
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_mlir_output_reparses_with_xdsl(path: Path) -> None:
+    module = irc.parse(path.read_text(), str(path))
+    irc.verify(module)
+    text = emit_mlir(module)
+    assert EMITTERS["mlir"] is emit_mlir
+    reparsed = Parser(context(), text).parse_module()
+    reparsed.verify()
+    assert reparsed.is_structurally_equivalent(module)
+    # And it prints back the same through xDSL.
+    assert emit_mlir(reparsed) == text
+    # The IR is still irc's: it verifies and prints as irc text that parses back.
+    irc.verify(reparsed)
+    assert irc.parse(irc.print_module(reparsed)).is_structurally_equivalent(module)
+
+
+def test_mlir_output_with_numeric_names_defines_each_name_once() -> None:
+    text = (
+        "func @f(%0: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "  %1 = graph.softmax %0 {dim = 0}\n"
+        "  return %1 : tensor<4xf32>\n"
+        "}\n"
+    )
+    module = irc.parse(text)
+    irc.run_pipeline(module, "decompose")
+    mlir = emit_mlir(module)
+    reparsed = Parser(context(), mlir).parse_module()  # fails on a name defined twice
+    assert reparsed.is_structurally_equivalent(module)
+    # The module itself keeps its names.
+    assert irc.print_module(module).startswith("func @f(%0: tensor<4xf32>)")
+
+
+def test_xdsl_opt_reads_irc_output(tmp_path: Path) -> None:
+    xdsl_opt = Path(sys.executable).parent / "xdsl-opt"
+    source = tmp_path / "in.mlir"
+    source.write_text(emit_mlir(irc.parse(SOFTMAX)))
+    proc = subprocess.run(
+        [str(xdsl_opt), str(source), "-p", "decompose", "--print-op-generic"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    reparsed = Parser(context(), proc.stdout).parse_module()
+    expected = irc.parse(SOFTMAX)
+    irc.run_pipeline(expected, "decompose")
+    assert reparsed.is_structurally_equivalent(expected)
