@@ -867,7 +867,7 @@ class _Builder(_SyntaxErrors):
             return IntegerAttr(0, IntegerType(1))
         if kind == "string":
             raw = str(node.children[0])[1:-1]
-            return StringAttr(bytes(raw, "utf-8").decode("unicode_escape", errors="replace"))
+            return StringAttr(unescape_string(raw))
         if kind == "symbol":
             return SymbolRefAttr(str(node.children[0])[1:])
         if kind == "array":
@@ -935,6 +935,23 @@ class _Builder(_SyntaxErrors):
         if name == "tensor":
             return TensorType(element_type, dims)
         return MemRefType(element_type, dims)
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", '"': '"'}
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|.)")
+
+
+def unescape_string(raw: str) -> str:
+    """The text of a string literal between its quotes: `\\n \\t \\r \\0 \\\\ \\" \\xHH
+    \\uHHHH` are escapes, anything else (any Unicode character) stands for itself."""
+
+    def one(m: re.Match[str]) -> str:
+        e = m.group(1)
+        if len(e) > 1:
+            return chr(int(e[1:], 16))
+        return _ESCAPES.get(e, e)
+
+    return _ESCAPE.sub(one, raw)
 
 
 def _number_attr(text: str, error: object) -> Attribute:

@@ -37,6 +37,22 @@ def format_float(x: float) -> str:
     return mantissa + ("e" + exponent if exponent else "")
 
 
+_STRING_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
+
+
+def format_string(text: str) -> str:
+    """A string literal that `irc.frontend.unescape_string` reads back as `text`."""
+    out = []
+    for c in text:
+        if c in _STRING_ESCAPES:
+            out.append(_STRING_ESCAPES[c])
+        elif not c.isprintable() and ord(c) < 0x10000:
+            out.append(f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
 def format_attr(attr: Attribute) -> str:
     if isinstance(attr, IntegerAttr):
         if attr.type == I1:
@@ -47,8 +63,7 @@ def format_attr(attr: Attribute) -> str:
     if isinstance(attr, ArrayAttr):
         return "[" + ", ".join(format_attr(a) for a in attr.data) + "]"
     if isinstance(attr, StringAttr):
-        escaped = attr.data.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return f'"{escaped}"'
+        return format_string(attr.data)
     if isinstance(attr, SymbolRefAttr):
         return "@" + attr.root_reference.data
     return format_type(attr)

@@ -174,3 +174,30 @@ def test_lower_levels_are_a_fixed_point_too(path: Path, pipeline: str) -> None:
     run_pipeline(module, pipeline)
     printed = print_module(module)
     assert _fixed_point(printed, f"{path.name} after {pipeline}") == printed
+
+
+@pytest.mark.parametrize(
+    "literal",
+    ['"plain"', '"é€😀"', r'"a\"b"', r'"back\\slash"', r'"nl\nx\ttab\rcr"', r'"\u00e9\x41"',
+     r'"\x00\x7f\u2028"', '""'],
+)  # fmt: skip
+def test_string_attributes_round_trip(literal: str) -> None:
+    text = (
+        "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        f"  %y = graph.fused %x {{kernel = {literal}}} (%a: tensor<4xf32>) {{\n"
+        "    graph.yield %a\n"
+        "  } : tensor<4xf32>\n"
+        "  return %y : tensor<4xf32>\n"
+        "}\n"
+    )
+    module = parse(text)
+    printed = print_module(module)
+    again = parse(printed)
+    assert print_module(again) == printed
+    kernels = [
+        next(op for op in m.walk() if op.name == "graph.fused").properties["kernel"]
+        for m in (module, again)
+    ]
+    assert kernels[0] == kernels[1]
+    if literal.isascii():  # Python reads these escapes the same way
+        assert kernels[0].data == literal[1:-1].encode().decode("unicode_escape")  # type: ignore[attr-defined]
