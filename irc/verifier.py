@@ -83,7 +83,14 @@ def _verify_func(f: func.FuncOp, out: list[Diagnostic]) -> None:
             )
 
 
-def _verify_block_ops(ops: list[Operation], visible: set[SSAValue], out: list[Diagnostic]) -> None:
+def _verify_block_ops(
+    ops: list[Operation],
+    visible: set[SSAValue],
+    out: list[Diagnostic],
+    defined: list[SSAValue] | None = None,
+) -> None:
+    """Checks ops in order; `visible` grows as values are defined and is restored
+    after each nested region (no copies: big functions stay linear)."""
     for op in ops:
         ok = True
         for operand in op.operands:
@@ -100,8 +107,13 @@ def _verify_block_ops(ops: list[Operation], visible: set[SSAValue], out: list[Di
             _verify_op(op, out)
         for region in op.regions:
             for block in region.blocks:
-                _verify_block_ops(list(block.ops), visible | set(block.args), out)
+                inner = [a for a in block.args if a not in visible]
+                visible.update(inner)
+                _verify_block_ops(list(block.ops), visible, out, inner)
+                visible.difference_update(inner)
         visible.update(op.results)
+        if defined is not None:
+            defined.extend(op.results)
 
 
 def _verify_op(op: Operation, out: list[Diagnostic]) -> None:

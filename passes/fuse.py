@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -66,6 +66,9 @@ CHEAP_OPS = (
 )
 """Ops cheap enough to recompute per element when broadcast into a larger space."""
 
+SIBLING_WINDOW = 4
+"""Readers of one tensor on each side of an op that are tried as horizontal partners."""
+
 SHORT_NAMES = {
     "reduce_sum": "sum",
     "reduce_max": "amax",
@@ -87,53 +90,86 @@ def op_short_name(op: Operation) -> str:
 
 
 class FusionGraph:
-    """Compute ops of one function, with views and constants seen through."""
+    """Compute ops of one function, with views and constants seen through.
+
+    The answers are memoized: the function does not change while fusion
+    searches (only `materialize` rewrites it, at the end), and the search asks
+    the same questions many times.
+    """
 
     def __init__(self, fn: func.FuncOp):
         self.fn = fn
         ops = list(fn.body.block.ops)
         self.order = {op: i for i, op in enumerate(ops)}
         self.compute = [op for op in ops if is_compute(op)]
+        self.is_compute_op = set(self.compute)
         self.returned: set[SSAValue] = set()
         for op in ops:
             if isinstance(op, func.ReturnOp):
                 self.returned.update(op.operands)
+        self._sources: dict[SSAValue, list[SSAValue]] = {}
+        self._inputs: dict[Operation, list[SSAValue]] = {}
+        self._consumers: dict[SSAValue, list[Operation]] = {}
+        self._escapes: dict[SSAValue, bool] = {}
+        self._bytes: dict[SSAValue, int] = {}
+        self.labels: dict[Operation, str] = {}
 
     def sources(self, v: SSAValue) -> list[SSAValue]:
         """The tensors `v` really reads: views and constants are followed through."""
-        owner = v.owner
-        if isinstance(owner, VIEW_OPS):
-            return self.sources(owner.operands[0])
-        if isinstance(owner, graph.ConstantOp):
-            return []
-        return [v]
+        found = self._sources.get(v)
+        if found is None:
+            owner = v.owner
+            if isinstance(owner, VIEW_OPS):
+                found = self.sources(owner.operands[0])
+            elif isinstance(owner, graph.ConstantOp):
+                found = []
+            else:
+                found = [v]
+            self._sources[v] = found
+        return found
 
     def inputs(self, op: Operation) -> list[SSAValue]:
-        out: list[SSAValue] = []
-        for o in op.operands:
-            for s in self.sources(o):
-                if s not in out:
-                    out.append(s)
-        return out
+        found = self._inputs.get(op)
+        if found is None:
+            found = []
+            for o in op.operands:
+                for s in self.sources(o):
+                    if s not in found:
+                        found.append(s)
+            self._inputs[op] = found
+        return found
 
     def consumers(self, v: SSAValue) -> list[Operation]:
-        """Compute ops reading `v`, directly or through views."""
-        out: list[Operation] = []
-        for use in v.uses:
-            user = use.operation
-            if isinstance(user, VIEW_OPS):
-                out += self.consumers(user.results[0])
-            elif is_compute(user) and user not in out:
-                out.append(user)
-        return out
+        """Compute ops reading `v`, directly or through views, in program order."""
+        found = self._consumers.get(v)
+        if found is None:
+            readers: set[Operation] = set()
+            for use in v.uses:
+                user = use.operation
+                if isinstance(user, VIEW_OPS):
+                    readers.update(self.consumers(user.results[0]))
+                elif user in self.is_compute_op:
+                    readers.add(user)
+            found = sorted(readers, key=self.order.__getitem__)
+            self._consumers[v] = found
+        return found
 
     def escapes(self, v: SSAValue) -> bool:
         """Returned, directly or through a view."""
-        if v in self.returned:
-            return True
-        return any(
-            isinstance(u.operation, VIEW_OPS) and self.escapes(u.operation.results[0]) for u in v.uses
-        )
+        found = self._escapes.get(v)
+        if found is None:
+            found = v in self.returned or any(
+                isinstance(u.operation, VIEW_OPS) and self.escapes(u.operation.results[0])
+                for u in v.uses
+            )
+            self._escapes[v] = found
+        return found
+
+    def bytes(self, v: SSAValue) -> int:
+        found = self._bytes.get(v)
+        if found is None:
+            found = self._bytes[v] = value_bytes(v)
+        return found
 
 
 def is_compute(op: Operation) -> bool:
@@ -151,6 +187,10 @@ def is_compute(op: Operation) -> bool:
 class Group:
     ops: list[Operation]
     id: int
+    reads: set[SSAValue] = field(default_factory=set[SSAValue])
+    """Tensors the group reads from outside."""
+    writes: set[SSAValue] = field(default_factory=set[SSAValue])
+    """Values the group makes for use outside (or returns)."""
 
     def __hash__(self) -> int:
         return self.id
@@ -173,7 +213,7 @@ def group_io(g: FusionGraph, ops: Sequence[Operation]) -> tuple[list[SSAValue], 
 
 def group_bytes(g: FusionGraph, ops: Sequence[Operation]) -> int:
     reads, writes = group_io(g, ops)
-    return sum(value_bytes(v) for v in reads) + sum(value_bytes(v) for v in writes)
+    return sum(g.bytes(v) for v in reads) + sum(g.bytes(v) for v in writes)
 
 
 # --- legality --------------------------------------------------------------------
@@ -273,7 +313,9 @@ def _contraction_schema(
         shape = shape_of(op.results[0].type)
         if op in epilogue:
             if shape != out:
-                raise Rejected(f"epilogue {op.name} of shape {list(shape)} differs from the matmul's")
+                raise Rejected(
+                    f"epilogue {op.name} of shape {list(shape)} differs from the matmul's"
+                )
             moved = _moving_view(op, epilogue | {mm})
             if moved is not None:
                 raise Rejected(
@@ -394,9 +436,12 @@ def _mb(n: int) -> str:
 
 
 def _op_label(g: FusionGraph, op: Operation) -> str:
-    name = op.results[0].name_hint if op.results else None
-    label = f"%{name}" if name else f"#{g.order[op]}"
-    return f"{op.name.removeprefix('graph.')} {label}"
+    label = g.labels.get(op)
+    if label is None:
+        name = op.results[0].name_hint if op.results else None
+        tag = f"%{name}" if name else f"#{g.order[op]}"
+        label = g.labels[op] = f"{op.name.removeprefix('graph.')} {tag}"
+    return label
 
 
 # --- the greedy search ---------------------------------------------------------------
@@ -420,24 +465,95 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     rejected_pairs: set[tuple[int, int]] = set()
 
     def candidates(gr: Group) -> set[Group]:
-        """Groups connected to `gr` by a value or a shared input."""
+        """Groups connected to `gr` by a value, or reading one of its inputs.
+
+        Of the readers of a widely shared input only the nearest few in
+        program order are siblings worth trying: that keeps the search linear
+        when one tensor feeds thousands of ops.
+        """
         out: set[Group] = set()
         for op in gr.ops:
             for v in g.inputs(op):
                 owner = v.owner
                 if isinstance(owner, Operation) and owner in group_of:
                     out.add(group_of[owner])
-                for c in g.consumers(v):
-                    out.add(group_of[c])
+                readers = g.consumers(v)
+                if len(readers) <= 2 * SIBLING_WINDOW:
+                    out.update(group_of[c] for c in readers)
+                else:
+                    at = readers.index(op)
+                    for c in readers[max(0, at - SIBLING_WINDOW) : at + SIBLING_WINDOW + 1]:
+                        out.add(group_of[c])
             for r in op.results:
                 for c in g.consumers(r):
                     out.add(group_of[c])
         out.discard(gr)
         return out
 
+    def merged_io(a: Group, b: Group) -> tuple[set[SSAValue], set[SSAValue]]:
+        """The traffic of a and b as one group, from theirs: no walk over their ops."""
+
+        def inside(op: object) -> bool:
+            owner = group_of.get(op) if isinstance(op, Operation) else None
+            return owner is a or owner is b
+
+        reads = {v for v in a.reads | b.reads if not inside(v.owner)}
+        writes = {
+            v
+            for v in a.writes | b.writes
+            if g.escapes(v) or any(not inside(c) for c in g.consumers(v))
+        }
+        return reads, writes
+
+    def traffic(reads: set[SSAValue], writes: set[SSAValue]) -> int:
+        return sum(g.bytes(v) for v in reads) + sum(g.bytes(v) for v in writes)
+
+    for gr in group_of.values():
+        reads, writes = group_io(g, gr.ops)
+        gr.reads, gr.writes = set(reads), set(writes)
+
     def score(a: Group, b: Group) -> int:
-        merged = sorted(a.ops + b.ops, key=g.order.__getitem__)
-        return cost[a.id] + cost[b.id] - group_bytes(g, merged)
+        return cost[a.id] + cost[b.id] - traffic(*merged_io(a, b))
+
+    # A topological numbering of the groups (Pearce and Kelly's dynamic order):
+    # every path between groups goes from a lower to a higher number, so a
+    # merge's cycle check only searches between the two groups' numbers.
+    pos: dict[int, int] = {gr.id: g.order[gr.ops[0]] for gr in group_of.values()}
+
+    def successors(gr: Group) -> set[Group]:
+        out = {group_of[c] for op in gr.ops for r in op.results for c in g.consumers(r)}
+        out.discard(gr)
+        return out
+
+    def predecessors(gr: Group) -> set[Group]:
+        out = {
+            group_of[v.owner]
+            for op in gr.ops
+            for v in g.inputs(op)
+            if isinstance(v.owner, Operation) and v.owner in group_of
+        }
+        out.discard(gr)
+        return out
+
+    def between(
+        start: Group,
+        step: Callable[[Group], set[Group]],
+        inside: Callable[[int], bool],
+        target: Group | None,
+    ) -> set[Group] | None:
+        """Groups reached from `start` through numbers `inside` the window; None if `target` is."""
+        seen: set[Group] = set()
+        # A direct edge between the two groups is the fusion itself, not a cycle.
+        stack = [x for x in step(start) if x is not target]
+        while stack:
+            x = stack.pop()
+            if x is target:
+                return None
+            if x in seen or not inside(pos[x.id]):
+                continue
+            seen.add(x)
+            stack += step(x)
+        return seen
 
     heap: list[tuple[int, int, int, Group, Group]] = []
 
@@ -458,10 +574,13 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
         if group_of.get(a.ops[0]) is not a or group_of.get(b.ops[0]) is not b:
             continue  # stale: one side was merged since
         merged_ops = sorted(a.ops + b.ops, key=g.order.__getitem__)
+        lo, hi = (a, b) if pos[a.id] < pos[b.id] else (b, a)
         try:
-            if _creates_cycle(g, a, b, group_of):
-                raise Rejected("the merge would create a cycle through another kernel")
             kernel_schema(g, merged_ops, max_ops)
+            limit_hi = pos[hi.id]
+            forward = between(lo, successors, lambda p, limit=limit_hi: p < limit, hi)
+            if forward is None:
+                raise Rejected("the merge would create a cycle through another kernel")
         except Rejected as e:
             key = (a.id, b.id)
             if key not in rejected_pairs:
@@ -477,13 +596,28 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
             continue
         new = Group(merged_ops, next_id)
         next_id += 1
+        new.reads, new.writes = merged_io(a, b)  # while group_of still names a and b
+        limit_lo = pos[lo.id]
+        backward = between(hi, predecessors, lambda p, limit=limit_lo: p > limit, None) or set()
+        # Renumber the window: what leads to `hi`, then the merged group, then
+        # what follows from `lo`, in the numbers these groups held.
+        pool = sorted([pos[x.id] for x in forward | backward] + [pos[lo.id], pos[hi.id]])
+        sequence = (
+            sorted(backward, key=lambda x: pos[x.id])
+            + [new]
+            + sorted(forward, key=lambda x: pos[x.id])
+        )
+        for x, p in zip(sequence, pool, strict=False):
+            pos[x.id] = p
         for op in merged_ops:
             group_of[op] = new
-        cost[new.id] = group_bytes(g, merged_ops)
+        cost[new.id] = traffic(new.reads, new.writes)
         for other in candidates(new):
             push(new, other)
 
-    groups = sorted({id(gr): gr for gr in group_of.values()}.values(), key=lambda gr: g.order[gr.ops[0]])
+    groups = sorted(
+        {id(gr): gr for gr in group_of.values()}.values(), key=lambda gr: g.order[gr.ops[0]]
+    )
     for gr in groups:
         before = sum(group_bytes(g, [op]) for op in gr.ops)
         kind = kernel_schema(g, gr.ops, max_ops=len(gr.ops)).kind
@@ -530,33 +664,6 @@ def _restore_order(block: Block) -> None:
         block.add_op(op)
 
 
-def _creates_cycle(g: FusionGraph, a: Group, b: Group, group_of: dict[Operation, Group]) -> bool:
-    """Whether a path leaves the merged group and re-enters it through other groups.
-
-    Groups are the nodes, not ops: a path may enter a third group by one op and
-    leave it by another, since that group becomes one kernel that runs after
-    all of its inputs are ready.
-    """
-    members = set(a.ops) | set(b.ops)
-    stack: list[Operation] = []
-    for op in a.ops + b.ops:
-        for r in op.results:
-            stack += [c for c in g.consumers(r) if c not in members]
-    seen: set[int] = set()
-    while stack:
-        other = group_of[stack.pop()]
-        if other.id in seen:
-            continue
-        seen.add(other.id)
-        for op in other.ops:
-            for r in op.results:
-                for c in g.consumers(r):
-                    if c in members:
-                        return True
-                    stack.append(c)
-    return False
-
-
 def _kernel_name(ops: Sequence[Operation], kind: str, counter: list[int]) -> str:
     prefix = {"pointwise": "poi", "rows": "red", "contraction": "mm"}[kind]
     names: list[str] = []
@@ -581,21 +688,22 @@ def materialize(g: FusionGraph, ops: Sequence[Operation], name: str, kind: str) 
     # in: moved when only the group reads them, else copied, so that the kernel never
     # reads a view of its own output from outside (a cycle). Constants read only
     # inside go in too.
+    # Only the ops around the group are looked at (not the whole function),
+    # so materializing every group stays linear in the function's size.
+    rank: dict[Operation, float] = {op: float(g.order[op]) for op in members}
     made_inside: set[Operation] = set()
-    for op in fn_block.ops:
-        if isinstance(op, VIEW_OPS) and (
-            op.operands[0].owner in members or op.operands[0].owner in made_inside
-        ):
+    frontier = [u.operation for op in members for r in op.results for u in r.uses]
+    while frontier:
+        op = frontier.pop()
+        if isinstance(op, VIEW_OPS) and op not in made_inside and op in g.order:
             made_inside.add(op)
+            rank[op] = float(g.order[op])
+            frontier += [u.operation for u in op.results[0].uses]
     needed: set[Operation] = set()
-    for op in reversed(list(fn_block.ops)):
-        if op in made_inside and any(
-            u.operation in members or u.operation in needed for u in op.results[0].uses
-        ):
+    for op in sorted(made_inside, key=rank.__getitem__, reverse=True):
+        if any(u.operation in members or u.operation in needed for u in op.results[0].uses):
             needed.add(op)
-    for op in list(fn_block.ops):
-        if op not in needed:
-            continue
+    for op in sorted(needed, key=rank.__getitem__):
         inside = members | needed
         if all(u.operation in inside for u in op.results[0].uses):
             members.add(op)
@@ -606,15 +714,16 @@ def materialize(g: FusionGraph, ops: Sequence[Operation], name: str, kind: str) 
             copy.results[0], lambda use, inside=inside: use.operation in inside
         )
         members.add(copy)
-    inner: list[Operation] = []
-    for op in fn_block.ops:
-        if op in members:
-            inner.append(op)
-        elif isinstance(op, graph.ConstantOp):
-            users = [u.operation for u in op.results[0].uses]
-            if users and all(u in members for u in users):
-                inner.append(op)
-                members.add(op)
+        rank[copy] = rank[op] + 0.5
+    for op in list(members):
+        for operand in op.operands:
+            const = operand.owner
+            if isinstance(const, graph.ConstantOp) and const not in members and const in g.order:
+                users = [u.operation for u in const.results[0].uses]
+                if all(u in members for u in users):
+                    members.add(const)
+                    rank[const] = float(g.order[const])
+    inner = sorted(members, key=rank.__getitem__)
     external: list[SSAValue] = []
     for op in inner:
         for o in op.operands:
