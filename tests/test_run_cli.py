@@ -133,12 +133,13 @@ def test_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
     assert rc == 0 and out.startswith("@softmax")
 
 
-def test_parser_has_room_for_more_flags() -> None:
+def test_parser_defaults_and_flags() -> None:
     ap = make_arg_parser()
     args = ap.parse_args(["f.ir"])
     assert (args.fn, args.seed, args.device, args.debug) == (None, 0, "cpu", False)
-    ap.add_argument("--check", action="store_true")
-    assert ap.parse_args(["f.ir", "--check"]).check
+    assert (args.check, args.no_fuse) == (False, False)
+    args = ap.parse_args(["f.ir", "--check", "--no-fuse"])
+    assert (args.check, args.no_fuse) == (True, True)
 
 
 # --- errors ---------------------------------------------------------------------------
