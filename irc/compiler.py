@@ -48,7 +48,7 @@ def level_of(module: ModuleOp) -> str:
 
 
 def lower_to_tile(
-    module: ModuleOp, *, verify_each: bool = True, autotune: str | None = None
+    module: ModuleOp, *, verify_each: bool = True, autotune: str | None = None, tf32: bool = False
 ) -> ModuleOp:
     """Runs whatever part of the lowering the module still needs (in place).
 
@@ -64,14 +64,17 @@ def lower_to_tile(
         from irc.autotune import autotune_module
 
         autotune_module(module, autotune)
-    return run_pipeline(module, passes[-1], verify_each=verify_each)
+    last = passes[-1] + ("{tf32=true}" if tf32 else "")
+    return run_pipeline(module, last, verify_each=verify_each)
 
 
-def triton_source(module: ModuleOp, source: str = "irc", autotune: str | None = None) -> str:
+def triton_source(
+    module: ModuleOp, source: str = "irc", autotune: str | None = None, tf32: bool = False
+) -> str:
     """The Triton Python module for `module` (lowered first when needed)."""
     from irc.lowering.tile_to_triton import emit_triton
 
-    lower_to_tile(module, autotune=autotune)
+    lower_to_tile(module, autotune=autotune, tf32=tf32)
     return emit_triton(module, "".join(c if c.isprintable() else "?" for c in source))
 
 
@@ -186,11 +189,13 @@ def compile(
     device: str | None = None,
     fuse: bool = True,
     autotune: bool = False,
+    tf32: bool = False,
 ) -> CompiledModule:
     """Compiles a `.ir` file (path) or a parsed module (copied, not changed).
 
     `autotune` measures block sizes, warps and stages of every kernel on the GPU
-    (cached on disk); it needs `device="cuda"`.
+    (cached on disk); it needs `device="cuda"`. `tf32` lets f32 matmuls use TF32
+    tensor cores; by default they compute in full f32, as torch does.
     """
     if isinstance(program, ModuleOp):
         # xDSL's clone re-validates name hints and rejects the spec's `%0`: copy them as set.
@@ -212,6 +217,6 @@ def compile(
         raise IrcError(
             Diagnostic(None, "autotuning measures kernels on a CUDA GPU; none is in use")
         )
-    text = triton_source(module, source, autotune=device if autotune else None)
+    text = triton_source(module, source, autotune=device if autotune else None, tf32=tf32)
     kernels = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))
     return CompiledModule(text, device, kernels, module)

@@ -129,7 +129,7 @@ class Scope:
 class KernelTranslator:
     """Builds one tile.kernel from one loop.kernel."""
 
-    def __init__(self, kernel: loop.KernelOp, name: str):
+    def __init__(self, kernel: loop.KernelOp, name: str, tf32: bool = False):
         self.kernel = kernel
         self.name = name
         self.memrefs: list[SSAValue] = []
@@ -150,6 +150,7 @@ class KernelTranslator:
         self.offset_cache: dict[tuple[tuple[int, ...], tuple[SSAValue, ...]], SSAValue] = {}
         self.shape = kernel_shape(kernel)
         self.tiling = tiling_of(kernel)
+        self.tf32 = tf32
         sizes = [numel(m.type.get_shape()) for m in self.memrefs]  # type: ignore[attr-defined]
         wide = max(sizes, default=1) >= WIDE or numel(self.shape.parallel) * 2 >= WIDE
         self.index = I64 if wide else I32
@@ -704,7 +705,9 @@ class KernelTranslator:
                 ]
                 self.bind(kiv, kcol)
                 bv = self.dot_operand(b, (bk, bn), element)
-            props = {"precision": StringAttr("ieee")} if element not in HALF_TYPES else {}
+            # f32 products in full f32 as torch does by default; tf32 only when asked.
+            precision = "tf32" if self.tf32 and element == F32 else "ieee"
+            props = {"precision": StringAttr(precision)} if element not in HALF_TYPES else {}
             acc = self.add(
                 tile.DotOp.create(
                     operands=[av, bv, block.args[1]], properties=props, result_types=[init.type]
@@ -759,7 +762,7 @@ def remove_dead_code(block: Block) -> None:
                 changed = True
 
 
-def lower_function(fn: func.FuncOp, names: set[str]) -> list[tile.KernelOp]:
+def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list[tile.KernelOp]:
     """Replaces the loop.kernels of `fn` with launches; returns the new kernels."""
     kernels: list[tile.KernelOp] = []
     for op in list(fn.body.block.ops):
@@ -773,7 +776,7 @@ def lower_function(fn: func.FuncOp, names: set[str]) -> list[tile.KernelOp]:
         while name in names:
             name += "_"
         names.add(name)
-        translator = KernelTranslator(op, name)
+        translator = KernelTranslator(op, name, tf32)
         kernels.append(translator.build())
         launch = tile.LaunchOp.create(
             operands=translator.memrefs, properties={"kernel": SymbolRefAttr(name)}
@@ -785,11 +788,11 @@ def lower_function(fn: func.FuncOp, names: set[str]) -> list[tile.KernelOp]:
     return kernels
 
 
-def lower_module(module: ModuleOp) -> None:
+def lower_module(module: ModuleOp, tf32: bool = False) -> None:
     names: set[str] = set()
     for fn in list(module.body.ops):
         if isinstance(fn, func.FuncOp):
-            for k in lower_function(fn, names):
+            for k in lower_function(fn, names, tf32):
                 module.body.block.insert_op_before(k, fn)
 
 
@@ -799,8 +802,11 @@ class LoopToTilePass(ModulePass):
 
     name = "loop-to-tile"
 
+    tf32: bool = False
+    """Let f32 matmuls use TF32 tensor cores (faster, about 10 bits of mantissa)."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        lower_module(op)
+        lower_module(op, self.tf32)
 
 
 __all__ = ["LoopToTilePass", "lower_module", "MemRefType"]
