@@ -617,6 +617,8 @@ class LayerNormOp(GraphOp):
         _same_element(cls.name, [x, w, b])
         _require_float(cls.name, x)
         shape = x.get_shape()
+        if not shape:
+            raise GraphVerifyError("graph.layer_norm needs an input of rank 1 or more", 0)
         dims = sorted(normalize_dims(cls.name, _int_list(cls.name, props, "dims"), len(shape)))
         if not dims or dims != list(range(len(shape) - len(dims), len(shape))):
             raise GraphVerifyError(

@@ -119,6 +119,10 @@ class DecomposePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([DecomposeSoftmax(), DecomposeLayerNorm()]),
+            # dce_enabled=False: decompose rewrites the composites and nothing else
+            # (xDSL's applier would also erase every unused op of the program).
+            GreedyRewritePatternApplier(
+                [DecomposeSoftmax(), DecomposeLayerNorm()], dce_enabled=False
+            ),
             apply_recursively=False,
         ).rewrite_module(op)

@@ -349,6 +349,8 @@ CASES = [
     C("layer-norm-dims", fn("  %y = graph.layer_norm %x, %b, %b {dims = [0]}"), "2:3",
       "graph.layer_norm normalizes trailing dimensions: dims must be the last ones of a rank-2 "
       "input, like [1]"),
+    C("layer-norm-rank0", fn("  %y = graph.layer_norm %s, %s, %s {dims = []}"), "2:3",
+      "graph.layer_norm needs an input of rank 1 or more"),
     C("layer-norm-weight", fn("  %y = graph.layer_norm %x, %x, %b {dims = [1]}"), "2:3",
       "graph.layer_norm: weight must have the normalized shape [8], got tensor<4x8xf32>"),
     C("layer-norm-bias", fn("  %y = graph.layer_norm %x, %b, %x {dims = [1]}"), "2:3",
