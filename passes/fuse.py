@@ -191,6 +191,10 @@ class Group:
     """Tensors the group reads from outside."""
     writes: set[SSAValue] = field(default_factory=set[SSAValue])
     """Values the group makes for use outside (or returns)."""
+    out_ops: set[Operation] = field(default_factory=set[Operation])
+    """Compute ops outside the group that read its values."""
+    in_ops: set[Operation] = field(default_factory=set[Operation])
+    """Compute ops outside the group whose values it reads."""
 
     def __hash__(self) -> int:
         return self.id
@@ -520,20 +524,18 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     # merge's cycle check only searches between the two groups' numbers.
     pos: dict[int, int] = {gr.id: g.order[gr.ops[0]] for gr in group_of.values()}
 
+    for gr in group_of.values():
+        (op,) = gr.ops
+        gr.out_ops = {c for r in op.results for c in g.consumers(r)} - {op}
+        gr.in_ops = {
+            v.owner for v in g.inputs(op) if isinstance(v.owner, Operation) and v.owner in group_of
+        } - {op}
+
     def successors(gr: Group) -> set[Group]:
-        out = {group_of[c] for op in gr.ops for r in op.results for c in g.consumers(r)}
-        out.discard(gr)
-        return out
+        return {group_of[c] for c in gr.out_ops}
 
     def predecessors(gr: Group) -> set[Group]:
-        out = {
-            group_of[v.owner]
-            for op in gr.ops
-            for v in g.inputs(op)
-            if isinstance(v.owner, Operation) and v.owner in group_of
-        }
-        out.discard(gr)
-        return out
+        return {group_of[p] for p in gr.in_ops}
 
     def between(
         start: Group,
@@ -597,6 +599,12 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
         new = Group(merged_ops, next_id)
         next_id += 1
         new.reads, new.writes = merged_io(a, b)  # while group_of still names a and b
+        new.out_ops = {
+            c for c in a.out_ops | b.out_ops if group_of[c] is not a and group_of[c] is not b
+        }
+        new.in_ops = {
+            p for p in a.in_ops | b.in_ops if group_of[p] is not a and group_of[p] is not b
+        }
         limit_lo = pos[lo.id]
         backward = between(hi, predecessors, lambda p, limit=limit_lo: p > limit, None) or set()
         # Renumber the window: what leads to `hi`, then the merged group, then
