@@ -360,6 +360,9 @@ class KernelTranslator:
             elif isinstance(op, loop.ReduceOp):
                 # Per-row values are made where the loop IR puts them, before
                 # any inner loop that reads them.
+                partner = self.softmax_partner(op)
+                if partner is not None:
+                    self.online_softmax(op, partner)
                 self.value(op.result)
 
     def layout_pointwise(self) -> None:
@@ -658,6 +661,92 @@ class KernelTranslator:
         )
         return self.round_to(self.expand(red, 1), op.result.type)
 
+    def softmax_partner(self, rmax: loop.ReduceOp) -> loop.ReduceOp | None:
+        """The `sum(exp(x - max(x)))` that can share one loop with `max(x)`.
+
+        Only for looped rows: a persistent row is read once anyway.
+        """
+        if rmax.kind.data != "max" or self.shape.kind != "reduction" or self.lookup(rmax.result):
+            return None
+        element = rmax.result.type
+        if element not in (F32, ELEMENT_TYPES["f64"]) or self.tiling.block[1] >= numel(
+            loop.int_list(rmax.bounds)
+        ):
+            return None
+        block = rmax.parent_block()
+        assert block is not None
+        for other in block.ops:
+            if not isinstance(other, loop.ReduceOp) or other is rmax or other.kind.data != "sum":
+                continue
+            if other.bounds != rmax.bounds or other.result.type != element:
+                continue
+            (yielded,) = other.body.block.last_op.values  # type: ignore[union-attr]
+            exp = yielded.owner
+            if not (isinstance(exp, loop.ApplyOp) and exp.fn.data == "exp"):
+                continue
+            sub = exp.args[0].owner
+            if not (isinstance(sub, loop.ApplyOp) and sub.fn.data == "sub"):
+                continue
+            x, m = sub.args
+            (x_max,) = rmax.body.block.last_op.values  # type: ignore[union-attr]
+            args = dict(zip(other.body.block.args, rmax.body.block.args, strict=True))
+            if m is rmax.result and _same_value(x, x_max, args):
+                return other
+        return None
+
+    def online_softmax(self, rmax: loop.ReduceOp, rsum: loop.ReduceOp) -> None:
+        """max(x) and sum(exp(x - max(x))) in one pass over the row (online softmax).
+
+        Each lane keeps a running max and a sum scaled to it; a new chunk with
+        a larger max rescales the sum by exp(old - new). The lanes combine at
+        the end the same way.
+        """
+        element = rmax.result.type
+        xb, rb = self.tiling.block
+        full = (xb, rb)
+        (x_value,) = rmax.body.block.last_op.values  # type: ignore[union-attr]
+        minus_inf = FloatAttr(-math.inf, f64)
+
+        def finite(m: SSAValue) -> SSAValue:
+            # exp(-inf - -inf) is NaN: measure from 0 while a lane has seen nothing.
+            empty = self.apply("eq", [m, self.const_attr(minus_inf, element)])
+            return self.apply("where", [empty, self.const(0.0, element), m])
+
+        def body(carried: list[SSAValue]) -> list[SSAValue]:
+            m_acc, s_acc = carried
+            for iv, v in zip(rmax.body.block.args, self.pending_rivs, strict=True):
+                self.bind(iv, v)
+            x = self.value(x_value)
+            mask = self.mask_for(full)
+            if mask is not None:
+                x = self.apply("where", [mask, x, self.const_attr(minus_inf, element)])
+            x = self.broadcast_to(x, full)
+            m_new = self.apply("maximum", [m_acc, x])
+            base = finite(m_new)
+            scale = self.apply("exp", [self.apply("sub", [m_acc, base])])
+            p = self.apply("exp", [self.apply("sub", [x, base])])
+            return [m_new, self.apply("add", [self.apply("mul", [s_acc, scale]), p])]
+
+        inits = [self.full(minus_inf, element, full), self.full(FloatAttr(0.0, f64), element, full)]
+        m_acc, s_acc = self.reduction_chunks(loop.int_list(rmax.bounds), inits, body)
+
+        def across_lanes(kind: str, v: SSAValue) -> SSAValue:
+            red = self.add(
+                tile.ReduceOp.create(
+                    operands=[v],
+                    properties={"kind": StringAttr(kind), "axis": IntegerAttr(1, i64)},
+                    result_types=[block_type(element, (xb,))],
+                )
+            )
+            return self.expand(red, 1)
+
+        m_row = across_lanes("max", m_acc)
+        scaled = self.apply(
+            "mul", [s_acc, self.apply("exp", [self.apply("sub", [m_acc, finite(m_row)])])]
+        )
+        self.bind(rmax.result, m_row)
+        self.bind(rsum.result, across_lanes("sum", scaled))
+
     def const_attr(self, value: Attribute, element: Attribute) -> SSAValue:
         return self.add(tile.ConstantOp.create(properties={"value": value}, result_types=[element]))
 
@@ -746,6 +835,25 @@ class KernelTranslator:
         if element_of(t) != element:
             t = self.apply("cast", [t], element)
         return t
+
+
+def _same_value(x: SSAValue, y: SSAValue, args: dict[SSAValue, SSAValue]) -> bool:
+    """Whether two loop values compute the same thing (`args` pairs loop indices)."""
+    if x is y or args.get(x) is y:
+        return True
+    ox, oy = x.owner, y.owner
+    if not (isinstance(ox, Operation) and isinstance(oy, Operation)):
+        return False
+    if (
+        ox.name != oy.name
+        or ox.regions
+        or oy.regions
+        or dict(ox.properties) != dict(oy.properties)
+        or [r.type for r in ox.results] != [r.type for r in oy.results]
+        or len(ox.operands) != len(oy.operands)
+    ):
+        return False
+    return all(_same_value(a, b, args) for a, b in zip(ox.operands, oy.operands, strict=True))
 
 
 def remove_dead_code(block: Block) -> None:
