@@ -151,7 +151,6 @@ _OPENERS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE", "LESSTHAN": "MOR
 _CLOSERS = set(_OPENERS.values())
 _MAX_LIST_DEPTH = 16
 _TYPE_WORDS = {"tensor", "memref", "ptr", *SCALAR_TYPES}
-_ATTR_VALUE = {"NUMBER", "TRUE", "FALSE", "STRING", "SYMBOL", "LSQB", "TYPE_NAME"}
 
 
 def _statement_kind(ftype: str, ftext: str) -> str:
