@@ -18,7 +18,10 @@ SHORT = LONG.replace("20000", "300")
 
 
 def kernel_source(program: str) -> str:
-    source = triton_source(irc.parse(program))
+    module = irc.parse(program)
+    irc.run_pipeline(module, "fuse")
+    source = triton_source(module)
+    assert source.count("def triton_") == 1
     return source[source.index("def triton_") :]
 
 
