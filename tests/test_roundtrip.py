@@ -164,7 +164,11 @@ def test_decompose_names_do_not_clash_with_user_names() -> None:
 
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))
-LOWERINGS = ["decompose,graph-to-loop", "decompose,graph-to-loop,tile,loop-to-tile"]
+LOWERINGS = [
+    "decompose,fuse",
+    "decompose,graph-to-loop",
+    "decompose,fuse,graph-to-loop,tile,loop-to-tile",
+]
 
 
 @pytest.mark.parametrize("pipeline", LOWERINGS)
