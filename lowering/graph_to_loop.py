@@ -94,7 +94,7 @@ def _broadcast_map(src: Sequence[int], dst: Sequence[int]) -> IndexMap:
 
 def _transpose_map(perm: Sequence[int]) -> IndexMap:
     def index_map(kb: KernelBuilder, idx: list[SSAValue]) -> list[SSAValue]:
-        out: list[SSAValue] = [idx[0]] * len(perm)
+        out: list[SSAValue] = list(idx)
         for i, p in enumerate(perm):
             out[p] = idx[i]
         return out
@@ -415,7 +415,9 @@ class FunctionLowering:
         for result, inner in zip(op.results, outputs, strict=True):
             self.access[result] = self.access[inner]
 
-    def rows_kernel(self, members: list[Operation], outputs: list[SSAValue], name: str | None) -> None:
+    def rows_kernel(
+        self, members: list[Operation], outputs: list[SSAValue], name: str | None
+    ) -> None:
         """A kernel over the rows of its reductions.
 
         Reductions are computed first, once per row; row-shaped outputs are
@@ -456,7 +458,9 @@ class FunctionLowering:
                 for v, buf in full_outputs:
                     kb.add(loop.StoreOp.create(operands=[kb.value_at(v, idx), buf, *idx]))
             kb.add(
-                loop.ForeachOp.create(properties={"bounds": _ints(reduced)}, regions=[Region(fblock)])
+                loop.ForeachOp.create(
+                    properties={"bounds": _ints(reduced)}, regions=[Region(fblock)]
+                )
             )
         self.add_kernel(members, body, rows, name)
         for v, buf in zip(outputs, bufs, strict=True):

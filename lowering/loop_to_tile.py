@@ -552,9 +552,13 @@ class KernelTranslator:
         mask = self.mask_for(shape)
         element = op.result.type
         operands = [self.ptr[op.buffer], offs] + ([mask] if mask is not None else [])
-        props = {}
+        props: dict[str, Attribute] = {}
         if mask is not None:
             props["other"] = identity("sum", element) if element != I1 else IntegerAttr(0, i64)
+        if self.shape.kind == "reduction" and len(shape) == 2:
+            # Rows kernels: what does not vary with the row (a weight, a bias) is
+            # reread by every program; a row itself is read once.
+            props["eviction"] = StringAttr("evict_last" if shape[0] == 1 else "evict_first")
         v = self.add(
             tile.LoadOp.create(
                 operands=operands, properties=props, result_types=[block_type(element, shape)]
