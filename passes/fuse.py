@@ -66,6 +66,9 @@ CHEAP_OPS = (
 )
 """Ops cheap enough to recompute per element when broadcast into a larger space."""
 
+MAX_TENSORS = 16
+"""Tensors one kernel may read and write: the register-pressure estimate's limit."""
+
 SIBLING_WINDOW = 4
 """Readers of one tensor on each side of an op that are tried as horizontal partners."""
 
@@ -240,7 +243,15 @@ def kernel_schema(g: FusionGraph, ops: Sequence[Operation], max_ops: int) -> Sch
     members = set(ops)
     matmuls = [op for op in ops if isinstance(op, graph.MatmulOp)]
     reductions = [op for op in ops if isinstance(op, graph.ReduceOp)]
-    _, writes = group_io(g, ops)
+    reads, writes = group_io(g, ops)
+    if len(reads) + len(writes) > MAX_TENSORS:
+        # Each tensor a kernel streams is at least one live block per thread
+        # (16 registers a block for an 8192-wide row on 16 warps): past this
+        # many, register spills cost more than the traffic fusion saves.
+        raise Rejected(
+            f"{len(reads) + len(writes)} tensors in and out: estimated register pressure "
+            f"over the limit of {MAX_TENSORS}"
+        )
     if len(matmuls) > 1:
         raise Rejected("two matmuls in one kernel")
     if matmuls and reductions:
