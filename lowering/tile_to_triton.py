@@ -141,10 +141,13 @@ def _launch(kernel, grid, args, num_warps, num_stages=None):
         else:
             compiled, grid3, get_stream, device = fast
             stream = get_stream(device)
+            enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
+            if getattr(enter, "calls", True) or getattr(leave, "calls", True):
+                meta = compiled.launch_metadata(grid3, stream, *args)
+            else:  # no launch hooks installed (profilers install them)
+                meta = enter = leave = None
             compiled.run(
-                *grid3, stream, compiled.function, compiled.packed_metadata,
-                compiled.launch_metadata(grid3, stream, *args),
-                _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook, *args,
+                *grid3, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *args
             )
             return
     options = {"num_warps": num_warps}
