@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 import irc
 from irc.compiler import triton_source
+
+DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 
 LONG = """
 func @softmax(%x: tensor<5x20000xf32>) -> tensor<5x20000xf32> {
@@ -39,8 +43,8 @@ def test_short_rows_stay_in_registers() -> None:
 
 @pytest.mark.parametrize("scale", [1.0, 30.0])
 def test_online_softmax_matches_torch(scale: float) -> None:
-    compiled = irc.compile(irc.parse(LONG), device="cpu")
-    x = torch.randn(5, 20000) * scale
+    compiled = irc.compile(irc.parse(LONG), device=DEVICE)
+    x = torch.randn(5, 20000, device=DEVICE) * scale
     x[1] = -float("inf")
     x[1, 4321] = 2.0  # one finite value, late in the row
     x[2, 7] = float("nan")

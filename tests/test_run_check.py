@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from irc import run as run_cli
+
+DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 
 PROGRAM = """
 func @f(%x: tensor<37x300xf32>, %b: tensor<300xf32>) -> (tensor<37x300xf32>, tensor<37x1xf32>) {
@@ -30,7 +33,7 @@ def program(tmp_path: Path) -> Path:
 def test_check_passes_and_reports_errors(
     program: Path, flags: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run_cli.main([str(program), "--check", *flags]) == 0
+    assert run_cli.main([str(program), "--device", DEVICE, "--check", *flags]) == 0
     out = capsys.readouterr().out
     mode = "unfused" if flags else "fused"
     assert f"check ({mode}," in out
@@ -38,9 +41,9 @@ def test_check_passes_and_reports_errors(
 
 
 def test_fusion_changes_the_kernel_count(program: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_cli.main([str(program), "--check"])
+    run_cli.main([str(program), "--device", DEVICE, "--check"])
     fused = capsys.readouterr().out
-    run_cli.main([str(program), "--check", "--no-fuse"])
+    run_cli.main([str(program), "--device", DEVICE, "--check", "--no-fuse"])
     unfused = capsys.readouterr().out
 
     def kernels(text: str) -> int:
@@ -67,7 +70,7 @@ def test_a_wrong_result_fails_the_check(
         return compiled
 
     monkeypatch.setattr(run_cli, "compile_module", corrupted)
-    assert run_cli.main([str(program), "--check"]) == 1
+    assert run_cli.main([str(program), "--device", DEVICE, "--check"]) == 1
     out = capsys.readouterr().out
     assert "out 0: MISMATCH: max abs err 0.001" in out
     assert "out 1: ok" in out

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 import irc
 from irc.compiler import triton_source
+
+DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 
 PROGRAM = """
 func @mm(%a: tensor<33x20xf32>, %b: tensor<20x17xf32>) -> tensor<33x17xf32> {
@@ -30,7 +34,7 @@ def test_tf32_pass_option_and_compile() -> None:
     module = irc.parse(PROGRAM)
     irc.run_pipeline(module, "graph-to-loop,tile,loop-to-tile{tf32=true}")
     assert "tf32" in triton_source(module)
-    compiled = irc.compile(irc.parse(PROGRAM), device="cpu", tf32=True)
-    a, b = torch.randn(33, 20), torch.randn(20, 17)
+    compiled = irc.compile(irc.parse(PROGRAM), device=DEVICE, tf32=True)
+    a, b = torch.randn(33, 20, device=DEVICE), torch.randn(20, 17, device=DEVICE)
     # The interpreter computes in f32 whatever the precision; on a GPU TF32 keeps ~1e-3.
     torch.testing.assert_close(compiled.mm(a, b), a @ b, rtol=2e-3, atol=2e-3)
