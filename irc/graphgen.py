@@ -1,0 +1,893 @@
+"""Random valid graph programs for differential testing of fusion and lowering.
+
+`generate(seed)` returns the text of one `.ir` function, `@main`, the same for
+a seed everywhere. Programs mix element-wise unary and binary ops,
+broadcasting operands (size-1 dims, lower-rank operands, rank 0), casts
+between float types (and from i1 and integers), comparisons and `where`,
+constants, reductions (sum, max, min, mean over inner, outer, several or all
+dims, with and without keepdim), matmul and batched matmul (f32, f16),
+transpose, reshape, explicit broadcast, the softmax and layer_norm
+composites, several outputs and values used several times. Shapes are small
+and ragged (dims from `DIMS`) so that Triton's CPU interpreter runs them fast.
+
+Numerics are kept well-conditioned, so that dtype-default tolerances hold:
+every value carries a rough magnitude (`scale`) and ops that would amplify it
+(exp, mul, pow, sums, matmul, half-precision casts) first squash their operand
+(tanh, x/(|x|+1) or a clamp); divisors are `|b| + 1`; comparisons only read
+values computed by exactly rounded ops, so that a rounding difference between
+two correct implementations cannot flip a `where`.
+
+`check_program(text, seed)` compiles a program fused and unfused (Triton on
+the CPU interpreter) and compares both with the reference interpreter;
+`shrink(text, seed, failure)` makes a failing program smaller while it keeps
+failing the same way. The command line runs many seeds:
+
+    python -m irc.graphgen --count 5000 --seed 0      # progress, failures, exit 1 on any
+    python -m irc.graphgen --show 17                  # print the program of seed 17
+    python -m irc.graphgen --check FILE.ir --seed 3   # check (and shrink) one file
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import re
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+DIMS = (1, 3, 5, 17, 33, 64, 130)
+MAX_NUMEL = 8192
+"""Largest tensor a generated program makes (elements)."""
+
+FLOAT_WEIGHTS = {"f32": 10, "f16": 4, "bf16": 1, "f64": 1}
+UNARY = (
+    "neg",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "gelu",
+    "silu",
+    "reciprocal",
+)
+EXACT_UNARY = ("neg", "abs", "relu")
+COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+REDUCE = ("reduce_sum", "reduce_max", "reduce_min", "reduce_mean")
+HALF = ("f16", "bf16")
+PRECISION = {"bf16": 1, "f16": 2, "f32": 3, "f64": 4}
+INTS = ("i32", "i64")
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[int] = []
+    for i in range(rank):
+        size = 1
+        for s in shapes:
+            j = i - (rank - len(s))
+            if j < 0 or s[j] == 1:
+                continue
+            if size not in (1, s[j]):
+                return None
+            size = s[j]
+        out.append(size)
+    return tuple(out)
+
+
+def type_text(shape: Sequence[int], dtype: str) -> str:
+    return f"tensor<{''.join(f'{d}x' for d in shape)}{dtype}>"
+
+
+def _float_text(x: float) -> str:
+    text = repr(float(x))
+    return text if ("." in text or "e" in text or "n" in text) else text + ".0"
+
+
+@dataclass
+class Val:
+    """A value of the program being generated."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scale: float
+    """Rough bound of |x| for typical elements (inputs are standard normal: 1)."""
+    exact: bool
+    """Computed only by correctly rounded ops: safe to compare."""
+    uses: int = 0
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_WEIGHTS
+
+    @property
+    def type(self) -> str:
+        return type_text(self.shape, self.dtype)
+
+    @property
+    def noisy_half(self) -> bool:
+        return self.dtype in HALF and not self.exact
+
+
+class Skip(Exception):
+    """The chosen op does not apply to the program so far; pick another."""
+
+
+class Generator:
+    """Builds one random program; `text()` prints it."""
+
+    def __init__(self, seed: int, max_ops: int = 10):
+        self.rng = random.Random(seed)
+        self.args: list[Val] = []
+        self.values: list[Val] = []
+        self.lines: list[str] = []
+        self.max_ops = max_ops
+        self.count = 0
+        self.constants: set[str] = set()
+
+    # -- building blocks --
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def arg(self, shape: Sequence[int], dtype: str) -> Val:
+        v = Val(self.fresh("a"), tuple(shape), dtype, 8.0 if dtype in INTS else 1.0, True)
+        self.args.append(v)
+        self.values.append(v)
+        return v
+
+    def op(
+        self,
+        name: str,
+        operands: Sequence[Val],
+        shape: Sequence[int],
+        dtype: str,
+        scale: float,
+        exact: bool,
+        attrs: str = "",
+    ) -> Val:
+        for o in operands:
+            o.uses += 1
+        v = Val(self.fresh(), tuple(shape), dtype, scale, exact)
+        ops = ", ".join("%" + o.name for o in operands)
+        sep = " " if ops else ""
+        attr_text = " " + attrs if attrs else ""
+        self.lines.append(f"  %{v.name} = graph.{name}{sep}{ops}{attr_text} : {v.type}")
+        self.values.append(v)
+        return v
+
+    def const(self, value: float, dtype: str, shape: Sequence[int] = ()) -> Val:
+        text = str(int(value)) if dtype in INTS else _float_text(value)
+        v = self.op("constant", [], shape, dtype, abs(value), True, f"{{value = {text}}}")
+        self.constants.add(v.name)
+        return v
+
+    def pick(self, pred: Callable[[Val], bool], rounding: bool = True) -> Val:
+        """An existing value satisfying `pred`, recent ones more likely.
+
+        For an op that rounds (`rounding`), half-precision values that may already
+        differ by an ulp between two correct implementations are left out: a
+        second rounding would pass half precision's tolerance (about an ulp).
+        """
+        cands = [v for v in self.values if pred(v) and not (rounding and v.noisy_half)]
+        if not cands:
+            raise Skip
+        if self.rng.random() < 0.3:
+            return cands[-1]
+        return self.rng.choices(cands, weights=[1 + i for i in range(len(cands))])[0]
+
+    def float_dtype(self) -> str:
+        return self.rng.choices(list(FLOAT_WEIGHTS), weights=list(FLOAT_WEIGHTS.values()))[0]
+
+    def random_shape(self, rank: int, limit: int = MAX_NUMEL) -> tuple[int, ...]:
+        for _ in range(100):
+            shape = tuple(self.rng.choice(DIMS) for _ in range(rank))
+            if numel(shape) <= limit:
+                return shape
+        return (1,) * rank
+
+    def compatible_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """A shape that broadcasts with `shape` (the result may be larger)."""
+        rank = len(shape)
+        r = self.rng.random()
+        if r < 0.35 or rank == 0:
+            out = shape
+        elif r < 0.5:
+            out = shape[self.rng.randint(1, rank) :]
+        elif r < 0.7:
+            out = tuple(1 if self.rng.random() < 0.5 else d for d in shape)
+        elif r < 0.8:
+            out = ()
+        elif r < 0.9:
+            out = tuple(
+                1 if self.rng.random() < 0.5 else d for d in shape[self.rng.randint(0, rank) :]
+            )
+        else:
+            # Grows where `shape` has size-1 dims, or gains a leading dim.
+            out = tuple(self.rng.choice(DIMS) if d == 1 else self.rng.choice((1, d)) for d in shape)
+            if self.rng.random() < 0.3 and rank < 3:
+                out = (self.rng.choice(DIMS), *out)
+        full = broadcast_shapes(shape, out)
+        if full is None or numel(full) > MAX_NUMEL:
+            return shape
+        return out
+
+    # -- guards that keep values well-conditioned --
+
+    def squash(self, v: Val, limit: float = 1.0) -> Val:
+        """`v` itself if its scale is within `limit`, else a bounded function of it."""
+        if v.scale <= limit:
+            return v
+        r = self.rng.random()
+        if v.dtype in INTS:
+            lo, hi = self.const(-3, v.dtype), self.const(3, v.dtype)
+            c = self.op("maximum", [v, lo], v.shape, v.dtype, 3, v.exact)
+            return self.op("minimum", [c, hi], v.shape, v.dtype, 3, v.exact)
+        if r < 0.4:
+            return self.op("tanh", [v], v.shape, v.dtype, 1.0, False)
+        if r < 0.7:
+            a = self.op("abs", [v], v.shape, v.dtype, v.scale, v.exact)
+            d = self.op(
+                "add", [a, self.const(1.0, v.dtype)], v.shape, v.dtype, v.scale + 1, v.exact
+            )
+            return self.op("div", [v, d], v.shape, v.dtype, 1.0, False)
+        bound = max(1.0, min(limit, 2.0))
+        lo, hi = self.const(-bound, v.dtype), self.const(bound, v.dtype)
+        c = self.op("maximum", [v, lo], v.shape, v.dtype, bound, v.exact)
+        return self.op("minimum", [c, hi], v.shape, v.dtype, bound, v.exact)
+
+    def positive(self, v: Val, offset: float = 1.0) -> Val:
+        """|v| + offset: a safe divisor or log/rsqrt argument."""
+        a = self.op("abs", [v], v.shape, v.dtype, v.scale, v.exact)
+        c = self.const(offset, v.dtype)
+        return self.op("add", [a, c], v.shape, v.dtype, v.scale + offset, v.exact)
+
+    def cast_to(self, v: Val, dtype: str) -> Val:
+        if v.dtype == dtype:
+            return v
+        if not v.exact and PRECISION.get(dtype, 0) > PRECISION.get(v.dtype, 0):
+            # A rounding difference of the narrow type would fail the wide type's tolerance.
+            raise Skip
+        if dtype in HALF:
+            v = self.squash(v, 1000.0)
+        exact = v.exact and v.dtype != "i1"
+        return self.op("cast", [v], v.shape, dtype, v.scale, exact)
+
+    # -- ops --
+
+    def unary(self) -> Val:
+        name = self.rng.choice(UNARY)
+        v = self.pick(lambda v: v.is_float, rounding=name not in EXACT_UNARY)
+        if name == "exp":
+            v = self.squash(v, 3.0)
+            # Standard normal tails reach 4 sigma: exp's scale counts them.
+            return self.op(name, [v], v.shape, v.dtype, math.exp(3 * v.scale), False)
+        if name in ("log", "sqrt") and v.exact and self.rng.random() < 0.3:
+            # Raw: NaN for negative inputs, in the reference and the kernels alike.
+            return self.op(name, [v], v.shape, v.dtype, max(3.0, math.sqrt(v.scale)), False)
+        if name in ("log", "sqrt", "rsqrt", "reciprocal"):
+            # log is ill-conditioned near 1: its argument is kept at 3 or more.
+            p = self.positive(v, 3.0 if name == "log" else 1.0)
+            scale = 1.0 if name in ("rsqrt", "reciprocal") else max(1.0, math.sqrt(p.scale))
+            return self.op(name, [p], v.shape, v.dtype, scale, False)
+        if name in ("sin", "cos"):
+            v = self.squash(v, 30.0)
+            return self.op(name, [v], v.shape, v.dtype, 1.0, False)
+        if name in ("tanh", "sigmoid"):
+            return self.op(name, [v], v.shape, v.dtype, 1.0, False)
+        exact = v.exact and name in EXACT_UNARY
+        return self.op(name, [v], v.shape, v.dtype, v.scale, exact)
+
+    def partner(self, a: Val, exact: bool = False, rounding: bool = True) -> Val:
+        """A second operand of `a`'s element type whose shape broadcasts with it."""
+        r = self.rng.random()
+
+        def fits(v: Val) -> bool:
+            full = broadcast_shapes(a.shape, v.shape)
+            return (
+                v.dtype == a.dtype
+                and full is not None
+                and numel(full) <= MAX_NUMEL
+                and (v.exact or not exact)
+            )
+
+        if r < 0.55:
+            try:
+                return self.pick(fits, rounding)
+            except Skip:
+                pass
+        if r < 0.75:
+            values = [0.0, 1.0, -1.5, 0.5, 2.0, 3.0] if a.is_float else [0, 1, -2, 3]
+            shape = () if self.rng.random() < 0.8 else self.compatible_shape(a.shape)
+            return self.const(self.rng.choice(values), a.dtype, shape)
+        return self.arg(self.compatible_shape(a.shape), a.dtype)
+
+    def binary(self) -> Val:
+        a = self.pick(lambda v: v.is_float or v.dtype in INTS)
+        names = ["add", "sub", "mul", "maximum", "minimum"]
+        if a.is_float:
+            names += ["div", "pow"]
+        name = self.rng.choice(names)
+        if name == "pow":
+            return self.power(a)
+        b = self.partner(a)
+        if name == "mul":
+            a, b = self.squash(a, 10.0), self.squash(b, 10.0)
+        if self.rng.random() < 0.5:
+            a, b = b, a
+        shape = broadcast_shapes(a.shape, b.shape)
+        assert shape is not None
+        exact = a.exact and b.exact
+        if name == "div":
+            d = self.positive(b)
+            return self.op("div", [a, d], shape, a.dtype, a.scale, False)
+        if name == "mul":
+            return self.op("mul", [a, b], shape, a.dtype, a.scale * b.scale, False)
+        if name in ("add", "sub"):
+            return self.op(name, [a, b], shape, a.dtype, a.scale + b.scale, exact)
+        return self.op(name, [a, b], shape, a.dtype, max(a.scale, b.scale), exact)
+
+    def power(self, a: Val) -> Val:
+        r = self.rng.random()
+        if r < 0.5:
+            base = self.squash(a, 3.0)
+            e = self.rng.choice([2.0, 3.0, 0.5, 1.0, 0.0])
+            c = self.const(e, a.dtype)
+            return self.op("pow", [base, c], a.shape, a.dtype, max(1.0, base.scale**e), False)
+        base = self.positive(self.squash(a, 3.0))
+        ex = self.squash(self.partner(a), 1.0)
+        shape = broadcast_shapes(base.shape, ex.shape)
+        assert shape is not None
+        return self.op("pow", [base, ex], shape, a.dtype, base.scale, False)
+
+    def compare(self) -> Val:
+        a = self.pick(lambda v: v.exact and v.dtype != "i1")
+        b = self.partner(a, exact=True)
+        if not b.exact:
+            raise Skip
+        shape = broadcast_shapes(a.shape, b.shape)
+        assert shape is not None
+        return self.op(self.rng.choice(COMPARE), [a, b], shape, "i1", 1.0, True)
+
+    def where(self) -> Val:
+        try:
+            cond = self.pick(lambda v: v.dtype == "i1", rounding=False)
+        except Skip:
+            cond = self.compare()
+        x = self.pick(
+            lambda v: (
+                v.dtype != "i1"
+                and (s := broadcast_shapes(cond.shape, v.shape)) is not None
+                and numel(s) <= MAX_NUMEL
+            ),
+            rounding=False,
+        )
+        y = self.partner(x, rounding=False)
+        shape = broadcast_shapes(cond.shape, x.shape, y.shape)
+        if shape is None or numel(shape) > MAX_NUMEL:
+            raise Skip
+        ops = [cond, x, y] if self.rng.random() < 0.5 else [cond, y, x]
+        exact = x.exact and y.exact
+        return self.op("where", ops, shape, x.dtype, max(x.scale, y.scale), exact)
+
+    def cast(self) -> Val:
+        v = self.pick(lambda v: True, rounding=False)
+        if v.is_float:
+            choices = [d for d in FLOAT_WEIGHTS if d != v.dtype]
+            return self.cast_to(v, self.rng.choice(choices))
+        target = self.float_dtype() if self.rng.random() < 0.8 else self.rng.choice(INTS)
+        if target == v.dtype:
+            raise Skip
+        return self.cast_to(v, target)
+
+    def reduce(self) -> Val:
+        name = self.rng.choice(REDUCE)
+        rounds = name in ("reduce_sum", "reduce_mean")
+        v = self.pick(lambda v: len(v.shape) >= 1 and v.dtype != "i1", rounding=rounds)
+        if name == "reduce_mean" and not v.is_float:
+            name = "reduce_sum"
+        rank = len(v.shape)
+        r = self.rng.random()
+        if r < 0.35:
+            dims = [rank - 1]
+        elif r < 0.55:
+            dims = [0]
+        elif r < 0.7:
+            dims = list(range(rank))
+        else:
+            dims = sorted(self.rng.sample(range(rank), self.rng.randint(1, rank)))
+        n = numel([v.shape[d] for d in dims])
+        if name == "reduce_sum":
+            v = self.squash(v, 4.0 if v.dtype not in HALF else 2.0)
+            scale = v.scale * max(1.0, float(n))
+        else:
+            scale = v.scale
+        if v.dtype in HALF and name in ("reduce_sum", "reduce_mean"):
+            # Keep sums far from half precision's overflow.
+            v = self.squash(v, 2.0)
+        keep = self.rng.random() < 0.5
+        shape = [1 if d in dims else s for d, s in enumerate(v.shape) if keep or d not in dims]
+        text_dims = [d - rank if self.rng.random() < 0.2 else d for d in dims]
+        attrs = "{dims = [" + ", ".join(map(str, text_dims)) + "]"
+        if keep or self.rng.random() < 0.3:
+            attrs += f", keepdim = {'true' if keep else 'false'}"
+        attrs += "}"
+        exact = v.exact and name in ("reduce_max", "reduce_min")
+        return self.op(name, [v], shape, v.dtype, scale, exact, attrs)
+
+    def matmul(self) -> Val:
+        dtype = "f16" if self.rng.random() < 0.3 else "f32"
+        batched = self.rng.random() < 0.3
+        rank = 3 if batched else 2
+        try:
+            a = self.pick(lambda v: len(v.shape) == rank and v.is_float)
+        except Skip:
+            a = self.arg(self.random_shape(rank, 4096), dtype)
+        a = self.cast_to(self.squash(a, 3.0), dtype if a.dtype not in ("f32", "f16") else a.dtype)
+        k = a.shape[-1]
+        for _ in range(20):
+            n = self.rng.choice(DIMS)
+            if numel([*a.shape[:-1], n]) <= MAX_NUMEL and numel([*a.shape[:-2], k, n]) <= MAX_NUMEL:
+                break
+        else:
+            raise Skip
+        bshape = (*a.shape[:-2], k, n)
+
+        def fits(v: Val) -> bool:
+            return v.shape == bshape and v.dtype == a.dtype
+
+        r = self.rng.random()
+        if r < 0.3 and any(fits(v) for v in self.values):
+            b = self.pick(fits)
+        elif r < 0.5 and any(
+            v.shape == (*bshape[:-2], n, k) and v.dtype == a.dtype for v in self.values
+        ):
+            bt = self.pick(lambda v: v.shape == (*bshape[:-2], n, k) and v.dtype == a.dtype)
+            perm = "[0, 2, 1]" if batched else "[1, 0]"
+            b = self.op(
+                "transpose", [bt], bshape, bt.dtype, bt.scale, bt.exact, f"{{perm = {perm}}}"
+            )
+        else:
+            b = self.arg(bshape, a.dtype)
+        b = self.squash(b, 3.0)
+        out = (*a.shape[:-1], n)
+        scale = a.scale * b.scale * math.sqrt(k) * 2
+        return self.op("matmul", [a, b], out, a.dtype, scale, False)
+
+    def transpose(self) -> Val:
+        v = self.pick(lambda v: len(v.shape) >= 2, rounding=False)
+        rank = len(v.shape)
+        perm = list(range(rank))
+        while perm == list(range(rank)):
+            self.rng.shuffle(perm)
+        text = [p - rank if self.rng.random() < 0.15 else p for p in perm]
+        shape = [v.shape[p] for p in perm]
+        attrs = "{perm = [" + ", ".join(map(str, text)) + "]}"
+        return self.op("transpose", [v], shape, v.dtype, v.scale, v.exact, attrs)
+
+    def reshape(self) -> Val:
+        v = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
+        shape = list(v.shape)
+        r = self.rng.random()
+        if r < 0.25:
+            new = [numel(shape)]
+        elif r < 0.5 and len(shape) >= 2:
+            i = self.rng.randrange(len(shape) - 1)
+            new = shape[:i] + [shape[i] * shape[i + 1]] + shape[i + 2 :]
+        elif r < 0.75:
+            splits = {64: [(8, 8), (4, 16), (2, 32)], 130: [(10, 13), (2, 65)], 33: [(3, 11)]}
+            idx = [i for i, d in enumerate(shape) if d in splits]
+            if not idx or len(shape) >= 3:
+                raise Skip
+            i = self.rng.choice(idx)
+            new = shape[:i] + list(self.rng.choice(splits[shape[i]])) + shape[i + 1 :]
+        elif len(shape) < 3:
+            i = self.rng.randint(0, len(shape))
+            new = shape[:i] + [1] + shape[i:]
+        else:
+            new = [d for d in shape if d != 1] or [1]
+        if new == shape:
+            raise Skip
+        return self.op("reshape", [v], new, v.dtype, v.scale, v.exact)
+
+    def broadcast(self) -> Val:
+        v = self.pick(lambda v: len(v.shape) < 3 or 1 in v.shape, rounding=False)
+        new = [self.rng.choice(DIMS) if d == 1 and self.rng.random() < 0.7 else d for d in v.shape]
+        if len(new) < 3 and self.rng.random() < 0.5:
+            new = [self.rng.choice(DIMS), *new]
+        if numel(new) > MAX_NUMEL or tuple(new) == v.shape:
+            raise Skip
+        return self.op("broadcast", [v], new, v.dtype, v.scale, v.exact)
+
+    def softmax(self) -> Val:
+        v = self.pick(lambda v: v.is_float and len(v.shape) >= 1)
+        v = self.squash(v, 4.0)  # exp(x - max) keeps x's absolute error: |x| stays small
+        dim = self.rng.randrange(len(v.shape))
+        return self.op("softmax", [v], v.shape, v.dtype, 1.0, False, f"{{dim = {dim}}}")
+
+    def layer_norm(self) -> Val:
+        # Normalizing a handful of elements is ill-conditioned (near-equal values
+        # have a tiny variance): at least 17 are normalized.
+        # An inexact input with a large mean next to its spread (softmax + 1) loses
+        # digits in x - mean: layer norm reads exact values only.
+        v = self.pick(lambda v: v.is_float and v.exact and len(v.shape) >= 1 and v.shape[-1] >= 17)
+        v = self.squash(v, 10.0)
+        k = self.rng.randint(1, min(2, len(v.shape)))
+        rank = len(v.shape)
+        dims = list(range(rank - k, rank))
+        norm = v.shape[rank - k :]
+        w = self.arg(norm, v.dtype)
+        b = self.arg(norm, v.dtype)
+        attrs = "{dims = [" + ", ".join(map(str, dims)) + "], eps = 1.0e-5}"
+        return self.op("layer_norm", [v, w, b], v.shape, v.dtype, 4.0, False, attrs)
+
+    ACTIONS: dict[str, int] = {
+        "unary": 20,
+        "binary": 25,
+        "compare": 4,
+        "where": 6,
+        "cast": 6,
+        "reduce": 12,
+        "matmul": 6,
+        "transpose": 5,
+        "reshape": 5,
+        "broadcast": 3,
+        "softmax": 2,
+        "layer_norm": 2,
+    }
+
+    # -- the program --
+
+    def build(self) -> str:
+        rng = self.rng
+        rank = rng.choices([0, 1, 2, 3], weights=[3, 25, 45, 27])[0]
+        base = self.random_shape(rank)
+        dtype = self.float_dtype() if rng.random() < 0.9 else rng.choice(INTS)
+        self.arg(base, dtype)
+        if rng.random() < 0.5:
+            self.arg(self.compatible_shape(base), dtype)
+        n_ops = rng.randint(1, self.max_ops)
+        made = 0
+        tries = 0
+        names, weights = list(self.ACTIONS), list(self.ACTIONS.values())
+        while made < n_ops and tries < 20 * self.max_ops:
+            tries += 1
+            action = rng.choices(names, weights=weights)[0]
+            mark = (len(self.lines), len(self.values), len(self.args))
+            uses = [v.uses for v in self.values]
+            try:
+                getattr(self, action)()
+                made += 1
+            except Skip:
+                # Undo whatever the failed attempt emitted.
+                del self.lines[mark[0] :]
+                del self.values[mark[1] :]
+                del self.args[mark[2] :]
+                for v, u in zip(self.values, uses, strict=False):
+                    v.uses = u
+        return self.text(self.outputs())
+
+    def outputs(self) -> list[Val]:
+        rng = self.rng
+        computed = [
+            v for v in self.values if v not in self.args and v.name not in self.constants
+        ] or self.values
+        outs = [computed[-1]]
+        for v in computed[:-1]:
+            if v.uses == 0 and rng.random() < 0.8 or rng.random() < 0.08:
+                outs.append(v)
+        if rng.random() < 0.03:
+            outs.append(rng.choice(self.args))
+        if rng.random() < 0.03:
+            outs.append(outs[0])
+        return outs[:5]
+
+    def text(self, outs: list[Val]) -> str:
+        args = ", ".join(f"%{a.name}: {a.type}" for a in self.args)
+        types = ", ".join(o.type for o in outs)
+        result = types if len(outs) == 1 else f"({types})"
+        names = ", ".join("%" + o.name for o in outs)
+        return (
+            f"func @main({args}) -> {result} {{\n"
+            + "".join(line + "\n" for line in self.lines)
+            + f"  return {names} : {types}\n}}\n"
+        )
+
+
+def generate(seed: int, max_ops: int = 10) -> str:
+    """The program of `seed`: the text of one function, `@main`."""
+    return Generator(seed, max_ops).build()
+
+
+# --- differential checking ---------------------------------------------------------
+
+
+@dataclass
+class Failure:
+    """How a program failed: `kind` names the stage, `message` the details."""
+
+    kind: str  # invalid | reference | crash-fused | crash-unfused | mismatch-fused | ...
+    message: str
+    detail: str = ""
+    """What must stay the same while shrinking (an exception type, an output index)."""
+
+    @property
+    def signature(self) -> tuple[str, str]:
+        return (self.kind, self.detail)
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+def check_program(text: str, seed: int, device: str = "cpu") -> Failure | None:
+    """Compiles `text` fused and unfused and compares both with the reference."""
+    import torch
+
+    import irc
+    from irc.reference import functions, random_inputs, run_function
+
+    try:
+        module = irc.parse(text, "<graphgen>")
+        irc.verify(module)
+    except irc.IrcError as e:
+        return Failure("invalid", str(e).splitlines()[0] if str(e) else repr(e), "")
+    fns = functions(module)
+    name, fn = next(iter(fns.items()))
+    inputs = random_inputs(fn, seed, device)
+    try:
+        expected = run_function(fn, inputs)
+    except Exception as e:
+        return Failure("reference", f"{type(e).__name__}: {e}", type(e).__name__)
+    for fuse in (True, False):
+        mode = "fused" if fuse else "unfused"
+        args = [x.clone() for x in inputs]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compiled = irc.compile(module, device=device, fuse=fuse)
+                outputs = compiled.run(name, args)
+        except Exception as e:
+            first = str(e).splitlines()[0] if str(e) else ""
+            # Shrinking keeps the message, less the names and numbers in it.
+            detail = re.sub(r"%[\w.$-]+|\d+", "#", f"{type(e).__name__}: {first}")
+            return Failure(f"crash-{mode}", f"{type(e).__name__}: {first}", detail)
+        for i, (a, x) in enumerate(zip(args, inputs, strict=True)):
+            if not torch.equal(a, x) and not (a.isnan() == x.isnan()).all():
+                return Failure(f"input-modified-{mode}", f"input {i} was written", str(i))
+        if len(outputs) != len(expected):
+            return Failure(
+                f"mismatch-{mode}", f"{len(outputs)} outputs, expected {len(expected)}", "count"
+            )
+        for i, (got, want) in enumerate(zip(outputs, expected, strict=True)):
+            try:
+                torch.testing.assert_close(got.cpu(), want.cpu(), equal_nan=True)
+            except AssertionError as e:
+                msg = " ".join(str(e).split())
+                return Failure(f"mismatch-{mode}", f"output {i}: {msg}", "")
+    return None
+
+
+# --- shrinking ----------------------------------------------------------------------
+
+
+def _candidates(text: str) -> Iterator[str]:
+    """Smaller variants of a one-function program, biggest cuts first."""
+    import irc
+
+    def variants() -> Iterator[Callable[[object], bool]]:
+        module = irc.parse(text, "<shrink>")
+        fn = _main(module)
+        ops = list(fn.body.block.ops)
+        ret = ops[-1]
+        n_out = len(ret.operands)
+        if n_out > 1:
+            for j in range(n_out):
+                yield lambda f, j=j: _drop_output(f, j)
+        for i in reversed(range(len(ops) - 1)):
+            op = ops[i]
+            if not op.results:
+                continue
+            for k, o in enumerate(op.operands):
+                if o.type == op.results[0].type:
+                    yield lambda f, i=i, k=k: _bypass(f, i, k)
+            yield lambda f, i=i: _to_argument(f, i)
+
+    for mutate in variants():
+        module = irc.parse(text, "<shrink>")
+        fn = _main(module)
+        if not mutate(fn):
+            continue
+        _clean(fn)
+        try:
+            irc.verify(module)
+        except Exception:
+            continue
+        new = irc.print_module(module)
+        if new != text:
+            yield new
+
+
+def _main(module: object) -> object:
+    from xdsl.dialects import func
+
+    return next(op for op in module.body.ops if isinstance(op, func.FuncOp))  # type: ignore[attr-defined]
+
+
+def _drop_output(fn: object, j: int) -> bool:
+    ret = fn.body.block.last_op  # type: ignore[attr-defined]
+    operands = list(ret.operands)
+    del operands[j]
+    ret.operands = operands
+    return True
+
+
+def _bypass(fn: object, i: int, k: int) -> bool:
+    op = list(fn.body.block.ops)[i]  # type: ignore[attr-defined]
+    op.results[0].replace_all_uses_with(op.operands[k])
+    op.detach()
+    op.erase()
+    return True
+
+
+def _to_argument(fn: object, i: int) -> bool:
+    """Replaces an op's result with a new function argument (cuts its producers off)."""
+    block = fn.body.block  # type: ignore[attr-defined]
+    op = list(block.ops)[i]
+    if op.name == "graph.constant":
+        return False
+    r = op.results[0]
+    arg = block.insert_arg(r.type, len(block.args))
+    if r.name_hint:
+        from irc.frontend import set_value_name
+
+        set_value_name(arg, r.name_hint)
+    r.replace_all_uses_with(arg)
+    op.detach()
+    op.erase()
+    return True
+
+
+def _clean(fn: object) -> None:
+    """Drops ops whose results are unused and arguments nothing reads."""
+    block = fn.body.block  # type: ignore[attr-defined]
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.ops)[:-1]):
+            if all(not r.uses for r in op.results):
+                op.detach()
+                op.erase()
+                changed = True
+    for arg in reversed(list(block.args)):
+        if not arg.uses and len(block.args) > 1:
+            block.erase_arg(arg)
+    fn.update_function_type()  # type: ignore[attr-defined]
+
+
+def shrink(text: str, seed: int, failure: Failure, budget: int = 400, device: str = "cpu") -> str:
+    """A smaller program that fails like `failure` (greedy, first improvement)."""
+    current = text
+    tried = 0
+    progress = True
+    while progress and tried < budget:
+        progress = False
+        for cand in _candidates(current):
+            tried += 1
+            f = check_program(cand, seed, device)
+            if f is not None and f.signature == failure.signature:
+                current = cand
+                progress = True
+                break
+            if tried >= budget:
+                break
+    return current
+
+
+# --- the command line ------------------------------------------------------------------
+
+
+def _run_seed(job: tuple[int, int]) -> tuple[int, str, Failure | None]:
+    seed, max_ops = job
+    text = generate(seed, max_ops)
+    try:
+        failure = check_program(text, seed)
+    except Exception as e:  # a bug in the checker itself: report, do not stop the batch
+        failure = Failure("checker", f"{type(e).__name__}: {e}", type(e).__name__)
+    return seed, text, failure
+
+
+def _report(seed: int, text: str, failure: Failure, do_shrink: bool, out: object) -> None:
+    w = out.write  # type: ignore[attr-defined]
+    w(f"\nFAIL seed {seed}: {failure}\n")
+    if do_shrink and failure.kind != "checker":
+        small = shrink(text, seed, failure)
+        again = check_program(small, seed)
+        w(f"// reproducer (shrunk; inputs: irc.reference.random_inputs(fn, seed={seed}))\n")
+        w(f"// {again if again is not None else failure}\n")
+        w(small)
+    else:
+        w(text)
+    w("\n")
+    out.flush()  # type: ignore[attr-defined]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m irc.graphgen",
+        description="Differential testing: random graphs, fused and unfused, against the reference.",
+    )
+    ap.add_argument("--count", type=int, default=200, help="number of graphs (default 200)")
+    ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    ap.add_argument("--max-ops", type=int, default=10, help="ops a program draws at most")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="worker processes (default: all cores)",
+    )
+    ap.add_argument("--no-shrink", action="store_true", help="print failing programs as generated")
+    ap.add_argument("--show", type=int, metavar="SEED", help="print the program of SEED and exit")
+    ap.add_argument("--check", metavar="FILE", help="check one .ir file with inputs of --seed")
+    args = ap.parse_args(argv)
+    if args.show is not None:
+        sys.stdout.write(generate(args.show, args.max_ops))
+        return 0
+    if args.check is not None:
+        with open(args.check) as f:
+            text = f.read()
+        failure = check_program(text, args.seed)
+        if failure is None:
+            print("ok")
+            return 0
+        _report(args.seed, text, failure, not args.no_shrink, sys.stdout)
+        return 1
+    jobs = [(s, args.max_ops) for s in range(args.seed, args.seed + args.count)]
+    failures: list[tuple[int, str, Failure]] = []
+    start = time.time()
+    step = max(1, min(100, args.count // 20))
+
+    def results() -> Iterator[tuple[int, str, Failure | None]]:
+        if args.jobs <= 1:
+            yield from map(_run_seed, jobs)
+            return
+        import multiprocessing as mp
+
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            yield from pool.imap_unordered(_run_seed, jobs, chunksize=4)
+
+    for done, (seed, text, failure) in enumerate(results(), 1):
+        if failure is not None:
+            failures.append((seed, text, failure))
+            print(f"seed {seed}: {failure}", flush=True)
+        if done % step == 0 or done == len(jobs):
+            print(
+                f"[{done}/{len(jobs)}] {len(failures)} failing, {time.time() - start:.0f} s",
+                flush=True,
+            )
+    for seed, text, failure in sorted(failures, key=lambda t: t[0]):
+        _report(seed, text, failure, not args.no_shrink, sys.stdout)
+    print(f"{len(jobs)} graphs, {len(failures)} failing, {time.time() - start:.0f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
