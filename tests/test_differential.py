@@ -198,6 +198,43 @@ def test_the_unfused_path_is_checked_too(monkeypatch: pytest.MonkeyPatch) -> Non
     assert failure is not None and failure.kind == "mismatch-unfused", failure
 
 
+def test_a_kernel_that_writes_its_input_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = graphgen.compile_variant
+
+    class Writer:
+        def __init__(self, compiled: object) -> None:
+            self.compiled = compiled
+
+        def run(self, name: str, args: list[torch.Tensor]) -> object:
+            out = self.compiled.run(name, args)  # type: ignore[attr-defined]
+            args[0].view(-1)[0] += 1.0
+            return out
+
+    def variant(module: object, mode: str, device: str = "cpu") -> object:
+        compiled = real(module, mode, device)
+        return Writer(compiled) if mode == "unfused" else compiled
+
+    monkeypatch.setattr(graphgen, "compile_variant", variant)
+    failure = check_program(SIN_PROGRAM, seed=3)
+    assert failure is not None and failure.kind == "input-modified-unfused", failure
+
+
+def test_the_small_tiles_variant_takes_the_paths_of_large_programs() -> None:
+    text = """func @main(%x: tensor<17x130xf32>, %y: tensor<64x64xf32>) -> (tensor<17x130xf32>, tensor<f32>) {
+  %s = graph.softmax %x {dim = 1} : tensor<17x130xf32>
+  %m = graph.reduce_sum %y {dims = [0, 1]} : tensor<f32>
+  return %s, %m : tensor<17x130xf32>, tensor<f32>
+}
+"""
+    source = graphgen.compile_variant(irc.parse(text), "small-tiles").source  # type: ignore[attr-defined]
+    assert re.search(r"^def triton_red_fused_amax_sub_exp_sum_div_\w*\(", source, re.MULTILINE)
+    assert re.search(r"^def triton_\w*_split\w*\(", source, re.MULTILINE)
+    assert "    for " in source
+    default = irc.compile(irc.parse(text), device="cpu").source
+    assert "_split" not in default and "def triton_per_fused_amax" in default
+    assert check_program(text, seed=0) is None
+
+
 def test_failure_signature_is_kind_and_detail() -> None:
     a = Failure("crash-fused", "RuntimeError: x", "RuntimeError")
     b = Failure("crash-fused", "RuntimeError: y", "RuntimeError")
