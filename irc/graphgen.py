@@ -525,12 +525,14 @@ class Generator:
         return self.op("softmax", [v], v.shape, v.dtype, 1.0, False, f"{{dim = {dim}}}")
 
     def layer_norm(self) -> Val:
-        # Normalizing a handful of elements is ill-conditioned (near-equal values
-        # have a tiny variance): at least 17 are normalized.
-        # An inexact input with a large mean next to its spread (softmax + 1) loses
-        # digits in x - mean: layer norm reads exact values only.
+        # Normalizing near-equal values is ill-conditioned (x - mean is all rounding,
+        # times rsqrt(eps)): rows of at least 17 exact values, plus fresh standard
+        # normal noise, so the variance is never small. An inexact input with a
+        # large mean next to its spread (softmax + 1) would lose digits in x - mean.
         v = self.pick(lambda v: v.is_float and v.exact and len(v.shape) >= 1 and v.shape[-1] >= 17)
-        v = self.squash(v, 10.0)
+        v = self.squash(v, 4.0)
+        noise = self.arg(v.shape, v.dtype)
+        v = self.op("add", [v, noise], v.shape, v.dtype, v.scale + 1.0, v.exact and noise.exact)
         k = self.rng.randint(1, min(2, len(v.shape)))
         rank = len(v.shape)
         dims = list(range(rank - k, rank))
