@@ -237,13 +237,22 @@ class Rejected(Exception):
     """A group that no single loop nest computes; the message says why."""
 
 
-def kernel_schema(g: FusionGraph, ops: Sequence[Operation], max_ops: int) -> Schema:
+def kernel_schema(
+    g: FusionGraph,
+    ops: Sequence[Operation],
+    max_ops: int,
+    io: tuple[Iterable[SSAValue], Iterable[SSAValue]] | None = None,
+) -> Schema:
+    """How one loop nest computes `ops`, or `Rejected` with the reason.
+
+    `io` is the group's (reads, writes) when the caller already knows them.
+    """
     if len(ops) > max_ops:
         raise Rejected(f"more than {max_ops} ops in one kernel")
     members = set(ops)
     matmuls = [op for op in ops if isinstance(op, graph.MatmulOp)]
     reductions = [op for op in ops if isinstance(op, graph.ReduceOp)]
-    reads, writes = group_io(g, ops)
+    reads, writes = (list(io[0]), list(io[1])) if io is not None else group_io(g, ops)
     if len(reads) + len(writes) > MAX_TENSORS:
         # Each tensor a kernel streams is at least one live block per thread
         # (16 registers a block for an 8192-wide row on 16 warps): past this
@@ -477,6 +486,7 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
         group_of[op] = Group([op], i)
     next_id = len(g.compute)
     cost: dict[int, int] = {gr.id: group_bytes(g, gr.ops) for gr in group_of.values()}
+    single_cost = {gr.ops[0]: cost[gr.id] for gr in group_of.values()}
     rejected_pairs: set[tuple[int, int]] = set()
 
     def candidates(gr: Group) -> set[Group]:
@@ -589,7 +599,8 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
         merged_ops = sorted(a.ops + b.ops, key=g.order.__getitem__)
         lo, hi = (a, b) if pos[a.id] < pos[b.id] else (b, a)
         try:
-            kernel_schema(g, merged_ops, max_ops)
+            merged_reads, merged_writes = merged_io(a, b)
+            kernel_schema(g, merged_ops, max_ops, (merged_reads, merged_writes))
             limit_hi = pos[hi.id]
             forward = between(lo, successors, lambda p, limit=limit_hi: p < limit, hi)
             if forward is None:
@@ -609,7 +620,7 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
             continue
         new = Group(merged_ops, next_id)
         next_id += 1
-        new.reads, new.writes = merged_io(a, b)  # while group_of still names a and b
+        new.reads, new.writes = merged_reads, merged_writes
         new.out_ops = {
             c for c in a.out_ops | b.out_ops if group_of[c] is not a and group_of[c] is not b
         }
@@ -638,8 +649,8 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
         {id(gr): gr for gr in group_of.values()}.values(), key=lambda gr: g.order[gr.ops[0]]
     )
     for gr in groups:
-        before = sum(group_bytes(g, [op]) for op in gr.ops)
-        kind = kernel_schema(g, gr.ops, max_ops=len(gr.ops)).kind
+        before = sum(single_cost[op] for op in gr.ops)
+        kind = kernel_schema(g, gr.ops, len(gr.ops), (gr.reads, gr.writes)).kind
         name = _kernel_name(gr.ops, kind, counter)
         report.groups.append(
             GroupRecord(name, kind, [_op_label(g, o) for o in gr.ops], before, cost[gr.id])
