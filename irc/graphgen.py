@@ -829,22 +829,24 @@ def shrink(text: str, seed: int, failure: Failure, budget: int = 400, device: st
 # --- the command line ------------------------------------------------------------------
 
 
-def _run_seed(job: tuple[int, int]) -> tuple[int, str, Failure | None]:
-    seed, max_ops = job
+def _run_seed(job: tuple[int, int, str]) -> tuple[int, str, Failure | None]:
+    seed, max_ops, device = job
     text = generate(seed, max_ops)
     try:
-        failure = check_program(text, seed)
+        failure = check_program(text, seed, device)
     except Exception as e:  # a bug in the checker itself: report, do not stop the batch
         failure = Failure("checker", f"{type(e).__name__}: {e}", type(e).__name__)
     return seed, text, failure
 
 
-def _report(seed: int, text: str, failure: Failure, do_shrink: bool, out: object) -> None:
+def _report(
+    seed: int, text: str, failure: Failure, do_shrink: bool, out: object, device: str = "cpu"
+) -> None:
     w = out.write  # type: ignore[attr-defined]
     w(f"\nFAIL seed {seed}: {failure}\n")
     if do_shrink and failure.kind != "checker":
-        small = shrink(text, seed, failure)
-        again = check_program(small, seed)
+        small = shrink(text, seed, failure, device=device)
+        again = check_program(small, seed, device)
         w(f"// reproducer (shrunk; inputs: irc.reference.random_inputs(fn, seed={seed}))\n")
         w(f"// {again if again is not None else failure}\n")
         w(small)
@@ -871,6 +873,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-shrink", action="store_true", help="print failing programs as generated")
     ap.add_argument("--show", type=int, metavar="SEED", help="print the program of SEED and exit")
     ap.add_argument("--check", metavar="FILE", help="check one .ir file with inputs of --seed")
+    ap.add_argument("--device", default="cpu", help="cpu (Triton's interpreter, default) or cuda")
+    ap.add_argument(
+        "--max-seconds", type=float, default=None, help="stop starting graphs after this long"
+    )
     args = ap.parse_args(argv)
     if args.show is not None:
         sys.stdout.write(generate(args.show, args.max_ops))
@@ -878,13 +884,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check is not None:
         with open(args.check) as f:
             text = f.read()
-        failure = check_program(text, args.seed)
+        failure = check_program(text, args.seed, args.device)
         if failure is None:
             print("ok")
             return 0
-        _report(args.seed, text, failure, not args.no_shrink, sys.stdout)
+        _report(args.seed, text, failure, not args.no_shrink, sys.stdout, args.device)
         return 1
-    jobs = [(s, args.max_ops) for s in range(args.seed, args.seed + args.count)]
+    jobs = [(s, args.max_ops, args.device) for s in range(args.seed, args.seed + args.count)]
     failures: list[tuple[int, str, Failure]] = []
     start = time.time()
     step = max(1, min(100, args.count // 20))
@@ -898,6 +904,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with mp.get_context("spawn").Pool(args.jobs) as pool:
             yield from pool.imap_unordered(_run_seed, jobs, chunksize=4)
 
+    done = 0
     for done, (seed, text, failure) in enumerate(results(), 1):
         if failure is not None:
             failures.append((seed, text, failure))
@@ -907,9 +914,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"[{done}/{len(jobs)}] {len(failures)} failing, {time.time() - start:.0f} s",
                 flush=True,
             )
+        if args.max_seconds is not None and time.time() - start > args.max_seconds:
+            print(f"stopping after {done} graphs: --max-seconds reached", flush=True)
+            break
     for seed, text, failure in sorted(failures, key=lambda t: t[0]):
-        _report(seed, text, failure, not args.no_shrink, sys.stdout)
-    print(f"{len(jobs)} graphs, {len(failures)} failing, {time.time() - start:.0f} s")
+        _report(seed, text, failure, not args.no_shrink, sys.stdout, args.device)
+    print(f"{done} graphs, {len(failures)} failing, {time.time() - start:.0f} s")
     return 1 if failures else 0
 
 
