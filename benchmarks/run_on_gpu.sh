@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one go (irc installed, CUDA visible):
+#   benchmarks/run_on_gpu.sh OUT_DIR
+# 1. the compiling tests with real Triton (IRC_TEST_DEVICE=cuda), GPU-only checks included;
+# 2. a batch of random graphs, fused and unfused, against the reference on the GPU;
+# 3. the benchmark table (fresh caches: cold compiles are cold), then autotuned;
+# 4. compile time at 1,000 and 10,000 ops.
+set -o pipefail
+out=${1:-.}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here" || exit 1
+export PYTHONUNBUFFERED=1
+IRC_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider \
+  tests/test_lowering_ops.py tests/test_gpu.py tests/test_lowering_regressions.py \
+  tests/test_online_softmax.py tests/test_tf32.py tests/test_run_check.py 2>&1 | tail -15 | tee "$out/pytest_gpu.log"
+python3 -m irc.graphgen --count 2000 --seed 100000 --device cuda --max-seconds 90 2>&1 | tail -5 | tee "$out/graphgen_gpu.log"
+python3 benchmarks/bench.py --fresh-caches --markdown "$out/bench.md" --json "$out/bench.json" 2>&1 \
+  | tee "$out/bench.log"
+python3 benchmarks/bench.py --autotune --markdown "$out/bench_autotune.md" --json "$out/bench_autotune.json" 2>&1 \
+  | tr '\r' '\n' | grep -v '^autotune \[' | tee "$out/bench_autotune.log"
+python3 benchmarks/compile_speed.py 2>&1 | tee "$out/compile_speed.log"
