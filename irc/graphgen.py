@@ -542,6 +542,81 @@ class Generator:
         attrs = "{dims = [" + ", ".join(map(str, dims)) + "], eps = 1.0e-5}"
         return self.op("layer_norm", [v, w, b], v.shape, v.dtype, 4.0, False, attrs)
 
+    def normalize(self) -> Val:
+        """`x (op) reduce(x)` broadcast back over the rows: a reduction epilogue."""
+        rng = self.rng
+        v = self.pick(lambda v: v.dtype in ("f32", "f64", *HALF) and len(v.shape) >= 1)
+        v = self.squash(v, 4.0)
+        rank = len(v.shape)
+        r = rng.random()
+        if r < 0.4:
+            dims = [rank - 1]
+        elif r < 0.6:
+            dims = [0]
+        else:
+            dims = sorted(rng.sample(range(rank), rng.randint(1, rank)))
+        # Half-precision sums round twice here (sum, then the combination): max and min only.
+        names = ["reduce_max", "reduce_min"]
+        if v.dtype not in HALF:
+            names += ["reduce_mean", "reduce_sum"]
+        name = rng.choice(names)
+        # Without keepdim the reduced value broadcasts back only when the reduced dims lead.
+        keep = dims != list(range(len(dims))) or rng.random() < 0.5
+        shape = [1 if d in dims else s for d, s in enumerate(v.shape) if keep or d not in dims]
+        n = numel([v.shape[d] for d in dims])
+        scale = v.scale * n if name == "reduce_sum" else v.scale
+        attrs = "{dims = [" + ", ".join(map(str, dims)) + f"], keepdim = {str(keep).lower()}}}"
+        exact = v.exact and name in ("reduce_max", "reduce_min")
+        red = self.op(name, [v], shape, v.dtype, scale, exact, attrs)
+        combine = rng.choice(["sub", "div", "mul", "add"])
+        if combine == "div":
+            d = self.positive(red)
+            return self.op("div", [v, d], v.shape, v.dtype, v.scale, False)
+        if combine == "mul":
+            red = self.squash(red, 4.0)
+            return self.op("mul", [v, red], v.shape, v.dtype, v.scale * red.scale, False)
+        return self.op(combine, [v, red], v.shape, v.dtype, v.scale + scale, v.exact and exact)
+
+    def gemm_block(self) -> Val:
+        """A matmul with a prologue on an operand and an epilogue (bias, activation,
+        scale, residual), in f32: the GEMM fusions of a linear layer."""
+        rng = self.rng
+        batch = (rng.choice((2, 3, 5)),) if rng.random() < 0.25 else ()
+        for _ in range(50):
+            m, k, n = (rng.choice(DIMS) for _ in range(3))
+            if max(numel((*batch, m, k)), numel((*batch, k, n)), numel((*batch, m, n))) <= 4096:
+                break
+        else:
+            raise Skip
+        try:
+            a = self.pick(lambda v: v.shape == (*batch, m, k) and v.dtype == "f32" and v.exact)
+        except Skip:
+            a = self.arg((*batch, m, k), "f32")
+        r = rng.random()
+        if r < 0.2:
+            a = self.op("relu", [a], a.shape, "f32", a.scale, a.exact)
+        elif r < 0.3:
+            a = self.op("neg", [a], a.shape, "f32", a.scale, a.exact)
+        elif r < 0.4:
+            h = self.op("cast", [a], a.shape, "f16", a.scale, a.exact)
+            a = self.op("cast", [h], a.shape, "f32", a.scale, a.exact)
+        a = self.squash(a, 3.0)
+        b = self.arg((*batch, k, n), "f32")
+        y = self.op("matmul", [a, b], (*batch, m, n), "f32", a.scale * math.sqrt(k) * 2, False)
+        if rng.random() < 0.7:
+            bias = self.arg((n,) if rng.random() < 0.8 else (m, 1), "f32")
+            y = self.op("add", [y, bias], y.shape, "f32", y.scale + 1, False)
+        if rng.random() < 0.3:
+            c = self.const(rng.choice([0.5, 2.0, -1.5]), "f32")
+            y = self.op("mul", [y, c], y.shape, "f32", y.scale * 2, False)
+        if rng.random() < 0.6:
+            act = rng.choice(["relu", "gelu", "silu", "tanh", "sigmoid"])
+            y = self.op(act, [y], y.shape, "f32", y.scale, False)
+        if rng.random() < 0.3:
+            res = self.arg(y.shape, "f32")
+            y = self.op("add", [y, res], y.shape, "f32", y.scale + 1, False)
+        return y
+
     ACTIONS: dict[str, int] = {
         "unary": 20,
         "binary": 25,
@@ -555,6 +630,8 @@ class Generator:
         "broadcast": 3,
         "softmax": 2,
         "layer_norm": 2,
+        "normalize": 4,
+        "gemm_block": 3,
     }
 
     # -- the program --

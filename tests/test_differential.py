@@ -278,11 +278,16 @@ def test_cli_reports_a_failure_with_its_seed_and_a_reproducer(
 
 
 def test_cli_exits_1_when_a_generated_graph_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(tile_to_triton.UNARY, "exp", "tl.exp({0}) * 1.5")
-    seed = next(s for s in range(100) if "graph.exp" in generate(s))
-    status, out = _cli("--count", "1", "--seed", str(seed), "--jobs", "1")
+    from irc.lowering import loop_to_tile
+
+    def broken(self: object) -> None:
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(loop_to_tile.KernelTranslator, "build", broken)
+    status, out = _cli("--count", "2", "--seed", "5", "--jobs", "1", "--no-shrink")
     assert status == 1
-    assert f"FAIL seed {seed}" in out and "func @main" in out
+    assert "FAIL seed 5: crash-fused" in out and "FAIL seed 6: crash-fused" in out
+    assert out.count("func @main") == 2 and "2 graphs, 2 failing" in out
 
 
 # --- programs that found bugs (shrunk reproducers) -------------------------------------------
