@@ -234,6 +234,8 @@ def measure(
         row["wall_us_eager"] = wall_per_call(lambda: w.torch_fn(*args))
         row["wall_us_compile"] = wall_per_call(lambda: tc_fn(*args))
         row["wall_us_irc"] = wall_per_call(lambda: irc_fn(*args))
+        graphed = irc.compile(path, device="cuda", cuda_graphs=True)[w.name]
+        row["wall_us_irc_graph"] = wall_per_call(lambda: graphed(*args))
     return row
 
 
@@ -291,7 +293,7 @@ def format_row(row: dict[str, Any]) -> str:
     if "wall_us_irc" in row:
         extras.append(
             f"wall us/call eager {row['wall_us_eager']:.1f} compile {row['wall_us_compile']:.1f} "
-            f"irc {row['wall_us_irc']:.1f}"
+            f"irc {row['wall_us_irc']:.1f} irc+graph {row['wall_us_irc_graph']:.1f}"
         )
     if not row["correct"]:
         extras.append(f"MISMATCH max abs err {row['max_abs_err']:.3g}")
@@ -314,7 +316,7 @@ def markdown(result: dict[str, Any]) -> str:
         if "wall_us_irc" in r:
             notes.append(
                 f"wall µs/call: eager {r['wall_us_eager']:.1f}, compile {r['wall_us_compile']:.1f}, "
-                f"irc {r['wall_us_irc']:.1f}"
+                f"irc {r['wall_us_irc']:.1f}, irc with CUDA graph {r['wall_us_irc_graph']:.1f}"
             )
         if not r["correct"]:
             notes.append(f"MISMATCH {r['max_abs_err']:.3g}")

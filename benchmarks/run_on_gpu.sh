@@ -9,14 +9,17 @@ set -o pipefail
 out=${1:-.}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")/.." && pwd)
-cd "$here" || exit 1
+out=$(cd "$out" && pwd)
 export PYTHONUNBUFFERED=1
-IRC_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider \
-  tests/test_lowering_ops.py tests/test_gpu.py tests/test_lowering_regressions.py \
-  tests/test_online_softmax.py tests/test_tf32.py tests/test_run_check.py 2>&1 | tail -15 | tee "$out/pytest_gpu.log"
+# Run from outside the checkout, so that `irc` is the installed package.
+cd /tmp || exit 1
+IRC_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -c "$here/pyproject.toml" --rootdir "$here" \
+  "$here"/tests/test_lowering_ops.py "$here"/tests/test_gpu.py "$here"/tests/test_lowering_regressions.py \
+  "$here"/tests/test_online_softmax.py "$here"/tests/test_tf32.py "$here"/tests/test_run_check.py \
+  2>&1 | tail -15 | tee "$out/pytest_gpu.log"
 python3 -m irc.graphgen --count 2000 --seed 100000 --device cuda --max-seconds 90 2>&1 | tail -5 | tee "$out/graphgen_gpu.log"
-python3 benchmarks/bench.py --fresh-caches --markdown "$out/bench.md" --json "$out/bench.json" 2>&1 \
+python3 "$here"/benchmarks/bench.py --fresh-caches --markdown "$out/bench.md" --json "$out/bench.json" 2>&1 \
   | tee "$out/bench.log"
-python3 benchmarks/bench.py --autotune --markdown "$out/bench_autotune.md" --json "$out/bench_autotune.json" 2>&1 \
+python3 "$here"/benchmarks/bench.py --autotune --markdown "$out/bench_autotune.md" --json "$out/bench_autotune.json" 2>&1 \
   | tr '\r' '\n' | grep -v '^autotune \[' | tee "$out/bench_autotune.log"
-python3 benchmarks/compile_speed.py 2>&1 | tee "$out/compile_speed.log"
+python3 "$here"/benchmarks/compile_speed.py 2>&1 | tee "$out/compile_speed.log"

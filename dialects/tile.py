@@ -139,8 +139,6 @@ class LoadOp(IRDLOperation):
     offsets = operand_def()
     mask = var_operand_def()
     other = opt_prop_def(Attribute)
-    eviction = opt_prop_def(StringAttr)
-    """Cache hint: "evict_last" for data many programs reread, "evict_first" for a stream."""
     result = result_def()
 
 

@@ -144,6 +144,49 @@ def _interpreted(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+class GraphedFunction:
+    """Replays a CUDA graph of a host function: one launch for all its kernels.
+
+    A graph is captured the first time the function sees a set of input
+    tensors (their addresses, shapes and dtypes) and replayed on later calls
+    with the same inputs, which is what makes tiny functions cheap to call.
+    As with `torch.compile(mode="reduce-overhead")`, the outputs live in the
+    graph's memory: the next call with the same inputs overwrites them.
+    At most `MAX_GRAPHS` input sets are kept (least recently used go).
+    """
+
+    MAX_GRAPHS = 8
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+        self.graphs: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple((a.data_ptr(), a.shape, a.dtype) for a in args)
+        entry = self.graphs.pop(key, None)
+        if entry is None:
+            entry = self._capture(args)
+        self.graphs[key] = entry  # most recently used last
+        if len(self.graphs) > self.MAX_GRAPHS:
+            del self.graphs[next(iter(self.graphs))]
+        graph, outputs = entry
+        graph.replay()
+        return outputs
+
+    def _capture(self, args: tuple[Any, ...]) -> tuple[Any, Any]:
+        import torch
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.fn(*args)  # compiles the kernels and warms the fast launch path
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = self.fn(*args)
+        return graph, outputs
+
+
 class CompiledModule:
     """The compiled functions of one IR module, callable on torch tensors.
 
@@ -151,13 +194,17 @@ class CompiledModule:
     tensor, or a tuple of tensors when it has several results.
     """
 
-    def __init__(self, source: str, device: str, kernels: int, module: ModuleOp):
+    def __init__(
+        self, source: str, device: str, kernels: int, module: ModuleOp, cuda_graphs: bool = False
+    ):
         self.source = source
         self.device = device
         self.kernel_count = kernels
         self.module = module
         self._py = load_source(source, device)
         self.functions: dict[str, Callable[..., Any]] = dict(self._py.FUNCTIONS)
+        if cuda_graphs:
+            self.functions = {k: GraphedFunction(f) for k, f in self.functions.items()}
         self.path = self._py.__file__
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
@@ -190,12 +237,15 @@ def compile(
     fuse: bool = True,
     autotune: bool = False,
     tf32: bool = False,
+    cuda_graphs: bool = False,
 ) -> CompiledModule:
     """Compiles a `.ir` file (path) or a parsed module (copied, not changed).
 
     `autotune` measures block sizes, warps and stages of every kernel on the GPU
     (cached on disk); it needs `device="cuda"`. `tf32` lets f32 matmuls use TF32
     tensor cores; by default they compute in full f32, as torch does.
+    `cuda_graphs` replays each function as one CUDA graph (see `GraphedFunction`:
+    outputs are reused by the next call with the same inputs).
     """
     if isinstance(program, ModuleOp):
         # xDSL's clone re-validates name hints and rejects the spec's `%0`: copy them as set.
@@ -217,6 +267,8 @@ def compile(
         raise IrcError(
             Diagnostic(None, "autotuning measures kernels on a CUDA GPU; none is in use")
         )
+    if cuda_graphs and device != "cuda":
+        raise IrcError(Diagnostic(None, "CUDA graphs need a CUDA GPU; none is in use"))
     text = triton_source(module, source, autotune=device if autotune else None, tf32=tf32)
     kernels = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))
-    return CompiledModule(text, device, kernels, module)
+    return CompiledModule(text, device, kernels, module, cuda_graphs)

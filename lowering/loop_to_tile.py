@@ -555,12 +555,6 @@ class KernelTranslator:
         props: dict[str, Attribute] = {}
         if mask is not None:
             props["other"] = identity("sum", element) if element != I1 else IntegerAttr(0, i64)
-        if self.shape.kind == "reduction" and len(shape) == 2:
-            # Rows kernels: what does not vary with the row (a weight, a bias) is
-            # reread by every program; a row itself is read once.
-            rows = set(self.kernel.body.block.args)
-            per_row = any(_depends_on(i, rows) for i in op.indices)
-            props["eviction"] = StringAttr("evict_first" if per_row else "evict_last")
         v = self.add(
             tile.LoadOp.create(
                 operands=operands, properties=props, result_types=[block_type(element, shape)]
@@ -841,14 +835,6 @@ class KernelTranslator:
         if element_of(t) != element:
             t = self.apply("cast", [t], element)
         return t
-
-
-def _depends_on(v: SSAValue, roots: set[SSAValue]) -> bool:
-    """Whether a loop value is computed from any of `roots` (loop indices)."""
-    if v in roots:
-        return True
-    owner = v.owner
-    return isinstance(owner, Operation) and any(_depends_on(o, roots) for o in owner.operands)
 
 
 def _same_value(x: SSAValue, y: SSAValue, args: dict[SSAValue, SSAValue]) -> bool:

@@ -285,12 +285,11 @@ class KernelPrinter:
             self.assign(op, depth, self.apply(op))
         elif isinstance(op, tile.LoadOp):
             ptr = f"{n(op.ptr)} + {n(op.offsets)}"
-            hint = f", eviction_policy={op.eviction.data!r}" if op.eviction else ""
             if op.mask:
                 other = _number(_attr_number(op.other), _elem(op.result)) if op.other else "0"
-                self.assign(op, depth, f"tl.load({ptr}, mask={n(op.mask[0])}, other={other}{hint})")
+                self.assign(op, depth, f"tl.load({ptr}, mask={n(op.mask[0])}, other={other})")
             else:
-                self.assign(op, depth, f"tl.load({ptr}{hint})")
+                self.assign(op, depth, f"tl.load({ptr})")
         elif isinstance(op, tile.StoreOp):
             mask = f", mask={n(op.mask[0])}" if op.mask else ""
             self.emit(depth, f"tl.store({n(op.ptr)} + {n(op.offsets)}, {n(op.value)}{mask})")

@@ -82,3 +82,22 @@ func @f(%x: tensor<4096x4096xf32>) -> tensor<4096x4096xf32> {
     assert t2 - t1 < t1 - t0
     x = torch.randn(4096, 4096, device="cuda")
     torch.testing.assert_close(second.f(x), torch.exp(x))
+
+
+def test_cuda_graph_replay_follows_its_inputs() -> None:
+    program = """
+func @f(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %k = graph.constant {value = 1.5} : tensor<f32>
+  %y = graph.mul %x, %k
+  %r = graph.relu %y
+  return %r : tensor<64x64xf32>
+}
+"""
+    compiled = irc.compile(irc.parse(program), device="cuda", cuda_graphs=True)
+    x = torch.randn(64, 64, device="cuda")
+    torch.testing.assert_close(compiled.f(x), torch.relu(x * 1.5))
+    x.copy_(torch.randn(64, 64, device="cuda"))  # same tensor, new values: a replay
+    torch.testing.assert_close(compiled.f(x), torch.relu(x * 1.5))
+    other = torch.randn(64, 64, device="cuda")  # another tensor: a second graph
+    torch.testing.assert_close(compiled.f(other), torch.relu(other * 1.5))
+    assert len(compiled.functions["f"].graphs) == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 import irc
@@ -38,3 +39,10 @@ def test_tf32_pass_option_and_compile() -> None:
     a, b = torch.randn(33, 20, device=DEVICE), torch.randn(20, 17, device=DEVICE)
     # The interpreter computes in f32 whatever the precision; on a GPU TF32 keeps ~1e-3.
     torch.testing.assert_close(compiled.mm(a, b), a @ b, rtol=2e-3, atol=2e-3)
+
+
+def test_cuda_graphs_need_a_gpu() -> None:
+    if DEVICE == "cuda":
+        return  # covered by tests/test_gpu.py there
+    with pytest.raises(irc.IrcError, match="CUDA graphs need a CUDA GPU"):
+        irc.compile(irc.parse(PROGRAM), device="cpu", cuda_graphs=True)
