@@ -37,8 +37,9 @@ def test_tf32_pass_option_and_compile() -> None:
     assert "tf32" in triton_source(module)
     compiled = irc.compile(irc.parse(PROGRAM), device=DEVICE, tf32=True)
     a, b = torch.randn(33, 20, device=DEVICE), torch.randn(20, 17, device=DEVICE)
-    # The interpreter computes in f32 whatever the precision; on a GPU TF32 keeps ~1e-3.
-    torch.testing.assert_close(compiled.mm(a, b), a @ b, rtol=2e-3, atol=2e-3)
+    # The interpreter computes in f32 whatever the precision; on a GPU TF32 keeps
+    # 10 bits of mantissa: with K = 20, errors reach a few 1e-3.
+    torch.testing.assert_close(compiled.mm(a, b), a @ b, rtol=2e-2, atol=2e-2)
 
 
 def test_cuda_graphs_need_a_gpu() -> None:
