@@ -265,6 +265,8 @@ def kernel_schema(
         raise Rejected("two matmuls in one kernel")
     if matmuls and reductions:
         raise Rejected("a matmul and a reduction in one kernel")
+    if reductions and not matmuls:  # contractions check their epilogue themselves
+        _check_no_reindexing(g, ops, members)
     if matmuls:
         return _contraction_schema(g, ops, matmuls[0], writes)
     if reductions:
@@ -275,6 +277,32 @@ def kernel_schema(
     space = numel(next(iter(out_shapes))) if out_shapes else 0
     _check_recompute(ops, space)
     return Schema("pointwise")
+
+
+def _check_no_reindexing(g: FusionGraph, ops: Sequence[Operation], members: set[Operation]) -> None:
+    """Rows and contraction kernels compute each value where its row (or tile) is:
+    a transpose or reshape between two of their ops would read another row.
+    (Broadcasts stretch size-1 dims as element-wise ops do: they are fine.)"""
+    for op in ops:
+        for operand in op.operands:
+            view = operand.owner
+            reindexes = False
+            while isinstance(view, VIEW_OPS):
+                source = view.operands[0]
+                if isinstance(view, graph.ReshapeOp):
+                    reindexes |= shape_of(source.type) != shape_of(view.results[0].type)
+                elif isinstance(view, graph.TransposeOp):
+                    reindexes |= loop_perm(view) != list(range(len(shape_of(source.type))))
+                view = source.owner
+            if reindexes and isinstance(view, Operation) and view in members:
+                raise Rejected(
+                    "a transpose or reshape between two ops of a kernel that works row by row"
+                )
+
+
+def loop_perm(op: graph.TransposeOp) -> list[int]:
+    rank = len(shape_of(op.input.type))
+    return [p % rank for p in (a.value.data for a in op.perm.data)]  # type: ignore[union-attr]
 
 
 def _check_recompute(ops: Iterable[Operation], space: int) -> None:
@@ -656,8 +684,16 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
             GroupRecord(name, kind, [_op_label(g, o) for o in gr.ops], before, cost[gr.id])
         )
         materialize(g, gr.ops, name, kind)
+    _drop_unread_views(fn.body.block)
     _restore_order(fn.body.block)
     return report
+
+
+def _drop_unread_views(block: Block) -> None:
+    """Views and constants that nothing reads any more (their readers moved into kernels)."""
+    for op in reversed(list(block.ops)):
+        if isinstance(op, FREE_OPS) and not op.results[0].uses:
+            block.erase_op(op)
 
 
 def _restore_order(block: Block) -> None:
@@ -733,18 +769,19 @@ def materialize(g: FusionGraph, ops: Sequence[Operation], name: str, kind: str) 
     for op in sorted(made_inside, key=rank.__getitem__, reverse=True):
         if any(u.operation in members or u.operation in needed for u in op.results[0].uses):
             needed.add(op)
+    # The needed views are copied into the group as a chain; the originals stay
+    # for any reader outside, reading the group's real output (not a view of it,
+    # whose shape the kernel's schema never saw). Originals left unread go later.
+    copies: dict[SSAValue, SSAValue] = {}
+    compute_members = list(members)
     for op in sorted(needed, key=rank.__getitem__):
-        inside = members | needed
-        if all(u.operation in inside for u in op.results[0].uses):
-            members.add(op)
-            continue
-        copy = op.clone()
+        copy = op.clone(value_mapper=dict(copies), clone_name_hints=False)
         fn_block.insert_op_after(copy, op)
-        op.results[0].replace_uses_with_if(
-            copy.results[0], lambda use, inside=inside: use.operation in inside
-        )
+        copies[op.results[0]] = copy.results[0]
         members.add(copy)
         rank[copy] = rank[op] + 0.5
+    for op in compute_members:
+        op.operands = [copies.get(o, o) for o in op.operands]
     for op in list(members):
         for operand in op.operands:
             const = operand.owner

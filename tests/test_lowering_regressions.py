@@ -13,6 +13,30 @@ from irc.reference import functions, random_inputs, run_function
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 
 PROGRAMS = {
+    # A view pulled into a kernel was also read outside: the kernel yielded the
+    # view (another shape than its schema's) instead of its real output.
+    "view_read_inside_and_outside": """
+func @main(%a4: tensor<f32>, %v3: tensor<17x1xi1>) -> (tensor<17x1xf32>, tensor<1x17xf32>) {
+  %v2 = graph.constant {value = -1.5} : tensor<f32>
+  %v5 = graph.where %v3, %v2, %a4 : tensor<17x1xf32>
+  %v6 = graph.transpose %v5 {perm = [1, 0]} : tensor<1x17xf32>
+  %v7 = graph.transpose %v6 {perm = [1, 0]} : tensor<17x1xf32>
+  %v8 = graph.transpose %v7 {perm = [1, 0]} : tensor<1x17xf32>
+  %v15 = graph.constant {value = 0.5} : tensor<f32>
+  %v16 = graph.pow %v7, %v15 : tensor<17x1xf32>
+  return %v16, %v8 : tensor<17x1xf32>, tensor<1x17xf32>
+}
+""",
+    # A square transpose after a layer norm passed the rows kernel's shape check,
+    # but each element reads another row.
+    "transpose_after_rows": """
+func @main(%a2: tensor<33x33xf32>, %a11: tensor<33xf32>, %a12: tensor<33xf32>) -> tensor<33x33xf32> {
+  %v13 = graph.layer_norm %a2, %a11, %a12 {dims = [1], eps = 1.0e-05} : tensor<33x33xf32>
+  %v14 = graph.transpose %v13 {perm = [1, 0]} : tensor<33x33xf32>
+  %v15 = graph.abs %v14 : tensor<33x33xf32>
+  return %v15 : tensor<33x33xf32>
+}
+""",
     "rank0_transpose": """
 func @t(%s: tensor<f32>) -> tensor<f32> {
   %t = graph.transpose %s {perm = []}
