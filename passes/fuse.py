@@ -782,6 +782,13 @@ def materialize(g: FusionGraph, ops: Sequence[Operation], name: str, kind: str) 
         rank[copy] = rank[op] + 0.5
     for op in compute_members:
         op.operands = [copies.get(o, o) for o in op.operands]
+    # An original that nothing reads now must go before the outputs are found: it
+    # would still read the group's value and make it an output the schema never saw
+    # (a contraction kernel then took that output's shape as its iteration space
+    # and stored the matmul tile out of bounds).
+    for op in sorted(needed, key=rank.__getitem__, reverse=True):
+        if not op.results[0].uses:
+            fn_block.erase_op(op)
     for op in list(members):
         for operand in op.operands:
             const = operand.owner
