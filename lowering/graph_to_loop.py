@@ -501,6 +501,13 @@ class FunctionLowering:
     ) -> None:
         """One loop.kernel computing `outputs` over their (common) shape."""
         shape = shape_of(outputs[0].type)
+        for v in outputs[1:]:
+            # Stored over another output's space, it would be written out of bounds.
+            if shape_of(v.type) != shape:
+                raise ValueError(
+                    f"kernel {name or ''} has outputs of shapes {list(shape)} and "
+                    f"{list(shape_of(v.type))}: one loop nest cannot store both"
+                )
         bufs = [self.alloc(v) for v in outputs]
         body = Block(arg_types=[INDEX] * len(shape))
         kb = KernelBuilder(self, body, set(members))
