@@ -373,6 +373,19 @@ REGRESSIONS = {
   return %v7 : tensor<33x33xf32>
 }""",
     ),
+    # fuse: a view copied into a GEMM prologue left its unread original behind, which
+    # made the prologue's value an output of the contraction kernel; the kernel took
+    # that output's 17x64 space and stored the 17x17 matmul out of bounds (heap
+    # corruption in the interpreter).
+    "unread view original": (
+        13903,
+        """func @main(%a1: tensor<17x64xf32>, %v23: tensor<17x64xf32>) -> tensor<17x17xf32> {
+  %v2 = graph.mul %a1, %a1 : tensor<17x64xf32>
+  %v3 = graph.transpose %v2 {perm = [1, 0]} : tensor<64x17xf32>
+  %v24 = graph.matmul %v23, %v3 : tensor<17x17xf32>
+  return %v24 : tensor<17x17xf32>
+}""",
+    ),
     # tile_to_triton: the interpreter truncated f32 -> bf16.
     "bf16 rounding": (
         79,
