@@ -596,22 +596,29 @@ class KernelTranslator:
                 return body(list(carried))  # type: ignore[operator]
         block = Block(arg_types=[I32, *(c.type for c in carried)])
         with self.scope(block=block):
-            roff = (
-                block.args[0]
-                if self.index == I32
-                else self.apply("cast", [block.args[0]], self.index)
-            )
+            roff = self.loop_index(block)
             region_args = list(block.args[1:])
             self.bind_reduction(self.apply("add", [self.rbase, roff]), bounds, xmask, r, rb)
             new = body(region_args)
             self.add(tile.YieldOp.create(operands=new))
+        return self.for_loop(block, carried, r, rb)
+
+    def loop_index(self, block: Block) -> SSAValue:
+        """A tile.for body's induction variable, in the kernel's index type."""
+        iv = block.args[0]
+        return iv if self.index == I32 else self.apply("cast", [iv], self.index)
+
+    def for_loop(
+        self, block: Block, inits: Sequence[SSAValue], ub: int, step: int
+    ) -> list[SSAValue]:
+        """`for iv in range(0, ub, step)` over a built body carrying `inits`."""
         loop_op = tile.ForOp.create(
-            operands=list(carried),
-            result_types=[c.type for c in carried],
+            operands=list(inits),
+            result_types=[c.type for c in inits],
             properties={
                 "lb": IntegerAttr(0, i64),
-                "ub": IntegerAttr(r, i64),
-                "step": IntegerAttr(rb, i64),
+                "ub": IntegerAttr(ub, i64),
+                "step": IntegerAttr(step, i64),
             },
             regions=[Region(block)],
         )
@@ -771,11 +778,7 @@ class KernelTranslator:
         init = self.full(FloatAttr(0.0, f64), acc_type, (bm, bn))
         block = Block(arg_types=[I32, init.type])
         with self.scope(block=block):
-            k0 = (
-                block.args[0]
-                if self.index == I32
-                else self.apply("cast", [block.args[0]], self.index)
-            )
+            k0 = self.loop_index(block)
             kk = self.apply("add", [self.arange(bk), k0])
             kmask = self.apply("lt", [kk, self.const(k, self.index)]) if k % bk else None
             with self.scope(axis_masks=[self.row_mask, None]):
@@ -803,18 +806,8 @@ class KernelTranslator:
                 )
             )
             self.add(tile.YieldOp.create(operands=[acc]))
-        loop_op = tile.ForOp.create(
-            operands=[init],
-            result_types=[init.type],
-            properties={
-                "lb": IntegerAttr(0, i64),
-                "ub": IntegerAttr(k, i64),
-                "step": IntegerAttr(bk, i64),
-            },
-            regions=[Region(block)],
-        )
-        self.add(loop_op)
-        return self.round_to(loop_op.results[0], element)
+        (acc,) = self.for_loop(block, [init], k, bk)
+        return self.round_to(acc, element)
 
     def dot_operand(self, v: SSAValue, shape: tuple[int, int], element: Attribute) -> SSAValue:
         """One dot operand as a full tile, zero in masked lanes, in the dot's input type."""
