@@ -213,6 +213,10 @@ class Driver:
         )
         if getattr(self.args, "autotune", False):
             return self.autotuned(module)
+        if self.args.emit == "triton":
+            from irc.compiler import triton_source
+
+            return triton_source(module, self.filename)  # names the file in its header
         return EMITTERS[self.args.emit](module)
 
     def autotuned(self, module: ModuleOp) -> str:
