@@ -481,7 +481,41 @@ class KernelTranslator:
                 # Round to half precision as torch does, then compute on in f32.
                 out = self.apply("cast", [out], F32)
             return out
+        if fn == "pow":
+            special = self.pow_by_constant(op, args, result)
+            if special is not None:
+                return special
         return self.round_to(self.apply(fn, args, compute_type(result)), result)
+
+    def pow_by_constant(
+        self, op: loop.ApplyOp, args: list[SSAValue], result: Attribute
+    ) -> SSAValue | None:
+        """pow(x, c) for the constants torch computes exactly: x*x, x*x*x, 1/x, 1/(x*x),
+        and sqrt/rsqrt (f32, f64). exp2(c * log2|x|) is a few ulps off those, which a
+        cancellation downstream makes visible."""
+        owner = op.args[1].owner
+        if not isinstance(owner, loop.ConstantOp):
+            return None
+        value = owner.value
+        if not isinstance(value, FloatAttr | IntegerAttr):
+            return None
+        c = float(value.value.data)
+        x, t = args[0], compute_type(result)
+        if c == 1.0:
+            out = x
+        elif c in (2.0, -2.0):
+            out = self.apply("mul", [x, x], t)
+            if c < 0:
+                out = self.apply("div", [self.const(1.0, t), out], t)
+        elif c == 3.0:
+            out = self.apply("mul", [self.apply("mul", [x, x], t), x], t)
+        elif c == -1.0:
+            out = self.apply("div", [self.const(1.0, t), x], t)
+        elif c in (0.5, -0.5) and result not in HALF_TYPES:  # half: torch calls pow itself
+            out = self.apply("sqrt" if c > 0 else "rsqrt", [x], t)
+        else:
+            return None
+        return self.round_to(out, result)
 
     def round_to(self, v: SSAValue, element: Attribute) -> SSAValue:
         """Rounds an f32 value to half precision where torch's op would, staying in f32."""
