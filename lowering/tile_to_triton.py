@@ -108,8 +108,12 @@ def _irc_pow(a, b):
     r = tl.exp2(b * tl.log2(tl.abs(a)))
     b_int = tl.floor(b) == b
     b_odd = b_int & (tl.floor(b * 0.5) * 2.0 != b)
-    r = tl.where((a < 0) & b_odd, -r, r)
-    r = tl.where((a < 0) & (b_int == 0), float("nan"), r)
+    neg = (a < 0) | ((a == 0) & (1.0 / a < 0))  # -0.0 too: pow(-0.0, -3) is -inf
+    r = tl.where(neg & b_odd, -r, r)
+    # A negative finite base to a non-integer power is NaN; -inf's powers are not.
+    r = tl.where((a < 0) & (a > float("-inf")) & (b_int == 0), float("nan"), r)
+    # IEEE (and torch): pow(1, y) and pow(-1, +-inf) are 1, NaN exponents included.
+    r = tl.where((a == 1.0) | ((a == -1.0) & (tl.abs(b) == float("inf"))), 1.0, r)
     return tl.where(b == 0, 1.0, r)
 
 
