@@ -438,3 +438,52 @@ def test_bf16_casts_round_to_nearest_even_bit_exactly(tmp_path: Path) -> None:
         same = (y.view(torch.int16) == want.view(torch.int16)) | (y.isnan() & want.isnan())
         assert bool(same.all()), (fuse, x[~same][:5], y[~same][:5], want[~same][:5])
         torch.testing.assert_close(d, want.double(), rtol=0, atol=0, equal_nan=True)
+
+
+POW_CASES = [
+    (e, d)
+    for e in ("2.0", "3.0", "-1.0", "-2.0", "1.0", "-0.5")
+    for d in ("f32", "f16", "f64")
+    if (e, d) != ("-0.5", "f16")  # torch calls pow itself for half: not special-cased
+]
+
+
+@pytest.mark.parametrize(("exponent", "dtype"), POW_CASES)
+def test_pow_by_the_constants_torch_special_cases_is_bit_exact(exponent: str, dtype: str) -> None:
+    # Found by graphgen: x**3 through exp2(3 * log2|x|) was a few ulps off torch's x*x*x,
+    # which a sum and a cancelling add downstream made visible (seed 20321).
+    n = 4099
+    text = (
+        f"func @main(%x: tensor<{n}x{dtype}>) -> tensor<{n}x{dtype}> {{\n"
+        f"  %c = graph.constant {{value = {exponent}}} : tensor<{dtype}>\n"
+        f"  %y = graph.pow %x, %c : tensor<{n}x{dtype}>\n"
+        f"  return %y : tensor<{n}x{dtype}>\n}}\n"
+    )
+    dt = {"f32": torch.float32, "f16": torch.float16, "f64": torch.float64}[dtype]
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(1)) * 3).to(dt)
+    x[:7] = torch.tensor([0.0, float("nan"), -0.0, float("inf"), -float("inf"), 1.0, -1.0])
+    want = torch.pow(x, float(exponent))
+    for fuse in (True, False):
+        got = irc.compile(irc.parse(text), device="cpu", fuse=fuse).main(x)
+        same = (got == want) | (got.isnan() & want.isnan())
+        assert bool(same.all()), (fuse, x[~same][:5], got[~same][:5], want[~same][:5])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16"])
+def test_pow_of_special_values_follows_torch(dtype: str) -> None:
+    values = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 2.5, -2.5]
+    values += [float("inf"), -float("inf"), float("nan")]
+    a = torch.tensor([x for x in values for _ in values])
+    b = torch.tensor([y for _ in values for y in values])
+    n = a.numel()
+    text = (
+        f"func @main(%a: tensor<{n}x{dtype}>, %b: tensor<{n}x{dtype}>) -> tensor<{n}x{dtype}> {{\n"
+        f"  %y = graph.pow %a, %b : tensor<{n}x{dtype}>\n"
+        f"  return %y : tensor<{n}x{dtype}>\n}}\n"
+    )
+    dt = {"f32": torch.float32, "f16": torch.float16, "f64": torch.float64}[dtype]
+    a, b = a.to(dt), b.to(dt)
+    got = irc.compile(irc.parse(text), device="cpu").main(a, b)
+    # pow(-inf, 2.5) was NaN (the non-integer rule hit -inf), pow(1, nan) and
+    # pow(-1, inf) NaN instead of 1, pow(-0.0, -3) +inf instead of -inf.
+    torch.testing.assert_close(got, torch.pow(a, b), equal_nan=True)
