@@ -350,6 +350,21 @@ def _rows_schema(
         for c in g.consumers(r.result):
             if c in members and shape_of(c.results[0].type) != row:
                 raise Rejected("a reduction without keepdim feeds the full space")
+    if row and len(row) < len(full):
+        # The same through element-wise ops: abs(sum(x, dims=[2])) times x broadcasts
+        # the row value along the trailing dims, not along its rows.
+        derived: set[Operation] = set(reductions)
+        for op in ops:
+            if op not in derived and any(v.owner in derived for v in g.inputs(op)):
+                derived.add(op)
+        for op in ops:
+            if shape_of(op.results[0].type) == row:
+                continue
+            for v in g.inputs(op):
+                if v.owner in derived and shape_of(v.type) == row:
+                    raise Rejected(
+                        f"{op.name} broadcasts a row value without keepdim into the full space"
+                    )
     return Schema("rows")
 
 
