@@ -386,6 +386,18 @@ REGRESSIONS = {
   return %v24 : tensor<17x17xf32>
 }""",
     ),
+    # fuse: a row value without keepdim (abs of a sum over the last dim) was fused into
+    # a product over the full space, where broadcasting aligns it with the trailing
+    # dims, not its rows: the rows kernel computed every element wrong.
+    "row value broadcast along the wrong dims": (
+        22108,
+        """func @main(%v3: tensor<1x17x17xf32>) -> tensor<1x17x17xf32> {
+  %v5 = graph.reduce_sum %v3 {dims = [2]} : tensor<1x17xf32>
+  %v6 = graph.abs %v5 : tensor<1x17xf32>
+  %v10 = graph.mul %v6, %v3 : tensor<1x17x17xf32>
+  return %v10 : tensor<1x17x17xf32>
+}""",
+    ),
     # tile_to_triton: the interpreter truncated f32 -> bf16.
     "bf16 rounding": (
         79,
