@@ -43,6 +43,9 @@ from dataclasses import dataclass
 DIMS = (1, 3, 5, 17, 33, 64, 130)
 MAX_NUMEL = 8192
 """Largest tensor a generated program makes (elements)."""
+MAX_SUMMED = 512
+"""Most elements one sum or mean adds up: two summation orders of thousands of
+cancelling terms differ by more than f32's tolerance."""
 
 FLOAT_WEIGHTS = {"f32": 10, "f16": 4, "bf16": 1, "f64": 1}
 UNARY = (
@@ -290,7 +293,9 @@ class Generator:
             scale = 1.0 if name in ("rsqrt", "reciprocal") else max(1.0, math.sqrt(p.scale))
             return self.op(name, [p], v.shape, v.dtype, scale, False)
         if name in ("sin", "cos"):
-            v = self.squash(v, 30.0)
+            # sin keeps its argument's absolute error: a large argument (a sum of
+            # squares, say) turns its rounding into a visible difference.
+            v = self.squash(v, 3.0)
             return self.op(name, [v], v.shape, v.dtype, 1.0, False)
         if name in ("tanh", "sigmoid"):
             return self.op(name, [v], v.shape, v.dtype, 1.0, False)
@@ -433,6 +438,8 @@ class Generator:
         else:
             dims = sorted(self.rng.sample(range(rank), self.rng.randint(1, rank)))
         n = numel([v.shape[d] for d in dims])
+        if rounds and n > MAX_SUMMED:
+            raise Skip
         if name == "reduce_sum":
             v = self.squash(v, 4.0 if v.dtype not in HALF else 2.0)
             scale = v.scale * max(1.0, float(n))
@@ -574,7 +581,7 @@ class Generator:
             dims = sorted(rng.sample(range(rank), rng.randint(1, rank)))
         # Half-precision sums round twice here (sum, then the combination): max and min only.
         names = ["reduce_max", "reduce_min"]
-        if v.dtype not in HALF:
+        if v.dtype not in HALF and numel([v.shape[d] for d in dims]) <= MAX_SUMMED:
             names += ["reduce_mean", "reduce_sum"]
         name = rng.choice(names)
         # Without keepdim the reduced value broadcasts back only when the reduced dims lead.
