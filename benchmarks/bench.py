@@ -195,18 +195,21 @@ def measure(
     torch.cuda.synchronize()
     tc_cold = time.perf_counter() - t0
 
-    # Correctness against the same function computed in f64 (then rounded to the
-    # output dtype): eager f32 sums in another order, so it is no exact yardstick.
+    # Correctness: irc's outputs against torch eager with assert_close's tolerances,
+    # or, where eager itself strays (long f32 sums, bf16 products near zero), no
+    # further from the same function computed in f64 than eager is.
     want = _outputs(w.torch_fn(*args))
     exact = _outputs(w.torch_fn(*[a.double() if a.is_floating_point() else a for a in args]))
     ok = True
-    err = 0.0
+    err = eager_err = 0.0
     for g, e, x in zip(got, want, exact, strict=True):
+        g_err = (g.double() - x).abs().max().item()
+        e_err = (e.double() - x).abs().max().item()
         try:
-            torch.testing.assert_close(g, x.to(e.dtype))
+            torch.testing.assert_close(g, e)
         except AssertionError:
-            ok = False
-        err = max(err, (g.double() - x).abs().max().item())
+            ok = ok and g_err <= 1.5 * e_err
+        err, eager_err = max(err, g_err), max(eager_err, e_err)
     del tc_out, exact
 
     eager_ms = do_bench(lambda: w.torch_fn(*args))
@@ -299,7 +302,9 @@ def format_row(row: dict[str, Any]) -> str:
             f"irc {row['wall_us_irc']:.1f} irc+graph {row['wall_us_irc_graph']:.1f}"
         )
     if not row["correct"]:
-        extras.append(f"MISMATCH max abs err {row['max_abs_err']:.3g}")
+        extras.append(
+            f"MISMATCH max abs err {row['max_abs_err']:.3g} (eager {row['eager_max_abs_err']:.3g})"
+        )
     return text + ("  " + "; ".join(extras) if extras else "")
 
 
