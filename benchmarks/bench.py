@@ -233,6 +233,7 @@ def measure(
         "cold_irc_s": irc_cold,
         "correct": ok,
         "max_abs_err": err,
+        "eager_max_abs_err": eager_err,
     }
     if w.kind == "matmul":
         row["irc_over_torch_mm"] = irc_ms / mm_ms
