@@ -40,6 +40,8 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from irc.types import broadcast_shapes, numel
+
 DIMS = (1, 3, 5, 17, 33, 64, 130)
 MAX_NUMEL = 8192
 """Largest tensor a generated program makes (elements)."""
@@ -70,29 +72,6 @@ REDUCE = ("reduce_sum", "reduce_max", "reduce_min", "reduce_mean")
 HALF = ("f16", "bf16")
 PRECISION = {"bf16": 1, "f16": 2, "f32": 3, "f64": 4}
 INTS = ("i32", "i64")
-
-
-def numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...] | None:
-    rank = max((len(s) for s in shapes), default=0)
-    out: list[int] = []
-    for i in range(rank):
-        size = 1
-        for s in shapes:
-            j = i - (rank - len(s))
-            if j < 0 or s[j] == 1:
-                continue
-            if size not in (1, s[j]):
-                return None
-            size = s[j]
-        out.append(size)
-    return tuple(out)
 
 
 def type_text(shape: Sequence[int], dtype: str) -> str:
