@@ -211,29 +211,29 @@ class Driver:
             verify_each=not self.args.no_verify,
             after_pass=self._dump if self.args.print_ir_after_all else None,
         )
-        if getattr(self.args, "autotune", False):
-            return self.autotuned(module)
         if self.args.emit == "triton":
-            from irc.compiler import triton_source
-
-            return triton_source(module, self.filename)  # names the file in its header
-        return EMITTERS[self.args.emit](module)
-
-    def autotuned(self, module: ModuleOp) -> str:
-        """--autotune: kernels' tilings measured on the GPU before Triton is printed."""
-        import torch
-
-        from irc.compiler import triton_source
-
-        if self.args.emit != "triton":
+            return self.triton(module)
+        if getattr(self.args, "autotune", False):
             raise IrcError(
                 Diagnostic(None, "--autotune chooses kernel tilings: use it with --emit triton")
             )
-        if not torch.cuda.is_available():
-            raise IrcError(
-                Diagnostic(None, "--autotune measures kernels on a CUDA GPU; none is available")
-            )
-        return triton_source(module, self.filename, autotune="cuda")
+        return EMITTERS[self.args.emit](module)
+
+    def triton(self, module: ModuleOp) -> str:
+        """The Triton module, its header naming the input file; with --autotune the
+        kernels' tilings are measured on the GPU first."""
+        from irc.compiler import triton_source
+
+        autotune = None
+        if getattr(self.args, "autotune", False):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise IrcError(
+                    Diagnostic(None, "--autotune measures kernels on a CUDA GPU; none is available")
+                )
+            autotune = "cuda"
+        return triton_source(module, self.filename, autotune=autotune)
 
     def _dump(self, p: ModulePass, module: ModuleOp) -> None:
         sys.stderr.write(f"// -----// IR Dump After {p.name} //----- //\n")
