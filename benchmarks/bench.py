@@ -292,21 +292,27 @@ HEADER = (
 )
 
 
-def format_row(row: dict[str, Any]) -> str:
-    text = " ".join(fmt.format(row[key]) for key, fmt in COLUMNS)
-    extras = []
+def row_notes(row: dict[str, Any]) -> list[str]:
+    """What a row says beyond its columns (the table's and the terminal's notes)."""
+    notes = []
     if "irc_over_torch_mm" in row:
-        extras.append(f"irc/torch.mm {row['irc_over_torch_mm']:.3f}")
+        notes.append(f"irc/bare torch.mm {row['irc_over_torch_mm']:.3f}")
     if "wall_us_irc" in row:
-        extras.append(
-            f"wall us/call eager {row['wall_us_eager']:.1f} compile {row['wall_us_compile']:.1f} "
-            f"irc {row['wall_us_irc']:.1f} irc+graph {row['wall_us_irc_graph']:.1f}"
+        notes.append(
+            f"wall µs/call: eager {row['wall_us_eager']:.1f}, compile {row['wall_us_compile']:.1f}, "
+            f"irc {row['wall_us_irc']:.1f}, irc with CUDA graph {row['wall_us_irc_graph']:.1f}"
         )
     if not row["correct"]:
-        extras.append(
+        notes.append(
             f"MISMATCH max abs err {row['max_abs_err']:.3g} (eager {row['eager_max_abs_err']:.3g})"
         )
-    return text + ("  " + "; ".join(extras) if extras else "")
+    return notes
+
+
+def format_row(row: dict[str, Any]) -> str:
+    text = " ".join(fmt.format(row[key]) for key, fmt in COLUMNS)
+    notes = row_notes(row)
+    return text + ("  " + "; ".join(notes) if notes else "")
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -319,16 +325,7 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
-        notes = []
-        if "irc_over_torch_mm" in r:
-            notes.append(f"irc/bare torch.mm {r['irc_over_torch_mm']:.3f}")
-        if "wall_us_irc" in r:
-            notes.append(
-                f"wall µs/call: eager {r['wall_us_eager']:.1f}, compile {r['wall_us_compile']:.1f}, "
-                f"irc {r['wall_us_irc']:.1f}, irc with CUDA graph {r['wall_us_irc_graph']:.1f}"
-            )
-        if not r["correct"]:
-            notes.append(f"MISMATCH {r['max_abs_err']:.3g}")
+        notes = row_notes(r)
         lines.append(
             f"| {r['workload']} | {r['eager_ms']:.3f} | {r['compile_ms']:.3f} | {r['irc_ms']:.3f} "
             f"| {r['irc_over_compile']:.3f} | {r['irc_over_floor']:.3f} "
