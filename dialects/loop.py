@@ -80,6 +80,8 @@ class KernelOp(IRDLOperation):
     """Block sizes chosen by the `tile` pass: [X] or [X, R] or [M, N, K]."""
     warps = opt_prop_def(IntegerAttr)
     stages = opt_prop_def(IntegerAttr)
+    persistent = opt_prop_def(IntegerAttr)
+    """Contractions: 1 when one program an SM walks the output tiles (set by `tile`)."""
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
 

@@ -52,6 +52,8 @@ class KernelOp(IRDLOperation):
     grid = prop_def(ArrayAttr)
     warps = opt_prop_def(IntegerAttr)
     stages = opt_prop_def(IntegerAttr)
+    persistent = opt_prop_def(IntegerAttr)
+    """1: the host starts min(grid, SMs) programs, which share the work in a tile.tiles loop."""
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
 
@@ -153,6 +155,68 @@ class StoreOp(IRDLOperation):
     mask = var_operand_def()
 
 
+def _check_block_access(op: IRDLOperation, shape: ArrayAttr) -> None:
+    if len(shape.data) != 2 or not all(isinstance(d, IntegerAttr) for d in shape.data):
+        raise VerifyException(f"{op.name}: 'shape' is the buffer's two sizes")
+
+
+@irdl_op_definition
+class BlockLoadOp(IRDLOperation):
+    """The block at (`row`, `col`) of a row-major 2-d buffer of `shape` (zero outside).
+
+    Lowered to a TMA descriptor load: the copy engine moves the tile to shared
+    memory, so dot operands need neither index math nor masks.
+    """
+
+    name = "tile.block_load"
+    ptr = operand_def(PtrType)
+    row = operand_def()
+    col = operand_def()
+    shape = prop_def(ArrayAttr)
+    result = result_def()
+
+    def verify_(self) -> None:
+        _check_block_access(self, self.shape)
+
+
+@irdl_op_definition
+class BlockStoreOp(IRDLOperation):
+    """Stores a block at (`row`, `col`) of a row-major 2-d buffer; lanes outside are dropped."""
+
+    name = "tile.block_store"
+    ptr = operand_def(PtrType)
+    row = operand_def()
+    col = operand_def()
+    value = operand_def()
+    shape = prop_def(ArrayAttr)
+
+    def verify_(self) -> None:
+        _check_block_access(self, self.shape)
+
+
+@irdl_op_definition
+class TilesOp(IRDLOperation):
+    """`for t in range(program_id, count, programs)`: a persistent program's share of tiles.
+
+    The region takes the tile index twice: the second copy is counted
+    separately in the generated loop, for the epilogue, so that Triton's
+    pipeliner does not keep the next tile's indices alive across it (the
+    persistent matmul of Triton's tutorials does the same).
+    """
+
+    name = "tile.tiles"
+    count = prop_def(IntegerAttr)
+    body = region_def("single_block")
+
+    def verify_(self) -> None:
+        block = self.body.block
+        if len(block.args) != 2:
+            raise VerifyException("tile.tiles: the region takes the tile index, twice")
+        last = block.last_op
+        if not isinstance(last, YieldOp) or last.values:
+            raise VerifyException("tile.tiles: the region must end in an empty tile.yield")
+
+
 @irdl_op_definition
 class ReduceOp(IRDLOperation):
     """Reduces a block along `axis` (`kind` sum, max or min; NaN propagating)."""
@@ -212,7 +276,8 @@ Tile = Dialect(
     "tile",
     [
         KernelOp, LaunchOp, ProgramIdOp, ArangeOp, ExpandDimsOp, BroadcastToOp, ApplyOp,
-        ConstantOp, LoadOp, StoreOp, ReduceOp, DotOp, ForOp, YieldOp,
+        ConstantOp, LoadOp, StoreOp, BlockLoadOp, BlockStoreOp, ReduceOp, DotOp, ForOp,
+        TilesOp, YieldOp,
     ],
     [PtrType],
 )  # fmt: skip

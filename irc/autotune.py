@@ -17,10 +17,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, MemRefType, ModuleOp, i64
+from xdsl.dialects.builtin import MemRefType, ModuleOp
 
 from irc.dialects import loop
-from irc.passes.tile import KernelShape, Tiling, choose_tiling, kernel_shape, next_pow2
+from irc.passes.tile import (
+    KernelShape,
+    Tiling,
+    choose_tiling,
+    kernel_shape,
+    next_pow2,
+    set_tiling,
+)
 from irc.types import numel
 
 
@@ -63,6 +70,10 @@ def candidates(shape: KernelShape) -> list[Tiling]:
                 and bk <= max(16, next_pow2(k))
             ):
                 out.append(Tiling((bm, bn, bk), w, s))
+        if len(shape.parallel) == 2 and shape.half:
+            for bm, bn, bk, w, s in ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4)):
+                if bm <= next_pow2(m) and bn <= next_pow2(n) and bk <= next_pow2(k):
+                    out.append(Tiling((bm, bn, bk), w, s, persistent=True))
     unique: list[Tiling] = []
     for t in out:
         if t not in unique:
@@ -70,17 +81,11 @@ def candidates(shape: KernelShape) -> list[Tiling]:
     return unique
 
 
-def set_tiling(kernel: loop.KernelOp, t: Tiling) -> None:
-    kernel.block = ArrayAttr([IntegerAttr(b, i64) for b in t.block])
-    kernel.warps = IntegerAttr(t.warps, i64)
-    kernel.stages = IntegerAttr(t.stages, i64)
-
-
 def kernel_key(kernel: loop.KernelOp, device_name: str, triton_version: str) -> str:
     from irc.printer import print_module
 
     clone = kernel.clone()
-    for prop in ("block", "warps", "stages"):
+    for prop in ("block", "warps", "stages", "persistent"):
         clone.properties.pop(prop, None)
     text = print_module(clone)
     clone.erase()
@@ -145,6 +150,9 @@ def time_tiling(kernel: loop.KernelOp, t: Tiling, device: str) -> float:
         fn = getattr(mod, name)
         bufs = _buffers(trial, device)
         grid = tuple(a.value.data for a in tk.grid.data)  # type: ignore[attr-defined]
+        if t.persistent:
+            grid = mod._persistent_grid(grid[0])
+            mod._ensure_allocator()
         options: dict[str, int] = {"num_warps": t.warps}
         if t.stages > 1:
             options["num_stages"] = t.stages
@@ -195,9 +203,13 @@ def autotune_module(
                 if bar:
                     bar.step(k.kernel_name.data)
             ms, best = min(timings, key=lambda pair: pair[0])
-            hit = {"block": list(best.block), "warps": best.warps, "stages": best.stages, "ms": ms}
+            hit = {"block": list(best.block), "warps": best.warps, "stages": best.stages}
+            hit |= {"persistent": best.persistent, "ms": ms}
             cache[key] = hit
-        set_tiling(k, Tiling(tuple(hit["block"]), hit["warps"], hit["stages"]))
+        set_tiling(
+            k,
+            Tiling(tuple(hit["block"]), hit["warps"], hit["stages"], hit.get("persistent", False)),
+        )
         results[k.kernel_name.data] = hit
     try:
         path.write_text(json.dumps(cache, indent=1))

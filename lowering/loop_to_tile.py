@@ -97,6 +97,7 @@ CSE_OPS = (
     tile.ProgramIdOp,
     tile.ConstantOp,
 )
+SINKABLE_OPS = (tile.ApplyOp, tile.ExpandDimsOp, tile.BroadcastToOp, tile.ArangeOp, tile.ConstantOp)
 COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
 
 
@@ -155,6 +156,9 @@ class KernelTranslator:
         wide = max(sizes, default=1) >= WIDE or numel(self.shape.parallel) * 2 >= WIDE
         self.index = I64 if wide else I32
         self.grid: list[int] = [1]
+        self.tma = False  # TMA block loads/stores (persistent GEMMs)
+        self.row_iv: SSAValue | None = None  # a contraction's output row and column indices
+        self.col_iv: SSAValue | None = None
 
     # -- building blocks --
 
@@ -331,13 +335,17 @@ class KernelTranslator:
 
     def build(self) -> tile.KernelOp:
         kind = self.shape.kind
-        if kind == "pointwise":
-            self.layout_pointwise()
-        elif kind == "reduction":
-            self.layout_rows()
+        persistent = kind == "contraction" and self.tiling.persistent and len(self.shape.parallel) == 2
+        if persistent:
+            self.persistent_tiles()
         else:
-            self.layout_contraction()
-        self.statements(self.kernel.body.block)
+            if kind == "pointwise":
+                self.layout_pointwise()
+            elif kind == "reduction":
+                self.layout_rows()
+            else:
+                self.layout_contraction()
+            self.statements(self.kernel.body.block)
         props: dict[str, Attribute] = {
             "name": StringAttr(self.name),
             "grid": ArrayAttr([IntegerAttr(g, i64) for g in self.grid]),
@@ -345,7 +353,12 @@ class KernelTranslator:
         }
         if self.tiling.stages > 1:
             props["stages"] = IntegerAttr(self.tiling.stages, i64)
+        if persistent:
+            props["persistent"] = IntegerAttr(1, i64)
         remove_dead_code(self.body)
+        for op in self.body.ops:
+            if isinstance(op, tile.TilesOp):
+                sink_to_first_use(op.body.block)
         k = tile.KernelOp.create(properties=props, regions=[Region(self.body)])
         k.location = self.kernel.location
         return k
@@ -389,22 +402,77 @@ class KernelTranslator:
             self.bind(iv, v)
         self.rbase = self.expand(self.arange(rb), 0)
 
-    def layout_contraction(self) -> None:
+    def layout_contraction(
+        self, tile_id: SSAValue | None = None, out_id: SSAValue | None = None
+    ) -> None:
+        """Output tile `tile_id` (the program id unless persistent) in grouped order.
+
+        A persistent kernel passes the same index twice: `tile_id` places the K
+        loop's operand tiles, `out_id` (a separate counter) the epilogue, so that
+        Triton's pipeliner need not keep one tile's indices alive into the next.
+        """
         bm, bn, _ = self.tiling.block
         *batch, m, n = self.shape.parallel
         gm, gn = math.ceil(m / bm), math.ceil(n / bn)
         self.grid = [gm * gn, numel(batch)]
-        pid_m, pid_n = self.grouped_order(self.program_id(0), gm, gn)
-        rm = self.expand(self.apply("add", [self.iapply("mul", pid_m, bm), self.arange(bm)]), 1)
-        rn = self.expand(self.apply("add", [self.iapply("mul", pid_n, bn), self.arange(bn)]), 0)
+        tile_id = self.program_id(0) if tile_id is None else tile_id
+        pid_m, pid_n = self.grouped_order(tile_id, gm, gn)
+        self.row_start = self.iapply("mul", pid_m, bm)
+        self.col_start = self.iapply("mul", pid_n, bn)
+        if out_id is not None:
+            pid_m, pid_n = self.grouped_order(out_id, gm, gn)
+        self.out_row_start = self.iapply("mul", pid_m, bm)
+        self.out_col_start = self.iapply("mul", pid_n, bn)
+        rm = self.expand(self.apply("add", [self.out_row_start, self.arange(bm)]), 1)
+        rn = self.expand(self.apply("add", [self.out_col_start, self.arange(bn)]), 0)
         self.rows, self.cols = rm, rn
         self.row_mask = self.mask_below(rm, m, bm)
         self.col_mask = self.mask_below(rn, n, bn)
         self.scopes[-1].axis_masks = [self.row_mask, self.col_mask]
         ivs = list(self.kernel.body.block.args)
+        self.row_iv, self.col_iv = ivs[-2], ivs[-1]
         batch_ivs = self.unravel(self.program_id(1), batch) if batch else []
         for iv, v in zip(ivs, [*batch_ivs, rm, rn], strict=True):
             self.bind(iv, v)
+
+    def persistent_tiles(self) -> None:
+        """A persistent GEMM: each program walks output tiles `pid, pid + programs, ...`.
+
+        Triton pipelines the flattened tile and K loops, so the next tile's
+        loads overlap this tile's epilogue; row-major operands and outputs go
+        through TMA (`block_access`).
+        """
+        block = Block(arg_types=[I32, I32])
+        with self.scope(block=block):
+            ids = list(block.args)
+            if self.index != I32:
+                ids = [self.apply("cast", [i], self.index) for i in ids]
+            self.layout_contraction(*ids)
+            self.tma = self.index == I32
+            self.statements(self.kernel.body.block)
+            self.add(tile.YieldOp.create(operands=[]))
+        count = self.grid[0]
+        self.grid = [count]
+        self.add(
+            tile.TilesOp.create(
+                properties={"count": IntegerAttr(count, i64)}, regions=[Region(block)]
+            )
+        )
+
+    def block_access(
+        self,
+        access: loop.LoadOp | loop.StoreOp,
+        indices: tuple[SSAValue | None, SSAValue | None],
+        extent: tuple[int, int],
+    ) -> bool:
+        """Whether `access` touches a whole 2-d row-major buffer of `extent` exactly at
+        loop `indices` (so a tile of it is a TMA box), with 16-byte aligned rows."""
+        if not self.tma or tuple(access.indices) != indices:
+            return False
+        shape = tuple(access.buffer.type.get_shape())  # type: ignore[attr-defined]
+        element = access.buffer.type.element_type  # type: ignore[attr-defined]
+        size = 2 if element in HALF_TYPES else 4 if element in (F32, I32) else 0
+        return shape == extent and size > 0 and shape[1] * size % 16 == 0
 
     def grouped_order(
         self, pid: SSAValue, gm: int, gn: int, group: int = 8
@@ -599,11 +667,25 @@ class KernelTranslator:
         return v
 
     def store(self, op: loop.StoreOp) -> None:
-        offs = self.offsets(op.buffer, op.indices)
         value = self.value(op.value)
         element = op.buffer.type.element_type  # type: ignore[attr-defined]
         if element_of(value) != element:
             value = self.apply("cast", [value], element)
+        if self.block_access(op, (self.row_iv, self.col_iv), self.shape.parallel[-2:]):
+            bm, bn, _ = self.tiling.block
+            self.add(
+                tile.BlockStoreOp.create(
+                    operands=[
+                        self.ptr[op.buffer],
+                        self.out_row_start,
+                        self.out_col_start,
+                        self.broadcast_to(value, (bm, bn)),
+                    ],
+                    properties={"shape": self.shape_attr(op.buffer)},
+                )
+            )
+            return
+        offs = self.offsets(op.buffer, op.indices)
         shape = broadcast(shape_of(offs), shape_of(value))
         offs, value = self.broadcast_to(offs, shape), self.broadcast_to(value, shape)
         mask = self.mask_for(shape)
@@ -815,22 +897,31 @@ class KernelTranslator:
             k0 = self.loop_index(block)
             kk = self.apply("add", [self.arange(bk), k0])
             kmask = self.apply("lt", [kk, self.const(k, self.index)]) if k % bk else None
-            with self.scope(axis_masks=[self.row_mask, None]):
-                krow = self.expand(kk, 0)
-                self.scopes[-1].axis_masks = [
-                    self.row_mask,
-                    None if kmask is None else self.expand(kmask, 0),
-                ]
-                self.bind(kiv, krow)
-                av = self.dot_operand(a, (bm, bk), element)
-            with self.scope(axis_masks=[None, self.col_mask]):
-                kcol = self.expand(kk, 1)
-                self.scopes[-1].axis_masks = [
-                    None if kmask is None else self.expand(kmask, 1),
-                    self.col_mask,
-                ]
-                self.bind(kiv, kcol)
-                bv = self.dot_operand(b, (bk, bn), element)
+            *_, m, n = self.shape.parallel
+            a_tma = self.tma_operand(a, (self.row_iv, kiv), (m, k), element)
+            b_tma = self.tma_operand(b, (kiv, self.col_iv), (k, n), element)
+            if a_tma is not None:
+                av = self.block_load(a_tma, self.row_start, k0, (bm, bk))
+            else:
+                with self.scope(axis_masks=[self.row_mask, None]):
+                    krow = self.expand(kk, 0)
+                    self.scopes[-1].axis_masks = [
+                        self.row_mask,
+                        None if kmask is None else self.expand(kmask, 0),
+                    ]
+                    self.bind(kiv, krow)
+                    av = self.dot_operand(a, (bm, bk), element)
+            if b_tma is not None:
+                bv = self.block_load(b_tma, k0, self.col_start, (bk, bn))
+            else:
+                with self.scope(axis_masks=[None, self.col_mask]):
+                    kcol = self.expand(kk, 1)
+                    self.scopes[-1].axis_masks = [
+                        None if kmask is None else self.expand(kmask, 1),
+                        self.col_mask,
+                    ]
+                    self.bind(kiv, kcol)
+                    bv = self.dot_operand(b, (bk, bn), element)
             # f32 products in full f32 as torch does by default; tf32 only when asked.
             precision = "tf32" if self.tf32 and element == F32 else "ieee"
             props = {"precision": StringAttr(precision)} if element not in HALF_TYPES else {}
@@ -842,6 +933,36 @@ class KernelTranslator:
             self.add(tile.YieldOp.create(operands=[acc]))
         (acc,) = self.for_loop(block, [init], k, bk)
         return self.round_to(acc, element)
+
+    def tma_operand(
+        self,
+        v: SSAValue,
+        indices: tuple[SSAValue | None, SSAValue | None],
+        extent: tuple[int, int],
+        element: Attribute,
+    ) -> loop.LoadOp | None:
+        """The load behind a dot operand that TMA can fetch as it is, if any."""
+        owner = v.owner
+        if isinstance(owner, loop.LoadOp) and owner.result.type == element:
+            if self.block_access(owner, indices, extent):
+                return owner
+        return None
+
+    @staticmethod
+    def shape_attr(buffer: SSAValue) -> ArrayAttr:
+        shape = buffer.type.get_shape()  # type: ignore[attr-defined]
+        return ArrayAttr([IntegerAttr(d, i64) for d in shape])
+
+    def block_load(
+        self, op: loop.LoadOp, row: SSAValue, col: SSAValue, shape: tuple[int, int]
+    ) -> SSAValue:
+        return self.add(
+            tile.BlockLoadOp.create(
+                operands=[self.ptr[op.buffer], row, col],
+                properties={"shape": self.shape_attr(op.buffer)},
+                result_types=[block_type(op.result.type, shape)],
+            )
+        )
 
     def dot_operand(self, v: SSAValue, shape: tuple[int, int], element: Attribute) -> SSAValue:
         """One dot operand as a full tile, zero in masked lanes, in the dot's input type."""
@@ -881,6 +1002,25 @@ def _same_value(x: SSAValue, y: SSAValue, args: dict[SSAValue, SSAValue]) -> boo
     ):
         return False
     return all(_same_value(a, b, args) for a, b in zip(ox.operands, oy.operands, strict=True))
+
+
+def sink_to_first_use(block: Block) -> None:
+    """Moves pure ops down to just before their first use in `block`.
+
+    In a persistent GEMM this puts the epilogue's index math after the K loop,
+    as hand-written persistent kernels have it, instead of keeping it live
+    across the loop.
+    """
+    for op in reversed(list(block.ops)):
+        if not isinstance(op, SINKABLE_OPS) or not op.results:
+            continue
+        users = [block.find_ancestor_op_in_block(u.operation) for r in op.results for u in r.uses]
+        if not users or any(u is None for u in users):
+            continue
+        first = min(users, key=block.get_operation_index)  # type: ignore[arg-type]
+        if first is not op.next_op:
+            op.detach()
+            block.insert_op_before(op, first)  # type: ignore[arg-type]
 
 
 def remove_dead_code(block: Block) -> None:

@@ -117,6 +117,9 @@ def _irc_pow(a, b):
     return tl.where(b == 0, 1.0, r)
 
 
+_ON_GPU = DEVICE == "cuda"
+
+
 def _check(x, shape, dtype, fn, i):
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{fn}: argument {i} must be a torch.Tensor, got {type(x).__name__}")
@@ -125,34 +128,56 @@ def _check(x, shape, dtype, fn, i):
             f"{fn}: argument {i} must be a {dtype} tensor of shape {list(shape)}, "
             f"got {x.dtype} of shape {list(x.shape)}"
         )
-    if x.device.type != DEVICE:
+    if not (x.is_cuda if _ON_GPU else x.is_cpu):
         raise ValueError(f"{fn}: argument {i} is on {x.device.type}; this module runs on {DEVICE}")
-    return x if x.is_contiguous() else x.contiguous()
+    x = x if x.is_contiguous() else x.contiguous()
+    # Kernels assume 16-byte aligned bases (vector loads, TMA); a view may start anywhere.
+    return x.clone() if x.data_ptr() % 16 else x
 
 
-_LAUNCHERS = {}
+_SM_COUNT = []
+
+
+def _persistent_grid(tiles):
+    # One program an SM; on the CPU interpreter a few, which still walk several tiles each.
+    if not _SM_COUNT:
+        gpu = DEVICE == "cuda" and not _IRC_INTERPRETED
+        _SM_COUNT.append(torch.cuda.get_device_properties(0).multi_processor_count if gpu else 3)
+    return (min(tiles, _SM_COUNT[0]),)
+
+
+def _scratch(size, alignment, stream):
+    return torch.empty(size, device=DEVICE, dtype=torch.int8)
+
+
+def _ensure_allocator():
+    # TMA descriptors made in a kernel live in scratch memory that Triton asks its
+    # allocator for at launch; install one unless the program has its own.
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_scratch)
 
 
 def _launch(kernel, grid, args, num_warps, num_stages=None):
     # After its first launch a kernel goes straight to Triton's compiled launcher
-    # with the handles cached here, skipping the argument binding and lookups
+    # with the handles cached on the kernel object (a dict keyed by the kernel would
+    # hash it, which costs microseconds), skipping the argument binding and lookups
     # that cost most of a small call.
-    fast = _LAUNCHERS.get(kernel)
+    fast = getattr(kernel, "_irc_fast", None)
     if fast is not None:
         for a in args:
             if a.data_ptr() % 16:
                 break
         else:
-            compiled, grid3, get_stream, device = fast
+            launch, head, grid3, get_stream, device, compiled = fast
             stream = get_stream(device)
             enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
             if getattr(enter, "calls", True) or getattr(leave, "calls", True):
                 meta = compiled.launch_metadata(grid3, stream, *args)
             else:  # no launch hooks installed (profilers install them)
                 meta = enter = leave = None
-            compiled.run(
-                *grid3, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *args
-            )
+            launch(*grid3, stream, *head, meta, enter, leave, *args)
             return
     options = {"num_warps": num_warps}
     if num_stages is not None:
@@ -165,7 +190,22 @@ def _launch(kernel, grid, args, num_warps, num_stages=None):
         compiled._init_handles()
         grid3 = tuple(grid) + (1,) * (3 - len(grid))
         active = driver.active
-        _LAUNCHERS[kernel] = (compiled, grid3, active.get_current_stream, active.get_current_device())
+        run = compiled.run
+        launch, head = run, (compiled.function, compiled.packed_metadata)
+        if (
+            getattr(run, "global_scratch_size", 1) == 0
+            and getattr(run, "profile_scratch_size", 1) == 0
+            and hasattr(run, "launch")
+        ):
+            # No scratch to allocate: call the C launcher itself (Triton 3.6's CudaLauncher).
+            launch = run.launch
+            head = (
+                compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                compiled.packed_metadata,
+            )
+        kernel._irc_fast = (
+            launch, head, grid3, active.get_current_stream, active.get_current_device(), compiled
+        )
 
 
 """
@@ -257,12 +297,32 @@ class KernelPrinter:
         for i, a in enumerate(args):
             self.names[a] = f"ptr{i}"
         head = f"def {self.kernel.kernel_name.data}({', '.join(self.names[a] for a in args)}):"
+        self.descriptors()
         self.block(self.kernel.body.block, 1)
         return "@triton.jit\n" + head + "\n" + "\n".join(self.lines)
 
     def block(self, block: Block, depth: int) -> None:
         for op in block.ops:
             self.op(op, depth)
+
+    def descriptors(self) -> None:
+        """One TMA descriptor per buffer and box that block loads or stores use, made once."""
+        self.descriptor: dict[tile.BlockLoadOp | tile.BlockStoreOp, str] = {}
+        made: dict[tuple[SSAValue, tuple[int, ...]], str] = {}
+        for op in self.kernel.body.walk():
+            if not isinstance(op, tile.BlockLoadOp | tile.BlockStoreOp):
+                continue
+            box = _shape(op.result if isinstance(op, tile.BlockLoadOp) else op.value)
+            key = (op.ptr, box)
+            if key not in made:
+                made[key] = f"d{len(made)}"
+                rows, cols = (d.value.data for d in op.shape.data)  # type: ignore[attr-defined]
+                self.emit(
+                    1,
+                    f"{made[key]} = tl.make_tensor_descriptor({self.name(op.ptr)}, "
+                    f"shape=[{rows}, {cols}], strides=[{cols}, 1], block_shape={list(box)})",
+                )
+            self.descriptor[op] = made[key]
 
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
@@ -297,6 +357,10 @@ class KernelPrinter:
         elif isinstance(op, tile.StoreOp):
             mask = f", mask={n(op.mask[0])}" if op.mask else ""
             self.emit(depth, f"tl.store({n(op.ptr)} + {n(op.offsets)}, {n(op.value)}{mask})")
+        elif isinstance(op, tile.BlockLoadOp):
+            self.assign(op, depth, f"{self.descriptor[op]}.load([{n(op.row)}, {n(op.col)}])")
+        elif isinstance(op, tile.BlockStoreOp):
+            self.emit(depth, f"{self.descriptor[op]}.store([{n(op.row)}, {n(op.col)}], {n(op.value)})")
         elif isinstance(op, tile.ReduceOp):
             axis = op.axis.value.data
             kind = op.kind.data
@@ -312,8 +376,21 @@ class KernelPrinter:
             self.assign(op, depth, f"{dot}({n(op.a)}, {n(op.b)}, {n(op.acc)}{precision})")
         elif isinstance(op, tile.ForOp):
             self.for_loop(op, depth)
+        elif isinstance(op, tile.TilesOp):
+            # flatten: Triton pipelines the tile loop and the K loop inside it as one.
+            t, out = op.body.block.args
+            self.emit(depth, f"{n(out)} = tl.program_id(0) - tl.num_programs(0)")
+            self.emit(
+                depth,
+                f"for {n(t)} in tl.range(tl.program_id(0), "
+                f"{op.count.value.data}, tl.num_programs(0), flatten=True):",
+            )
+            self.emit(depth + 1, f"{n(out)} = {n(out)} + tl.num_programs(0)")
+            self.block(op.body.block, depth + 1)
         elif isinstance(op, tile.YieldOp):
             parent = op.parent_op()
+            if isinstance(parent, tile.TilesOp):
+                return
             assert isinstance(parent, tile.ForOp)
             for carried, value in zip(parent.body.block.args[1:], op.values, strict=True):
                 if n(carried) != n(value):
@@ -392,7 +469,6 @@ class HostPrinter:
             shape = tuple(a.type.get_shape())  # type: ignore[attr-defined]
             dtype = TORCH_DTYPE[element_name(a.type.element_type)]  # type: ignore[attr-defined]
             lines.append(f"    arg{i} = _check(arg{i}, {shape}, {dtype}, {ir_name!r}, {i})")
-        device = "arg0.device" if args else "DEVICE"
         n_bufs = 0
         for op in block.ops:
             if isinstance(op, loop.AllocOp):
@@ -403,11 +479,18 @@ class HostPrinter:
                 assert isinstance(t, MemRefType)
                 shape = tuple(t.get_shape())
                 dtype = TORCH_DTYPE[element_name(t.element_type)]
-                lines.append(f"    {name} = torch.empty({shape}, device={device}, dtype={dtype})")
+                if args:  # new_empty skips building a device object: a microsecond a buffer
+                    lines.append(f"    {name} = arg0.new_empty({shape}, dtype={dtype})")
+                else:
+                    lines.append(f"    {name} = torch.empty({shape}, device=DEVICE, dtype={dtype})")
             elif isinstance(op, tile.LaunchOp):
                 kname = op.kernel.root_reference.data
                 k = self.kernels[kname]
-                grid = tuple(a.value.data for a in k.grid.data)  # type: ignore[attr-defined]
+                grid = str(tuple(a.value.data for a in k.grid.data))  # type: ignore[attr-defined]
+                if k.persistent is not None:
+                    grid = f"_persistent_grid({k.grid.data[0].value.data})"  # type: ignore[attr-defined]
+                if any(isinstance(o, tile.BlockLoadOp | tile.BlockStoreOp) for o in k.walk()):
+                    lines.append("    _ensure_allocator()")
                 warps = k.warps.value.data if k.warps is not None else 4
                 stages = f", {k.stages.value.data}" if k.stages is not None else ""
                 call_args = "".join(self.names[a] + ", " for a in op.args)

@@ -10,9 +10,12 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   share a program so that a program holds about 4096 elements; otherwise one
   row a program, looped in chunks of `rblock` (default 1024);
 - contraction (matmul): 64x64 output tiles (16 at least, fewer for small M, N)
-  and K steps of 32; 128x256x64 with 8 warps and 3 stages for large
-  half-precision GEMMs (the autotuner's pick on an H200 at 4096^3),
-  where tensor cores want big tiles.
+  and K steps of 32; for large unbatched half-precision GEMMs, where tensor
+  cores want big tiles, 128x256x64 with 8 warps and 3 stages, *persistent*:
+  one program an SM walks the output tiles, so the epilogue of one tile
+  overlaps the loads of the next, and plain row-major operands arrive by TMA
+  (1.02x cuBLAS at 4096^3 bf16 on an H200, against 1.07x for one program a
+  tile).
 
 Warps grow with the elements a program holds: one warp per 256, 1 to 8.
 """
@@ -64,6 +67,7 @@ class Tiling:
     block: tuple[int, ...]
     warps: int
     stages: int = 1
+    persistent: bool = False
 
 
 def _warps(elements: int) -> int:
@@ -87,7 +91,7 @@ def choose_tiling(
     *_, m, n = shape.parallel
     (k,) = shape.reduction
     if shape.half and m >= 1024 and n >= 1024:
-        return Tiling((128, 256, 64), 8, 3)
+        return Tiling((128, 256, 64), 8, 3, persistent=len(shape.parallel) == 2)
     bm = min(64, max(16, next_pow2(m)))
     bn = min(64, max(16, next_pow2(n)))
     bk = min(32, max(16, next_pow2(k)))
@@ -99,7 +103,8 @@ def tiling_of(kernel: loop.KernelOp) -> Tiling:
     if kernel.block is not None:
         warps = kernel.warps.value.data if kernel.warps is not None else 4
         stages = kernel.stages.value.data if kernel.stages is not None else 1
-        return Tiling(tuple(loop.int_list(kernel.block)), warps, stages)
+        persistent = kernel.persistent is not None and kernel.persistent.value.data == 1
+        return Tiling(tuple(loop.int_list(kernel.block)), warps, stages, persistent)
     return choose_tiling(kernel_shape(kernel))
 
 
@@ -127,6 +132,12 @@ class TilePass(ModulePass):
             if not isinstance(kernel, loop.KernelOp):
                 continue
             t = choose_tiling(kernel_shape(kernel), self.block, self.rblock, self.persistent_rblock)
-            kernel.block = ArrayAttr([IntegerAttr(b, i64) for b in t.block])
-            kernel.warps = IntegerAttr(t.warps, i64)
-            kernel.stages = IntegerAttr(t.stages, i64)
+            set_tiling(kernel, t)
+
+
+def set_tiling(kernel: loop.KernelOp, t: Tiling) -> None:
+    """Writes a tiling on a kernel, where the IR shows it."""
+    kernel.block = ArrayAttr([IntegerAttr(b, i64) for b in t.block])
+    kernel.warps = IntegerAttr(t.warps, i64)
+    kernel.stages = IntegerAttr(t.stages, i64)
+    kernel.persistent = IntegerAttr(1, i64) if t.persistent else None
