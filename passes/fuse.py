@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -115,6 +115,8 @@ class FusionGraph:
         self._consumers: dict[SSAValue, list[Operation]] = {}
         self._escapes: dict[SSAValue, bool] = {}
         self._bytes: dict[SSAValue, int] = {}
+        self._neighbors: dict[Operation, list[Operation]] = {}
+        self._reader_at: dict[SSAValue, dict[Operation, int]] = {}
         self.labels: dict[Operation, str] = {}
 
     def sources(self, v: SSAValue) -> list[SSAValue]:
@@ -172,6 +174,34 @@ class FusionGraph:
         found = self._bytes.get(v)
         if found is None:
             found = self._bytes[v] = value_bytes(v)
+        return found
+
+    def neighbors(self, op: Operation) -> list[Operation]:
+        """Compute ops that may fuse with `op`: its producers, its consumers, and
+        readers of its inputs (siblings). Of the readers of a widely shared input
+        only the nearest `SIBLING_WINDOW` on each side in program order are kept:
+        that keeps the search linear when one tensor feeds thousands of ops."""
+        found = self._neighbors.get(op)
+        if found is None:
+            near: dict[Operation, None] = {}
+            for v in self.inputs(op):
+                owner = v.owner
+                if owner in self.is_compute_op:
+                    near[owner] = None  # type: ignore[index]
+                readers = self.consumers(v)
+                if len(readers) <= 2 * SIBLING_WINDOW:
+                    near.update(dict.fromkeys(readers))
+                else:
+                    at_of = self._reader_at.get(v)
+                    if at_of is None:
+                        at_of = self._reader_at[v] = {c: i for i, c in enumerate(readers)}
+                    at = at_of[op]
+                    window = readers[max(0, at - SIBLING_WINDOW) : at + SIBLING_WINDOW + 1]
+                    near.update(dict.fromkeys(window))
+            for r in op.results:
+                near.update(dict.fromkeys(self.consumers(r)))
+            near.pop(op, None)
+            found = self._neighbors[op] = list(near)
         return found
 
 
@@ -270,7 +300,7 @@ def kernel_schema(
     if matmuls:
         return _contraction_schema(g, ops, matmuls[0], writes)
     if reductions:
-        return _rows_schema(g, ops, reductions, members)
+        return _rows_schema(g, ops, reductions, members, writes)
     out_shapes = {shape_of(v.type) for v in writes}
     if len(out_shapes) > 1:
         raise Rejected("outputs of different shapes: " + ", ".join(map(str, sorted(out_shapes))))
@@ -315,7 +345,11 @@ def _check_recompute(ops: Iterable[Operation], space: int) -> None:
 
 
 def _rows_schema(
-    g: FusionGraph, ops: Sequence[Operation], reductions: list[Operation], members: set[Operation]
+    g: FusionGraph,
+    ops: Sequence[Operation],
+    reductions: list[Operation],
+    members: set[Operation],
+    writes: list[SSAValue],
 ) -> Schema:
     first = reductions[0]
     assert isinstance(first, graph.ReduceOp)
@@ -337,12 +371,13 @@ def _rows_schema(
             raise Rejected(f"{op.name} of shape {list(shape)} is outside the rows of {list(full)}")
         if not isinstance(op, CHEAP_OPS):
             raise Rejected(f"{op.name} of shape {list(shape)} would be recomputed per element")
-    for v in group_io(g, ops)[1]:
-        if shape_of(v.type) not in (full, row_keep, row):
-            raise Rejected(
-                f"an output of shape {list(shape_of(v.type))} is neither a row nor an element "
-                f"of {list(full)}"
-            )
+    strays = [v for v in writes if shape_of(v.type) not in (full, row_keep, row)]
+    if strays:
+        v = min(strays, key=lambda v: g.order[v.owner])  # type: ignore[index]
+        raise Rejected(
+            f"an output of shape {list(shape_of(v.type))} is neither a row nor an element "
+            f"of {list(full)}"
+        )
     for r in reductions:
         assert isinstance(r, graph.ReduceOp)
         if r.keeps_dims() or not row:
@@ -533,28 +568,9 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     rejected_pairs: set[tuple[int, int]] = set()
 
     def candidates(gr: Group) -> set[Group]:
-        """Groups connected to `gr` by a value, or reading one of its inputs.
-
-        Of the readers of a widely shared input only the nearest few in
-        program order are siblings worth trying: that keeps the search linear
-        when one tensor feeds thousands of ops.
-        """
-        out: set[Group] = set()
-        for op in gr.ops:
-            for v in g.inputs(op):
-                owner = v.owner
-                if isinstance(owner, Operation) and owner in group_of:
-                    out.add(group_of[owner])
-                readers = g.consumers(v)
-                if len(readers) <= 2 * SIBLING_WINDOW:
-                    out.update(group_of[c] for c in readers)
-                else:
-                    at = readers.index(op)
-                    for c in readers[max(0, at - SIBLING_WINDOW) : at + SIBLING_WINDOW + 1]:
-                        out.add(group_of[c])
-            for r in op.results:
-                for c in g.consumers(r):
-                    out.add(group_of[c])
+        """Groups connected to `gr` by a value, or reading one of its inputs
+        (`FusionGraph.neighbors` of its ops)."""
+        out = {group_of[c] for op in gr.ops for c in g.neighbors(op)}
         out.discard(gr)
         return out
 
@@ -580,13 +596,40 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
         reads, writes = group_io(g, gr.ops)
         gr.reads, gr.writes = set(reads), set(writes)
 
-    def score(a: Group, b: Group) -> int:
-        return cost[a.id] + cost[b.id] - traffic(*merged_io(a, b))
+    def internal(v: SSAValue, a: Group, b: Group) -> bool:
+        """Whether `v`, written by one of a and b, is read by nothing else."""
+        if g.escapes(v):
+            return False
+        for c in g.consumers(v):
+            owner = group_of[c]
+            if owner is not a and owner is not b:
+                return False
+        return True
 
-    # A topological numbering of the groups (Pearce and Kelly's dynamic order):
-    # every path between groups goes from a lower to a higher number, so a
-    # merge's cycle check only searches between the two groups' numbers.
-    pos: dict[int, int] = {gr.id: g.order[gr.ops[0]] for gr in group_of.values()}
+    def score(a: Group, b: Group) -> int:
+        """Bytes saved by merging a and b: cost(a) + cost(b) - cost(a | b), counted
+        from what changes: a value one makes and the other reads is no longer read
+        (and no longer written if nothing else reads it); a tensor both read is
+        read once. No other value changes sides."""
+        saved = 0
+        b_reads = b.reads
+        for v in a.reads:
+            if group_of.get(v.owner) is b:  # type: ignore[call-overload]
+                saved += g.bytes(v) * (2 if internal(v, a, b) else 1)
+            elif v in b_reads:
+                saved += g.bytes(v)
+        for v in b_reads:
+            if group_of.get(v.owner) is a:  # type: ignore[call-overload]
+                saved += g.bytes(v) * (2 if internal(v, a, b) else 1)
+        return saved
+
+    # A topological order of the groups, kept as labels that compare like the
+    # order: every path between groups goes from a lower label to a higher one,
+    # so a merge's cycle check only searches between the two groups' labels.
+    # Labels are tuples so that groups can be moved right after (or before) any
+    # other without renumbering the rest: (7,) < (7, -2, 1) < (7, -1, 1) < (8,).
+    pos: dict[int, tuple[int, ...]] = {gr.id: (g.order[gr.ops[0]],) for gr in group_of.values()}
+    stamp = 0
 
     for gr in group_of.values():
         (op,) = gr.ops
@@ -601,25 +644,71 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     def predecessors(gr: Group) -> set[Group]:
         return {group_of[p] for p in gr.in_ops}
 
-    def between(
-        start: Group,
-        step: Callable[[Group], set[Group]],
-        inside: Callable[[int], bool],
-        target: Group | None,
-    ) -> set[Group] | None:
-        """Groups reached from `start` through numbers `inside` the window; None if `target` is."""
-        seen: set[Group] = set()
+    def separate(lo: Group, hi: Group) -> tuple[bool, list[Group]] | None:
+        """None if a path from `lo` to `hi` goes through another group (merging them
+        would make a cycle). Else the groups to move so that the merged group has a
+        place in the order: (True, what `lo` reaches below `hi`), to go right after
+        `hi`, or (False, what reaches `hi` above `lo`), to go right before `lo`.
+
+        Both searches run in turns and the first to finish answers, so a merge
+        costs the smaller of the two sets, not the whole window between the two
+        groups (which is most of the graph for a long edge).
+        """
+        lo_at, hi_at = pos[lo.id], pos[hi.id]
+        down: set[Group] = set()
+        up: set[Group] = set()
         # A direct edge between the two groups is the fusion itself, not a cycle.
-        stack = [x for x in step(start) if x is not target]
-        while stack:
-            x = stack.pop()
-            if x is target:
-                return None
-            if x in seen or not inside(pos[x.id]):
-                continue
-            seen.add(x)
-            stack += step(x)
-        return seen
+        down_stack = [x for x in successors(lo) if x is not hi]
+        up_stack = [x for x in predecessors(hi) if x is not lo]
+        while True:
+            while down_stack:
+                x = down_stack.pop()
+                if x in down:
+                    continue
+                if x is hi or x in up:
+                    return None
+                if pos[x.id] < hi_at:
+                    down.add(x)
+                    down_stack += successors(x)
+                    break
+            else:
+                return True, sorted(down, key=lambda x: pos[x.id])
+            while up_stack:
+                x = up_stack.pop()
+                if x in up:
+                    continue
+                if x is lo or x in down:
+                    return None
+                if pos[x.id] > lo_at:
+                    up.add(x)
+                    up_stack += predecessors(x)
+                    break
+            else:
+                return False, sorted(up, key=lambda x: pos[x.id])
+
+    def place(new: Group, lo: Group, hi: Group, after_hi: bool, moved: list[Group]) -> None:
+        """Labels the merged group and the groups `separate` found in order."""
+        nonlocal stamp
+        stamp += 1
+        if after_hi:
+            # What `lo` reaches follows the merged group, which takes `hi`'s label.
+            pos[new.id] = pos[hi.id]
+            sequence = moved
+            base = pos[hi.id] + (-stamp,)
+        else:
+            # What reaches `hi` goes, in order, where `lo` was; the merged group after it.
+            sequence = [*moved, new]
+            base = pos[lo.id] + (-stamp,)
+            if not moved:
+                pos[new.id] = pos[lo.id]
+                sequence = []
+        for k, x in enumerate(sequence, 1):
+            pos[x.id] = (*base, k)
+        del pos[lo.id], pos[hi.id]
+        if len(base) > 32:
+            # Labels grow by two entries a move: number the groups afresh now and then.
+            live = sorted(pos, key=pos.__getitem__)
+            pos.update((gid, (i,)) for i, gid in enumerate(live))
 
     heap: list[tuple[int, int, int, Group, Group]] = []
 
@@ -644,9 +733,8 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
         try:
             merged_reads, merged_writes = merged_io(a, b)
             kernel_schema(g, merged_ops, max_ops, (merged_reads, merged_writes))
-            limit_hi = pos[hi.id]
-            forward = between(lo, successors, lambda p, limit=limit_hi: p < limit, hi)
-            if forward is None:
+            found = separate(lo, hi)
+            if found is None:
                 raise Rejected("the merge would create a cycle through another kernel")
         except Rejected as e:
             key = (a.id, b.id)
@@ -670,18 +758,7 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
         new.in_ops = {
             p for p in a.in_ops | b.in_ops if group_of[p] is not a and group_of[p] is not b
         }
-        limit_lo = pos[lo.id]
-        backward = between(hi, predecessors, lambda p, limit=limit_lo: p > limit, None) or set()
-        # Renumber the window: what leads to `hi`, then the merged group, then
-        # what follows from `lo`, in the numbers these groups held.
-        pool = sorted([pos[x.id] for x in forward | backward] + [pos[lo.id], pos[hi.id]])
-        sequence = (
-            sorted(backward, key=lambda x: pos[x.id])
-            + [new]
-            + sorted(forward, key=lambda x: pos[x.id])
-        )
-        for x, p in zip(sequence, pool, strict=False):
-            pos[x.id] = p
+        place(new, lo, hi, *found)
         for op in merged_ops:
             group_of[op] = new
         cost[new.id] = traffic(new.reads, new.writes)
