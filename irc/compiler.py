@@ -27,6 +27,7 @@ from xdsl.ir import SSAValue
 from irc.diagnostics import Diagnostic, IrcError
 from irc.dialects import loop, tile
 from irc.frontend import parse_file, set_value_name
+from irc.gcpause import paused_gc
 from irc.pipeline import run_pipeline
 from irc.verifier import verify
 
@@ -75,7 +76,8 @@ def triton_source(
     from irc.lowering.tile_to_triton import emit_triton
 
     lower_to_tile(module, autotune=autotune, tf32=tf32)
-    return emit_triton(module, "".join(c if c.isprintable() else "?" for c in source))
+    with paused_gc():
+        return emit_triton(module, "".join(c if c.isprintable() else "?" for c in source))
 
 
 def cache_dir() -> Path:

@@ -42,6 +42,7 @@ from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import VerifyException
 
 from irc.diagnostics import Diagnostic, IrcError, Location, Note
+from irc.gcpause import paused_gc
 from irc.types import MAX_ELEMENTS, SCALAR_TYPES, numel
 
 _SHAPE_RE = re.compile(r"(\d+)x")
@@ -70,6 +71,7 @@ def set_value_name(value: SSAValue, name: str | None) -> None:
     value._name = name  # pyright: ignore[reportPrivateUsage]
 
 
+@paused_gc()
 def parse(text: str, filename: str = "<input>", first_line: int = 1) -> ModuleOp:
     """Parses `.ir` text at any level into a module; raises `IrcError`."""
     return _Builder(filename, text, first_line).build()

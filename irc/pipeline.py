@@ -21,6 +21,7 @@ from xdsl.utils.exceptions import ArgSpecParseError
 
 from irc.diagnostics import Diagnostic, IrcError
 from irc.frontend import set_value_name
+from irc.gcpause import paused_gc
 from irc.passes import PASSES
 from irc.verifier import verify
 
@@ -132,6 +133,7 @@ def _malformed(spec: str, e: BaseException) -> str:
 AfterPass = Callable[[ModulePass, ModuleOp], None]
 
 
+@paused_gc()
 def run_pipeline(
     module: ModuleOp,
     pipeline: str | Sequence[ModulePass],

@@ -13,6 +13,7 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from irc.diagnostics import Diagnostic, IrcError, Location, Note, op_location
+from irc.gcpause import paused_gc
 from irc.types import format_type
 
 
@@ -29,6 +30,7 @@ def value_name(value: SSAValue) -> str:
     return "%" + value.name_hint if value.name_hint else "this value"
 
 
+@paused_gc()
 def verify(module: ModuleOp, context: str | None = None) -> None:
     """Raises `IrcError` listing every problem in `module`.
 
