@@ -54,6 +54,9 @@ class KernelOp(IRDLOperation):
     stages = opt_prop_def(IntegerAttr)
     persistent = opt_prop_def(IntegerAttr)
     """1: the host starts min(grid, SMs) programs, which share the work in a tile.tiles loop."""
+    pdl = opt_prop_def(IntegerAttr)
+    """1: launched as a dependent of the kernel before it (programmatic dependent
+    launch, on GPUs that have it): it starts early and first waits for that kernel."""
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
 
@@ -141,7 +144,13 @@ class LoadOp(IRDLOperation):
     offsets = operand_def()
     mask = var_operand_def()
     other = opt_prop_def(Attribute)
+    evict = opt_prop_def(StringAttr)
+    """L2 eviction hint, "first" or "last" (Triton's eviction_policy)."""
     result = result_def()
+
+    def verify_(self) -> None:
+        if self.evict is not None and self.evict.data not in ("first", "last"):
+            raise VerifyException('tile.load: evict is "first" or "last"')
 
 
 @irdl_op_definition

@@ -45,10 +45,22 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 _IRC_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 _RUNTIME = triton.knobs.runtime
+# Programmatic dependent launch (Hopper and later): a kernel that reads the one
+# before it starts while that one finishes, hiding its launch, and waits for it.
+_IRC_PDL = tl.constexpr(
+    DEVICE == "cuda" and not _IRC_INTERPRETED and torch.cuda.get_device_capability()[0] >= 9
+)
+
+
+@triton.jit
+def _irc_wait_for_previous_kernel():
+    if _IRC_PDL:
+        gdc_wait()
 
 
 @triton.jit
@@ -159,7 +171,7 @@ def _ensure_allocator():
         triton.set_allocator(_scratch)
 
 
-def _launch(kernel, grid, args, num_warps, num_stages=None):
+def _launch(kernel, grid, args, num_warps, num_stages=None, pdl=False):
     # After its first launch a kernel goes straight to Triton's compiled launcher
     # with the handles cached on the kernel object (a dict keyed by the kernel would
     # hash it, which costs microseconds), skipping the argument binding and lookups
@@ -182,6 +194,8 @@ def _launch(kernel, grid, args, num_warps, num_stages=None):
     options = {"num_warps": num_warps}
     if num_stages is not None:
         options["num_stages"] = num_stages
+    if pdl and _IRC_PDL:
+        options["launch_pdl"] = True
     compiled = kernel[grid](*args, **options)
     # Triton specializes pointers on 16-byte alignment: cache only that variant.
     if not _IRC_INTERPRETED and all(a.data_ptr() % 16 == 0 for a in args):
@@ -298,6 +312,8 @@ class KernelPrinter:
             self.names[a] = f"ptr{i}"
         head = f"def {self.kernel.kernel_name.data}({', '.join(self.names[a] for a in args)}):"
         self.descriptors()
+        if self.kernel.pdl is not None:
+            self.emit(1, "_irc_wait_for_previous_kernel()")
         self.block(self.kernel.body.block, 1)
         return "@triton.jit\n" + head + "\n" + "\n".join(self.lines)
 
@@ -349,11 +365,12 @@ class KernelPrinter:
             self.assign(op, depth, self.apply(op))
         elif isinstance(op, tile.LoadOp):
             ptr = f"{n(op.ptr)} + {n(op.offsets)}"
+            hint = f", eviction_policy='evict_{op.evict.data}'" if op.evict is not None else ""
             if op.mask:
                 other = _number(_attr_number(op.other), _elem(op.result)) if op.other else "0"
-                self.assign(op, depth, f"tl.load({ptr}, mask={n(op.mask[0])}, other={other})")
+                self.assign(op, depth, f"tl.load({ptr}, mask={n(op.mask[0])}, other={other}{hint})")
             else:
-                self.assign(op, depth, f"tl.load({ptr})")
+                self.assign(op, depth, f"tl.load({ptr}{hint})")
         elif isinstance(op, tile.StoreOp):
             mask = f", mask={n(op.mask[0])}" if op.mask else ""
             self.emit(depth, f"tl.store({n(op.ptr)} + {n(op.offsets)}, {n(op.value)}{mask})")
@@ -479,7 +496,13 @@ class HostPrinter:
                 assert isinstance(t, MemRefType)
                 shape = tuple(t.get_shape())
                 dtype = TORCH_DTYPE[element_name(t.element_type)]
-                if args:  # new_empty skips building a device object: a microsecond a buffer
+                # Cheapest first (microseconds count in small calls): empty_like of a
+                # checked (contiguous) argument of the same type, else new_empty, which
+                # skips building a device object.
+                twin = next((i for i, a in enumerate(block.args) if a.type == t), None)
+                if twin is not None:
+                    lines.append(f"    {name} = torch.empty_like(arg{twin})")
+                elif args:
                     lines.append(f"    {name} = arg0.new_empty({shape}, dtype={dtype})")
                 else:
                     lines.append(f"    {name} = torch.empty({shape}, device=DEVICE, dtype={dtype})")
@@ -493,6 +516,8 @@ class HostPrinter:
                     lines.append("    _ensure_allocator()")
                 warps = k.warps.value.data if k.warps is not None else 4
                 stages = f", {k.stages.value.data}" if k.stages is not None else ""
+                if k.pdl is not None:
+                    stages += ", pdl=True"
                 call_args = "".join(self.names[a] + ", " for a in op.args)
                 lines.append(f"    _launch({kname}, {grid}, ({call_args}), {warps}{stages})")
             elif isinstance(op, func.ReturnOp):

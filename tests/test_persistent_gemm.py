@@ -9,6 +9,7 @@ against torch on the CPU interpreter, which runs TMA descriptors too.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import torch
@@ -148,3 +149,54 @@ def test_default_pipeline_on_a_large_bf16_gemm() -> None:
     assert "_persistent_grid(32)" in compiled.source
     x, w, b = inputs(m, n, k, "bf16", seed=2)
     assert_close(compiled["f"](x, w, b), reference(x, w, b)[1])
+
+
+def _tile_text() -> str:
+    _, module = lower(gemm_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
+    return print_module(module)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("{shape = [96, 48]}", "{shape = [96]}", "tile.block_load: 'shape' is the buffer's two sizes"),
+        (
+            "{shape = [96, 64]}",
+            "{shape = [96, 64, 1]}",
+            "tile.block_store: 'shape' is the buffer's two sizes",
+        ),
+    ],
+)
+def test_block_access_verifier(old: str, new: str, message: str) -> None:
+    text = _tile_text()
+    assert old in text
+    with pytest.raises(irc.IrcError, match=re.escape(message)) as info:
+        irc.verify(irc.parse(text.replace(old, new, 1), "bad.ir"))
+    (diag,) = info.value.diagnostics
+    assert diag.location is not None and diag.location.file == "bad.ir"
+    line = text.replace(old, new, 1).splitlines()[diag.location.line - 1]
+    assert new in line  # the error points at the broken op
+
+
+def test_tiles_loop_verifier() -> None:
+    text = _tile_text()
+    header = re.search(r"tile\.tiles \{count = 6\} \((%\d+): i32, (%\d+): i32\)", text)
+    assert header is not None
+    one_arg = text.replace(header.group(0), f"tile.tiles {{count = 6}} ({header.group(1)}: i32)")
+    one_arg = one_arg.replace(header.group(2), header.group(1))
+    with pytest.raises(irc.IrcError, match="tile.tiles: the region takes the tile index, twice"):
+        irc.verify(irc.parse(one_arg, "bad.ir"))
+
+
+def test_load_eviction_hint_verifier() -> None:
+    module = irc.parse(
+        "func @f(%x: tensor<64xf32>) -> tensor<64xf32> {\n"
+        "  %y = graph.exp %x\n"
+        "  return %y : tensor<64xf32>\n}\n",
+        "f.ir",
+    )
+    run_pipeline(module, "graph-to-loop,tile,loop-to-tile")
+    text = print_module(module)
+    assert '{evict = "last"}' in text  # element-wise loads ask L2 to keep their lines
+    with pytest.raises(irc.IrcError, match='tile.load: evict is "first" or "last"'):
+        irc.verify(irc.parse(text.replace('evict = "last"', 'evict = "sometimes"'), "bad.ir"))
