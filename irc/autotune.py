@@ -153,7 +153,7 @@ def time_tiling(kernel: loop.KernelOp, t: Tiling, device: str) -> float:
         if t.persistent:
             grid = mod._persistent_grid(grid[0])
             mod._ensure_allocator()
-        options: dict[str, int] = {"num_warps": t.warps}
+        options: dict[str, Any] = {"num_warps": t.warps, "enable_fp_fusion": False}
         if t.stages > 1:
             options["num_stages"] = t.stages
 

@@ -191,7 +191,9 @@ def _launch(kernel, grid, args, num_warps, num_stages=None, pdl=False):
                 meta = enter = leave = None
             launch(*grid3, stream, *head, meta, enter, leave, *args)
             return
-    options = {"num_warps": num_warps}
+    # No FMA contraction: torch rounds every op's result, and a contracted
+    # `x*c - min(x*c, y)` is a rounding error instead of 0 (whose sqrt is NaN).
+    options = {"num_warps": num_warps, "enable_fp_fusion": False}
     if num_stages is not None:
         options["num_stages"] = num_stages
     if pdl and _IRC_PDL:

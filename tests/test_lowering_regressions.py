@@ -37,6 +37,21 @@ func @main(%a2: tensor<33x33xf32>, %a11: tensor<33xf32>, %a12: tensor<33xf32>) -
   return %v15 : tensor<33x33xf32>
 }
 """,
+    # On the GPU, LLVM contracted `min(x*c, y) - x*c` into one FMA: the product was
+    # not rounded before the subtraction, so the difference was a rounding error
+    # instead of 0, and its square root a NaN or 4e-5 (random seed 200002).
+    "no_fma_contraction": """
+func @main(%x: tensor<130x5xf32>, %y: tensor<130x5xf32>) -> (tensor<130x5xf32>, tensor<130x5xf32>) {
+  %c = graph.constant {value = 0.0877} : tensor<f32>
+  %p = graph.mul %x, %c
+  %m = graph.minimum %p, %y
+  %d = graph.sub %m, %p
+  %half = graph.constant {value = 0.5} : tensor<f32>
+  %r = graph.pow %d, %half
+  %s = graph.sqrt %d
+  return %r, %s : tensor<130x5xf32>, tensor<130x5xf32>
+}
+""",
     "rank0_transpose": """
 func @t(%s: tensor<f32>) -> tensor<f32> {
   %t = graph.transpose %s {perm = []}
@@ -56,3 +71,8 @@ def test_program_matches_reference(name: str, fuse: bool) -> None:
         inputs = random_inputs(fn, seed=1, device=DEVICE)
         for got, want in zip(compiled.run(fname, inputs), run_function(fn, inputs), strict=True):
             torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_kernels_compile_without_fma_contraction() -> None:
+    source = irc.compile(irc.parse(PROGRAMS["no_fma_contraction"]), device=DEVICE).source
+    assert '"enable_fp_fusion": False' in source
