@@ -209,6 +209,14 @@ class KernelTranslator:
     def apply(
         self, fn: str, args: Sequence[SSAValue], element: Attribute | None = None
     ) -> SSAValue:
+        if fn == "cast" and element in HALF_TYPES:
+            widened = args[0].owner
+            if (
+                isinstance(widened, tile.ApplyOp)
+                and widened.fn.data == "cast"
+                and element_of(widened.args[0]) == element
+            ):
+                return widened.args[0]  # widening a half value is exact: narrowing gives it back
         shape = broadcast(*(shape_of(a) for a in args))
         if element is None:
             element = (

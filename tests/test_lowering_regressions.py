@@ -76,3 +76,18 @@ def test_program_matches_reference(name: str, fuse: bool) -> None:
 def test_kernels_compile_without_fma_contraction() -> None:
     source = irc.compile(irc.parse(PROGRAMS["no_fma_contraction"]), device=DEVICE).source
     assert '"enable_fp_fusion": False' in source
+
+
+def test_tanh_at_the_edges() -> None:
+    """irc's tanh is exp-based: check where that formula could go wrong."""
+    module = irc.parse(
+        "func @f(%x: tensor<4096xf32>) -> tensor<4096xf32> {\n"
+        "  %y = graph.tanh %x\n  return %y : tensor<4096xf32>\n}\n"
+    )
+    edges = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-30, -1e-30, 1e-8, 1e-4]
+    edges += [-1e-3, 44.0, 45.0, 89.0, 100.0, -100.0, 9.0, -9.0, 3e38, -3e38]
+    torch.manual_seed(0)
+    x = torch.cat([torch.tensor(edges), torch.randn(4096 - len(edges)) * 4]).to(DEVICE)
+    (got,) = irc.compile(module, device=DEVICE).run("f", [x])
+    torch.testing.assert_close(got, torch.tanh(x), equal_nan=True)
+    assert torch.signbit(got[1]) and not torch.signbit(got[0])  # tanh(-0.0) is -0.0
