@@ -215,9 +215,10 @@ def measure(
     eager_ms = do_bench(lambda: w.torch_fn(*args))
     tc_ms = do_bench(lambda: tc_fn(*args))
     irc_ms = do_bench(lambda: irc_fn(*args))
+    floor_ms: float | None = None  # a 64x64 call is all launch: a byte floor says nothing
     if w.kind == "matmul":
         floor_ms = 2 * 4096**3 / mm_rate * 1e3
-    else:
+    elif w.kind == "memory":
         floor_ms = (_bytes(args) + _bytes(want)) / bw * 1e3
     row: dict[str, Any] = {
         "workload": w.name,
@@ -225,7 +226,7 @@ def measure(
         "compile_ms": tc_ms,
         "irc_ms": irc_ms,
         "irc_over_compile": irc_ms / tc_ms,
-        "irc_over_floor": irc_ms / floor_ms,
+        "irc_over_floor": irc_ms / floor_ms if floor_ms else None,
         "kernels_eager": kernel_count(lambda: w.torch_fn(*args)),
         "kernels_compile": kernel_count(lambda: tc_fn(*args)),
         "kernels_irc": kernel_count(lambda: irc_fn(*args)),
@@ -309,8 +310,14 @@ def row_notes(row: dict[str, Any]) -> list[str]:
     return notes
 
 
+def _cell(value: Any, fmt: str) -> str:
+    if value is None:  # no floor
+        return fmt.replace(".3f", "").format("—")
+    return fmt.format(value)
+
+
 def format_row(row: dict[str, Any]) -> str:
-    text = " ".join(fmt.format(row[key]) for key, fmt in COLUMNS)
+    text = " ".join(_cell(row[key], fmt) for key, fmt in COLUMNS)
     notes = row_notes(row)
     return text + ("  " + "; ".join(notes) if notes else "")
 
@@ -328,7 +335,7 @@ def markdown(result: dict[str, Any]) -> str:
         notes = row_notes(r)
         lines.append(
             f"| {r['workload']} | {r['eager_ms']:.3f} | {r['compile_ms']:.3f} | {r['irc_ms']:.3f} "
-            f"| {r['irc_over_compile']:.3f} | {r['irc_over_floor']:.3f} "
+            f"| {r['irc_over_compile']:.3f} | {_cell(r['irc_over_floor'], '{:.3f}')} "
             f"| {r['kernels_eager']}/{r['kernels_compile']}/{r['kernels_irc']} "
             f"| {r['cold_compile_s']:.2f} / {r['cold_irc_s']:.2f} | {'; '.join(notes)} |"
         )

@@ -1,0 +1,75 @@
+"""The benchmark's workloads and tables (the timing itself needs a GPU: see docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import irc
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("irc_bench", ROOT / "benchmarks" / "bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["irc_bench"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _bench()
+KERNELS = {"mse": 2}  # a full reduction is split in two; every other workload is one kernel
+
+
+@pytest.mark.parametrize("workload", bench._workloads(), ids=lambda w: w.name)
+def test_each_workload_is_an_ir_file_that_fuses(workload: Any) -> None:
+    path = bench.WORKLOADS_DIR / f"{workload.name}.ir"
+    compiled = irc.compile(path, device="cpu")
+    assert workload.name in compiled.functions
+    assert compiled.kernel_count == KERNELS.get(workload.name, 1)
+
+
+def test_no_workload_file_is_left_out() -> None:
+    names = {w.name for w in bench._workloads()}
+    assert names == {p.stem for p in bench.WORKLOADS_DIR.glob("*.ir")}
+
+
+def _row(**changes: Any) -> dict[str, Any]:
+    row = {
+        "workload": "softmax", "eager_ms": 0.7, "compile_ms": 0.15, "irc_ms": 0.13,
+        "irc_over_compile": 0.85, "irc_over_floor": 1.02, "kernels_eager": 5,
+        "kernels_compile": 1, "kernels_irc": 1, "cold_compile_s": 1.0, "cold_irc_s": 0.1,
+        "correct": True, "max_abs_err": 0.0, "eager_max_abs_err": 0.0,
+    }  # fmt: skip
+    return row | changes
+
+
+def test_rows_and_markdown() -> None:
+    launch = _row(
+        workload="small_chain", irc_over_floor=None, wall_us_eager=30.0,
+        wall_us_compile=40.0, wall_us_irc=11.0, wall_us_irc_graph=7.0,
+    )  # fmt: skip
+    gemm = _row(workload="mm_bias_relu", irc_over_torch_mm=1.036)
+    wrong = _row(workload="mse", correct=False, max_abs_err=0.5, eager_max_abs_err=0.001)
+    assert "1.020" in bench.format_row(_row())
+    assert "—" in bench.format_row(launch) and "irc with CUDA graph 7.0" in bench.format_row(launch)
+    table = bench.markdown(
+        {
+            "device": "NVIDIA H200", "torch": "2.11", "triton": "3.6.0", "python": "3.12",
+            "date": "2026-11-22", "copy_bandwidth_GBps": 4248.0, "bf16_mm_TFLOPs": 708.0,
+            "rows": [_row(), launch, gemm, wrong],
+        }
+    )  # fmt: skip
+    lines = table.splitlines()
+    assert lines[0].startswith("Device: NVIDIA H200") and "4248 GB/s" in lines[0]
+    assert lines[2].startswith("| workload |") and len(lines) == 4 + 4
+    assert "| 0.850 | — |" in lines[5]
+    assert "irc/bare torch.mm 1.036" in lines[6]
+    assert "MISMATCH max abs err 0.5" in lines[7]
