@@ -166,9 +166,13 @@ def _scratch(size, alignment, stream):
 def _ensure_allocator():
     # TMA descriptors made in a kernel live in scratch memory that Triton asks its
     # allocator for at launch; install one unless the program has its own.
-    from triton.runtime import _allocation
+    try:
+        from triton.runtime import _allocation
 
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        unset = isinstance(_allocation._allocator.get(), _allocation.NullAllocator)
+    except (ImportError, AttributeError):  # another Triton: cannot tell, so install ours
+        unset = True
+    if unset:
         triton.set_allocator(_scratch)
 
 

@@ -200,3 +200,25 @@ def test_load_eviction_hint_verifier() -> None:
     assert '{evict = "last"}' in text  # element-wise loads ask L2 to keep their lines
     with pytest.raises(irc.IrcError, match='tile.load: evict is "first" or "last"'):
         irc.verify(irc.parse(text.replace('evict = "last"', 'evict = "sometimes"'), "bad.ir"))
+
+
+def test_tma_scratch_allocator_is_installed_unless_the_program_has_one() -> None:
+    import triton
+    from triton.runtime import _allocation
+
+    compiled, _ = lower(gemm_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
+    args = inputs(96, 64, 48, "bf16")
+    before = _allocation._allocator.get()
+    try:
+        triton.set_allocator(_allocation._NULL_ALLOCATOR)
+        compiled["f"](*args)
+        assert _allocation._allocator.get() is compiled._py._scratch
+
+        def mine(size: int, alignment: int, stream: object) -> torch.Tensor:
+            return torch.empty(size, dtype=torch.int8, device=DEVICE)
+
+        triton.set_allocator(mine)
+        compiled["f"](*args)
+        assert _allocation._allocator.get() is mine
+    finally:
+        triton.set_allocator(before)
