@@ -9,14 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     BFloat16Type,
     Float16Type,
     Float32Type,
     Float64Type,
     IndexType,
+    IntegerAttr,
     IntegerType,
     MemRefType,
     TensorType,
+    i64,
 )
 from xdsl.ir import Attribute
 
@@ -115,3 +118,8 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...] | None:
             size = d
         out.append(size)
     return tuple(out)
+
+
+def int_array(values: Sequence[int]) -> ArrayAttr[IntegerAttr]:
+    """`[1, 2, 3]` as an attribute (dims, bounds, block sizes, grids, shapes)."""
+    return ArrayAttr([IntegerAttr(v, i64) for v in values])

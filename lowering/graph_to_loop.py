@@ -18,7 +18,6 @@ from itertools import count
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    ArrayAttr,
     FloatAttr,
     FunctionType,
     IndexType,
@@ -35,13 +34,10 @@ from xdsl.passes import ModulePass
 
 from irc.dialects import graph, loop
 from irc.frontend import set_value_name
-from irc.types import F32, HALF_TYPES, I1, element_of, shape_of
+from irc.types import F32, HALF_TYPES, I1, element_of, int_array, shape_of
 
 INDEX = IndexType()
 
-
-def _ints(values: Sequence[int]) -> ArrayAttr[IntegerAttr]:
-    return ArrayAttr([IntegerAttr(v, i64) for v in values])
 
 
 def memref_of(t: Attribute) -> MemRefType[Attribute]:
@@ -272,7 +268,7 @@ class KernelBuilder:
             self._reduce_body(x, in_shape, dims, keep, idx, rivs, acc)
         props: dict[str, Attribute] = {
             "kind": StringAttr(REDUCE_KIND[type(op)]),
-            "bounds": _ints(bounds),
+            "bounds": int_array(bounds),
         }
         red = self.add(
             loop.ReduceOp.create(properties=props, result_types=[acc], regions=[Region(block)])
@@ -323,7 +319,7 @@ class KernelBuilder:
             self.add(loop.YieldOp.create(operands=[self.apply("mul", [av, bv], element)]))
         props: dict[str, Attribute] = {
             "kind": StringAttr("sum"),
-            "bounds": _ints([k]),
+            "bounds": int_array([k]),
             "contract": IntegerAttr(1, I1),
         }
         return self.add(
@@ -459,7 +455,7 @@ class FunctionLowering:
                     kb.add(loop.StoreOp.create(operands=[kb.value_at(v, idx), buf, *idx]))
             kb.add(
                 loop.ForeachOp.create(
-                    properties={"bounds": _ints(reduced)}, regions=[Region(fblock)]
+                    properties={"bounds": int_array(reduced)}, regions=[Region(fblock)]
                 )
             )
         self.add_kernel(members, body, rows, name)
@@ -480,7 +476,7 @@ class FunctionLowering:
             ] or ["copy"]
             name = f"{kernel_kind(members)}_{'_'.join(ops_named)}_{next(self.counter)}"
         kernel = loop.KernelOp.create(
-            properties={"name": StringAttr(name), "bounds": _ints(bounds)},
+            properties={"name": StringAttr(name), "bounds": int_array(bounds)},
             regions=[Region(body)],
         )
         kernel.location = members[-1].location if members else self.fn.location

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    ArrayAttr,
     FloatAttr,
     IndexType,
     IntegerAttr,
@@ -41,7 +40,15 @@ from xdsl.passes import ModulePass
 
 from irc.dialects import loop, tile
 from irc.passes.tile import kernel_shape, tiling_of
-from irc.types import ELEMENT_TYPES, F32, FLOAT_TYPES, HALF_TYPES, I1, numel
+from irc.types import (
+    ELEMENT_TYPES,
+    F32,
+    FLOAT_TYPES,
+    HALF_TYPES,
+    I1,
+    int_array,
+    numel,
+)
 
 I32 = ELEMENT_TYPES["i32"]
 I64 = ELEMENT_TYPES["i64"]
@@ -356,7 +363,7 @@ class KernelTranslator:
             self.statements(self.kernel.body.block)
         props: dict[str, Attribute] = {
             "name": StringAttr(self.name),
-            "grid": ArrayAttr([IntegerAttr(g, i64) for g in self.grid]),
+            "grid": int_array(self.grid),
             "warps": IntegerAttr(self.tiling.warps, i64),
         }
         if self.tiling.stages > 1:
@@ -694,7 +701,7 @@ class KernelTranslator:
                         self.out_col_start,
                         self.broadcast_to(value, (bm, bn)),
                     ],
-                    properties={"shape": self.shape_attr(op.buffer)},
+                    properties={"shape": int_array(op.buffer.type.get_shape())},  # type: ignore[attr-defined]
                 )
             )
             return
@@ -961,18 +968,13 @@ class KernelTranslator:
                 return owner
         return None
 
-    @staticmethod
-    def shape_attr(buffer: SSAValue) -> ArrayAttr:
-        shape = buffer.type.get_shape()  # type: ignore[attr-defined]
-        return ArrayAttr([IntegerAttr(d, i64) for d in shape])
-
     def block_load(
         self, op: loop.LoadOp, row: SSAValue, col: SSAValue, shape: tuple[int, int]
     ) -> SSAValue:
         return self.add(
             tile.BlockLoadOp.create(
                 operands=[self.ptr[op.buffer], row, col],
-                properties={"shape": self.shape_attr(op.buffer)},
+                properties={"shape": int_array(op.buffer.type.get_shape())},  # type: ignore[attr-defined]
                 result_types=[block_type(op.result.type, shape)],
             )
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, IntegerType, ModuleOp, f64, i64
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType, ModuleOp, f64
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -23,11 +23,7 @@ from xdsl.pattern_rewriter import (
 
 from irc.dialects import graph
 from irc.frontend import set_value_name
-from irc.types import F32, HALF_TYPES, tensor
-
-
-def _dims(dims: list[int]) -> ArrayAttr[IntegerAttr]:
-    return ArrayAttr([IntegerAttr(d, i64) for d in dims])
+from irc.types import F32, HALF_TYPES, int_array, tensor
 
 
 class _Emitter:
@@ -57,7 +53,7 @@ class _Emitter:
 def decompose_softmax(op: graph.SoftmaxOp) -> list[Operation]:
     emit = _Emitter(op)
     x = emit.upcast(op.input)
-    keep = {"dims": _dims([op.axis()]), "keepdim": IntegerAttr(1, IntegerType(1))}
+    keep = {"dims": int_array([op.axis()]), "keepdim": IntegerAttr(1, IntegerType(1))}
     m = emit(graph.ReduceMaxOp.make(x, **keep))
     e = emit(graph.ExpOp.make(emit(graph.SubOp.make(x, m))))
     s = emit(graph.ReduceSumOp.make(e, **keep))
@@ -69,7 +65,7 @@ def decompose_softmax(op: graph.SoftmaxOp) -> list[Operation]:
 def decompose_layer_norm(op: graph.LayerNormOp) -> list[Operation]:
     emit = _Emitter(op)
     x, w, b = emit.upcast(op.input), emit.upcast(op.weight), emit.upcast(op.bias)
-    keep = {"dims": _dims(op.normalized_dims()), "keepdim": IntegerAttr(1, IntegerType(1))}
+    keep = {"dims": int_array(op.normalized_dims()), "keepdim": IntegerAttr(1, IntegerType(1))}
     mean = emit(graph.ReduceMeanOp.make(x, **keep))
     centered = emit(graph.SubOp.make(x, mean))
     var = emit(graph.ReduceMeanOp.make(emit(graph.MulOp.make(centered, centered)), **keep))

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
-    ArrayAttr,
     IndexType,
     IntegerAttr,
     MemRefType,
@@ -31,13 +30,10 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import loop
-from irc.types import F32, HALF_TYPES, numel
+from irc.types import F32, HALF_TYPES, int_array, numel
 
 INDEX = IndexType()
 
-
-def _ints(values: list[int]) -> ArrayAttr[IntegerAttr]:
-    return ArrayAttr([IntegerAttr(v, i64) for v in values])
 
 
 def _index_const(block: Block, n: int, before: Operation) -> SSAValue:
@@ -135,7 +131,7 @@ def split_kernel(kernel: loop.KernelOp, threshold: int, splits: int) -> bool:
         value = _apply(chunk_block, "cast", [yielded.values[0]], yielded, acc)
         yielded.operands = [value]
     partial = loop.ReduceOp.create(
-        properties={"kind": red1.kind, "bounds": _ints([chunk])},
+        properties={"kind": red1.kind, "bounds": int_array([chunk])},
         result_types=[acc],
         regions=[Region(chunk_block)],
     )
@@ -143,7 +139,7 @@ def split_kernel(kernel: loop.KernelOp, threshold: int, splits: int) -> bool:
     body1.erase_op(red1)
     body1.add_op(loop.StoreOp.create(operands=[partial.result, partials.result, gi]))
     new_stage1 = loop.KernelOp.create(
-        properties={"name": StringAttr(kernel.kernel_name.data + "_split"), "bounds": _ints([g])},
+        properties={"name": StringAttr(kernel.kernel_name.data + "_split"), "bounds": int_array([g])},
         regions=[Region(body1)],
     )
     new_stage1.location = kernel.location
@@ -156,7 +152,7 @@ def split_kernel(kernel: loop.KernelOp, threshold: int, splits: int) -> bool:
     combine.add_op(load)
     combine.add_op(loop.YieldOp.create(operands=[load.result]))
     final = loop.ReduceOp.create(
-        properties={"kind": red.kind, "bounds": _ints([g])},
+        properties={"kind": red.kind, "bounds": int_array([g])},
         result_types=[acc],
         regions=[Region(combine)],
     )

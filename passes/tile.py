@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, i64
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.passes import ModulePass
 
 from irc.diagnostics import Diagnostic, IrcError
 from irc.dialects import loop
-from irc.types import HALF_TYPES, numel
+from irc.types import HALF_TYPES, int_array, numel
 
 
 def next_pow2(n: int) -> int:
@@ -137,7 +137,7 @@ class TilePass(ModulePass):
 
 def set_tiling(kernel: loop.KernelOp, t: Tiling) -> None:
     """Writes a tiling on a kernel, where the IR shows it."""
-    kernel.block = ArrayAttr([IntegerAttr(b, i64) for b in t.block])
+    kernel.block = int_array(t.block)
     kernel.warps = IntegerAttr(t.warps, i64)
     kernel.stages = IntegerAttr(t.stages, i64)
     kernel.persistent = IntegerAttr(1, i64) if t.persistent else None
