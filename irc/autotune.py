@@ -203,8 +203,13 @@ def autotune_module(
                 if bar:
                     bar.step(k.kernel_name.data)
             ms, best = min(timings, key=lambda pair: pair[0])
-            hit = {"block": list(best.block), "warps": best.warps, "stages": best.stages}
-            hit |= {"persistent": best.persistent, "ms": ms}
+            hit = {
+                "block": list(best.block),
+                "warps": best.warps,
+                "stages": best.stages,
+                "persistent": best.persistent,
+                "ms": ms,
+            }
             cache[key] = hit
         set_tiling(
             k,

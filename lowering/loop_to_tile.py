@@ -46,12 +46,15 @@ from irc.types import (
     FLOAT_TYPES,
     HALF_TYPES,
     I1,
+    element_bytes,
     int_array,
     numel,
 )
 
 I32 = ELEMENT_TYPES["i32"]
 I64 = ELEMENT_TYPES["i64"]
+TMA_ELEMENTS = (*HALF_TYPES, F32, I32)
+"""Element types whose whole-buffer tiles persistent GEMMs move by TMA."""
 WIDE = 2**31
 INDEX = IndexType()
 
@@ -486,8 +489,9 @@ class KernelTranslator:
             return False
         shape = tuple(access.buffer.type.get_shape())  # type: ignore[attr-defined]
         element = access.buffer.type.element_type  # type: ignore[attr-defined]
-        size = 2 if element in HALF_TYPES else 4 if element in (F32, I32) else 0
-        return shape == extent and size > 0 and shape[1] * size % 16 == 0
+        if element not in TMA_ELEMENTS:
+            return False
+        return shape == extent and shape[1] * element_bytes(element) % 16 == 0
 
     def grouped_order(
         self, pid: SSAValue, gm: int, gn: int, group: int = 8

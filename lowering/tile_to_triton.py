@@ -48,13 +48,13 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+_ON_GPU = DEVICE == "cuda"
 _IRC_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+_COMPILED = _ON_GPU and not _IRC_INTERPRETED  # real kernels, not Triton's interpreter
 _RUNTIME = triton.knobs.runtime
 # Programmatic dependent launch (Hopper and later): a kernel that reads the one
 # before it starts while that one finishes, hiding its launch, and waits for it.
-_IRC_PDL = tl.constexpr(
-    DEVICE == "cuda" and not _IRC_INTERPRETED and torch.cuda.get_device_capability()[0] >= 9
-)
+_IRC_PDL = tl.constexpr(_COMPILED and torch.cuda.get_device_capability()[0] >= 9)
 
 
 @triton.jit
@@ -130,9 +130,6 @@ def _irc_pow(a, b):
     return tl.where(b == 0, 1.0, r)
 
 
-_ON_GPU = DEVICE == "cuda"
-
-
 def _check(x, shape, dtype, fn, i):
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{fn}: argument {i} must be a torch.Tensor, got {type(x).__name__}")
@@ -154,8 +151,7 @@ _SM_COUNT = []
 def _persistent_grid(tiles):
     # One program an SM; on the CPU interpreter a few, which still walk several tiles each.
     if not _SM_COUNT:
-        gpu = DEVICE == "cuda" and not _IRC_INTERPRETED
-        _SM_COUNT.append(torch.cuda.get_device_properties(0).multi_processor_count if gpu else 3)
+        _SM_COUNT.append(torch.cuda.get_device_properties(0).multi_processor_count if _COMPILED else 3)
     return (min(tiles, _SM_COUNT[0]),)
 
 
