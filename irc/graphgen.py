@@ -721,7 +721,7 @@ class Failure:
 
 
 SMALL_TILES = (
-    "fuse,graph-to-loop,split-reduction{threshold=64 splits=16},"
+    "fuse,graph-to-loop,split-reduction{threshold=64 splits=16 min_chunk=4},"
     "tile{block=32 rblock=16 persistent-rblock=16},loop-to-tile"
 )
 """The third way a program is compiled: fused, with tiny blocks, so that small

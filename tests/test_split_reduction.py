@@ -1,0 +1,80 @@
+"""How `split-reduction` chooses its chunks, and that the split result is right."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import irc
+from irc.dialects import loop
+from irc.passes.split_reduction import split_count
+from irc.pipeline import run_pipeline
+
+DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
+# On a GPU also the benchmark's size: 4096 programs of 16K elements.
+SHAPES = [[512, 512], [64, 2048, 3]] + ([[8192, 8192]] if DEVICE == "cuda" else [])
+
+
+def full_sum(shape: list[int]) -> str:
+    t = f"tensor<{'x'.join(map(str, shape))}xf32>"
+    dims = list(range(len(shape)))
+    return f"""func @f(%x: {t}) -> tensor<f32> {{
+  %s = graph.reduce_sum %x {{dims = {dims}}} : tensor<f32>
+  return %s : tensor<f32>
+}}
+"""
+
+
+def chunks(text: str, pipeline: str = "split-reduction") -> tuple[int, int] | None:
+    """(programs, elements each) of the split's first stage, or None when not split."""
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop," + pipeline)
+    kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    if len(kernels) == 1:
+        return None
+    (g,) = loop.int_list(kernels[0].bounds)
+    (red,) = [op for op in kernels[0].body.walk() if isinstance(op, loop.ReduceOp)]
+    (chunk,) = loop.int_list(red.bounds)
+    return g, chunk
+
+
+def test_split_count_is_the_largest_power_of_two_divisor_up_to_the_cap() -> None:
+    assert split_count(1 << 26, 4096) == 4096
+    assert split_count(3 * 1024, 4096) == 1024
+    assert split_count(4096 + 2, 4096) == 2
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        # 8192x8192: 4096 chunks of 16K elements, not 1024 of 64K (placement-robust, see
+        # the module docstring), and more chunks only where each stays >= min_chunk.
+        ([8192, 8192], (4096, 16384)),
+        ([1024, 1024], (1024, 1024)),
+        ([256, 256], (64, 1024)),
+        ([3, 65536], (128, 1536)),  # 3 * 2^16: the largest power of two up to 192
+        ([300, 300], (16, 5625)),  # 2^4 * 5625: the fewest chunks that still split
+        ([300, 301], None),  # 90,300 = 2^2 * ...: fewer than 16 chunks
+        ([255, 255], None),  # odd: no power-of-two chunks
+        ([100, 100], None),  # below the threshold
+    ],
+)
+def test_default_chunks(shape: list[int], expected: tuple[int, int] | None) -> None:
+    assert chunks(full_sum(shape)) == expected
+
+
+def test_options_override_the_rule() -> None:
+    text = full_sum([8192, 8192])
+    assert chunks(text, "split-reduction{splits=1024}") == (1024, 65536)
+    assert chunks(text, "split-reduction{min_chunk=1048576}") == (64, 1048576)
+    assert chunks(full_sum([8, 8]), "split-reduction{threshold=64 splits=16 min_chunk=4}") == (16, 4)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_split_sum_matches_torch(shape: list[int]) -> None:
+    compiled = irc.compile(irc.parse(full_sum(shape)), device=DEVICE)
+    assert compiled.kernel_count == 2
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    torch.testing.assert_close(compiled.f(x), x.double().sum().float())
