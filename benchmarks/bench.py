@@ -3,11 +3,13 @@
     python benchmarks/bench.py [--only NAME ...] [--markdown FILE] [--json FILE]
 
 Each workload is an `.ir` file in benchmarks/workloads and the same function
-written in torch. Times are `triton.testing.do_bench` medians (GPU time); the
+written in torch. Times are `triton.testing.do_bench` medians (GPU time), each
+the median of three, with eager, torch.compile and irc timed in turns; the
 64x64 row also reports wall-clock time a call, which is what launch overhead
 costs. The floor of a memory-bound row is its fewest bytes (inputs read once,
 outputs written once) over the measured device-to-device copy bandwidth; the
-floor of the matmul row is its FLOPs over the measured bf16 torch.mm rate.
+floor of the matmul row is the bare bf16 torch.mm of its operands, timed in
+turns with the others.
 Kernel counts come from the profiler (CUDA kernels launched by one call).
 Cold compile is parse (or trace) to first result, Triton's JIT included, in a
 process whose caches were emptied first (see --fresh-caches).
@@ -147,6 +149,24 @@ def wall_per_call(fn: Callable[[], Any], n: int = 2000) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
+def interleaved_medians(
+    fns: dict[str, Callable[[], Any]], rounds: int = 3, timer: Callable[..., float] | None = None
+) -> dict[str, float]:
+    """Median of `rounds` timings of each function, taken in turns.
+
+    A GPU's clock drifts with its temperature and power draw (a bf16 GEMM holds
+    an H200 at its 700 W limit): timing one function after another would credit
+    the first with a cooler GPU. Taking turns gives each the same conditions.
+    """
+    if timer is None:
+        from triton.testing import do_bench as timer
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(timer(fn))
+    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+
+
 def copy_bandwidth() -> float:
     """Bytes a second of a large device-to-device copy (read + write)."""
     import torch
@@ -169,12 +189,9 @@ def matmul_rate() -> tuple[float, float]:
     return 2 * 4096**3 / (ms * 1e-3), ms
 
 
-def measure(
-    w: Workload, bw: float, mm_rate: float, mm_ms: float, autotune: bool = False
-) -> dict[str, Any]:
+def measure(w: Workload, bw: float, autotune: bool = False) -> dict[str, Any]:
     """One row of the table."""
     import torch
-    from triton.testing import do_bench
 
     import irc
 
@@ -212,12 +229,18 @@ def measure(
         err, eager_err = max(err, g_err), max(eager_err, e_err)
     del tc_out, exact
 
-    eager_ms = do_bench(lambda: w.torch_fn(*args))
-    tc_ms = do_bench(lambda: tc_fn(*args))
-    irc_ms = do_bench(lambda: irc_fn(*args))
+    timed = {
+        "eager": lambda: w.torch_fn(*args),
+        "compile": lambda: tc_fn(*args),
+        "irc": lambda: irc_fn(*args),
+    }
+    if w.kind == "matmul":
+        timed["torch.mm"] = lambda: args[0] @ args[1]
+    ms = interleaved_medians(timed)
+    eager_ms, tc_ms, irc_ms = ms["eager"], ms["compile"], ms["irc"]
     floor_ms: float | None = None  # a 64x64 call is all launch: a byte floor says nothing
     if w.kind == "matmul":
-        floor_ms = 2 * 4096**3 / mm_rate * 1e3
+        floor_ms = ms["torch.mm"]  # its FLOPs at the bare matmul's rate, timed in turns with irc
     elif w.kind == "memory":
         floor_ms = (_bytes(args) + _bytes(want)) / bw * 1e3
     row: dict[str, Any] = {
@@ -237,7 +260,8 @@ def measure(
         "eager_max_abs_err": eager_err,
     }
     if w.kind == "matmul":
-        row["irc_over_torch_mm"] = irc_ms / mm_ms
+        row["irc_over_torch_mm"] = irc_ms / floor_ms
+        row["torch_mm_ms"] = floor_ms
     if w.kind == "launch":
         row["wall_us_eager"] = wall_per_call(lambda: w.torch_fn(*args))
         row["wall_us_compile"] = wall_per_call(lambda: tc_fn(*args))
@@ -253,12 +277,12 @@ def run(only: list[str] | None, autotune: bool = False) -> dict[str, Any]:
 
     torch.manual_seed(0)
     bw = copy_bandwidth()
-    mm_rate, mm_ms = matmul_rate()
+    mm_rate, _ = matmul_rate()
     rows: list[dict[str, Any]] = []
     for w in _workloads():
         if only and w.name not in only:
             continue
-        row = measure(w, bw, mm_rate, mm_ms, autotune)
+        row = measure(w, bw, autotune)
         rows.append(row)
         print(format_row(row), flush=True)
     return {

@@ -73,3 +73,17 @@ def test_rows_and_markdown() -> None:
     assert "| 0.850 | — |" in lines[5]
     assert "irc/bare torch.mm 1.036" in lines[6]
     assert "MISMATCH max abs err 0.5" in lines[7]
+
+
+def test_interleaved_medians_take_turns_and_the_median() -> None:
+    calls: list[str] = []
+    readings = {"a": iter([5.0, 1.0, 3.0]), "b": iter([2.0, 9.0, 4.0])}
+
+    def timer(fn: Any) -> float:
+        name = fn()
+        calls.append(name)
+        return next(readings[name])
+
+    medians = bench.interleaved_medians({"a": lambda: "a", "b": lambda: "b"}, timer=timer)
+    assert calls == ["a", "b", "a", "b", "a", "b"]
+    assert medians == {"a": 3.0, "b": 4.0}
