@@ -4,7 +4,7 @@
 
 Each workload is an `.ir` file in benchmarks/workloads and the same function
 written in torch. Times are `triton.testing.do_bench` medians (GPU time), each
-the median of three, with eager, torch.compile and irc timed in turns; the
+the median of four, with eager, torch.compile and irc timed in turns; the
 64x64 row also reports wall-clock time a call, which is what launch overhead
 costs. The floor of a memory-bound row is its fewest bytes (inputs read once,
 outputs written once) over the measured device-to-device copy bandwidth; the
@@ -150,21 +150,20 @@ def wall_per_call(fn: Callable[[], Any], n: int = 2000) -> float:
 
 
 def interleaved_medians(
-    fns: dict[str, Callable[[], Any]], rounds: int = 3, timer: Callable[..., float] | None = None
+    fns: dict[str, Callable[[], Any]], rounds: int = 4, timer: Callable[..., float] | None = None
 ) -> dict[str, float]:
     """Median of `rounds` timings of each function, taken in turns.
 
     A GPU's clock drifts with its temperature and power draw (a bf16 GEMM holds
     an H200 at its 700 W limit): timing one function after another would credit
-    the first with a cooler GPU. Taking turns gives each the same conditions.
+    the first with a cooler GPU. Taken in turns, every other round reversed,
+    each function sees the same conditions (the autotuner does the same).
     """
+    from irc.autotune import time_in_turns
+
     if timer is None:
         from triton.testing import do_bench as timer
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            times[name].append(timer(fn))
-    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+    return time_in_turns(list(fns), lambda name: timer(fns[name]), rounds)
 
 
 def copy_bandwidth() -> float:

@@ -3,7 +3,11 @@
 For each loop.kernel the candidates of its kind (`candidates`) are lowered on
 their own, run on random buffers of the kernel's shapes and timed with
 `triton.testing.do_bench`; the fastest is written on the kernel, where the
-rest of the pipeline reads it. Winners are cached in
+rest of the pipeline reads it. After one timing of every candidate, the best
+few and the default are timed again in turns (`time_in_turns`): a GPU's clock
+drifts with its temperature and power draw, so candidates timed early would
+otherwise win for being early. The default is kept unless another
+is more than `KEEP_DEFAULT_WITHIN` faster. Winners are cached in
 `<cache dir>/autotune.json`, keyed by the kernel's loop IR (tiling removed),
 the GPU's name and Triton's version, so a second run only reads the file.
 """
@@ -12,10 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from xdsl.dialects.builtin import MemRefType, ModuleOp
 
@@ -29,6 +34,31 @@ from irc.passes.tile import (
     set_tiling,
 )
 from irc.types import numel
+
+FINALISTS = 3  # re-timed in turns after the first pass, with the default
+FINAL_ROUNDS = 4  # even: a steady drift falls equally on every finalist
+KEEP_DEFAULT_WITHIN = 0.02  # another tiling must be 2% faster to replace the default
+SELECTION = 2  # in the cache key: winners picked by an older rule are picked again
+
+Timer = Callable[[loop.KernelOp, Tiling, str], float]
+T = TypeVar("T", bound=Hashable)
+
+
+def time_in_turns(
+    items: Sequence[T], time_one: Callable[[T], float], rounds: int = FINAL_ROUNDS
+) -> dict[T, float]:
+    """The median of `rounds` timings of each item, taken in turns.
+
+    Every other round runs in reverse order (ABC CBA ABC CBA): with an even
+    number of rounds, a GPU that speeds up or slows down steadily over them
+    shifts every item's median by the same amount.
+    """
+    times: dict[T, list[float]] = {item: [] for item in items}
+    for r in range(rounds):
+        for item in items if r % 2 == 0 else items[::-1]:
+            times[item].append(time_one(item))
+    return {item: statistics.median(ms) for item, ms in times.items()}
+
 
 
 def candidates(shape: KernelShape) -> list[Tiling]:
@@ -89,7 +119,8 @@ def kernel_key(kernel: loop.KernelOp, device_name: str, triton_version: str) -> 
         clone.properties.pop(prop, None)
     text = print_module(clone)
     clone.erase()
-    return hashlib.sha256(f"{device_name}|{triton_version}|{text}".encode()).hexdigest()[:32]
+    key = f"{SELECTION}|{device_name}|{triton_version}|{text}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 class Progress:
@@ -100,8 +131,8 @@ class Progress:
         self.done = 0
         self.stream = stream or sys.stderr
 
-    def step(self, label: str) -> None:
-        self.done += 1
+    def step(self, label: str, n: int = 1) -> None:
+        self.done += n
         filled = int(30 * self.done / self.total)
         bar = "#" * filled + "." * (30 - filled)
         self.stream.write(f"\rautotune [{bar}] {self.done}/{self.total} {label[:50]:<50}")
@@ -167,12 +198,55 @@ def time_tiling(kernel: loop.KernelOp, t: Tiling, device: str) -> float:
         trial.erase()
 
 
+def final_steps(n: int) -> int:
+    """Timings after the first pass, at most, for a kernel with `n` candidates."""
+    return FINAL_ROUNDS * min(n, FINALISTS + 1) if n > 1 else 0
+
+
+def choose(
+    kernel: loop.KernelOp,
+    tilings: list[Tiling],
+    device: str,
+    timer: Timer,
+    bar: Progress | None = None,
+) -> tuple[float, Tiling]:
+    """The fastest of `tilings` (the first is the default) and its milliseconds."""
+    label = kernel.kernel_name.data
+    default = tilings[0]
+    first: dict[Tiling, float] = {}
+    for t in tilings:
+        first[t] = timer(kernel, t, device)
+        if bar:
+            bar.step(label)
+    ranked = sorted((ms, i) for i, ms in enumerate(first.values()) if ms != float("inf"))
+    finalists = [tilings[i] for _, i in ranked[:FINALISTS]]
+    if default not in finalists and first[default] != float("inf"):
+        finalists.append(default)
+    if len(finalists) <= 1:
+        if bar:
+            bar.step(label, final_steps(len(tilings)))
+        return (first[finalists[0]], finalists[0]) if finalists else (float("inf"), default)
+
+    def time_one(t: Tiling) -> float:
+        if bar:
+            bar.step(label)
+        return timer(kernel, t, device)
+
+    median = time_in_turns(finalists, time_one)
+    if bar:
+        bar.step(label, final_steps(len(tilings)) - FINAL_ROUNDS * len(finalists))
+    best = min(finalists, key=lambda t: median[t])
+    if default in median and median[default] <= median[best] * (1 + KEEP_DEFAULT_WITHIN):
+        best = default
+    return median[best], best
+
+
 def autotune_module(
     module: ModuleOp,
     device: str = "cuda",
     cache_file: Path | None = None,
     progress: bool = True,
-    timer: Callable[[loop.KernelOp, Tiling, str], float] = time_tiling,
+    timer: Timer = time_tiling,
 ) -> dict[str, dict[str, Any]]:
     """Picks and records the fastest tiling of every loop.kernel in `module`."""
     import torch
@@ -188,21 +262,13 @@ def autotune_module(
         cache = {}
     kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
     todo = [(k, kernel_key(k, device_name, triton.__version__)) for k in kernels]
-    bar = (
-        Progress(sum(len(candidates(kernel_shape(k))) for k, key in todo if key not in cache))
-        if progress
-        else None
-    )
+    counts = [len(candidates(kernel_shape(k))) for k, key in todo if key not in cache]
+    bar = Progress(sum(n + final_steps(n) for n in counts)) if progress else None
     results: dict[str, dict[str, Any]] = {}
     for k, key in todo:
         hit = cache.get(key)
         if hit is None:
-            timings = []
-            for t in candidates(kernel_shape(k)):
-                timings.append((timer(k, t, device), t))
-                if bar:
-                    bar.step(k.kernel_name.data)
-            ms, best = min(timings, key=lambda pair: pair[0])
+            ms, best = choose(k, candidates(kernel_shape(k)), device, timer, bar)
             hit = {
                 "block": list(best.block),
                 "warps": best.warps,

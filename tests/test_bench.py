@@ -77,7 +77,7 @@ def test_rows_and_markdown() -> None:
 
 def test_interleaved_medians_take_turns_and_the_median() -> None:
     calls: list[str] = []
-    readings = {"a": iter([5.0, 1.0, 3.0]), "b": iter([2.0, 9.0, 4.0])}
+    readings = {"a": iter([5.0, 1.0, 3.0, 2.0]), "b": iter([2.0, 9.0, 4.0, 4.0])}
 
     def timer(fn: Any) -> float:
         name = fn()
@@ -85,5 +85,5 @@ def test_interleaved_medians_take_turns_and_the_median() -> None:
         return next(readings[name])
 
     medians = bench.interleaved_medians({"a": lambda: "a", "b": lambda: "b"}, timer=timer)
-    assert calls == ["a", "b", "a", "b", "a", "b"]
-    assert medians == {"a": 3.0, "b": 4.0}
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert medians == {"a": 2.5, "b": 4.0}

@@ -1,0 +1,118 @@
+"""How the autotuner picks among timed candidates (a fake timer: no GPU needed)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import irc
+from irc.autotune import (
+    FINAL_ROUNDS,
+    Progress,
+    autotune_module,
+    candidates,
+    choose,
+    time_in_turns,
+)
+from irc.dialects import loop
+from irc.passes.tile import Tiling, kernel_shape
+from irc.pipeline import run_pipeline
+
+PROGRAM = """
+func @f(%x: tensor<4096x4096xf32>) -> tensor<4096x4096xf32> {
+  %y = graph.exp %x
+  return %y : tensor<4096x4096xf32>
+}
+"""
+
+
+def kernel() -> loop.KernelOp:
+    module = irc.parse(PROGRAM, "t.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction")
+    return next(k for k in module.walk() if isinstance(k, loop.KernelOp))
+
+
+A, B, C, D = (Tiling((b,), 4) for b in (1024, 512, 2048, 4096))
+
+
+class FakeTimer:
+    """Milliseconds from a table, optionally a drift that grows with every call."""
+
+    def __init__(self, ms: dict[Tiling, float], drift: float = 0.0):
+        self.ms, self.drift, self.calls = ms, drift, []  # type: ignore[var-annotated]
+
+    def __call__(self, kernel: loop.KernelOp, t: Tiling, device: str) -> float:
+        self.calls.append(t)
+        return self.ms[t] * (1 + self.drift * len(self.calls))
+
+
+def test_default_stays_unless_another_is_clearly_faster() -> None:
+    k = kernel()
+    assert choose(k, [A, B], "cpu", FakeTimer({A: 1.01, B: 1.0}))[1] == A
+    assert choose(k, [A, B], "cpu", FakeTimer({A: 1.05, B: 1.0})) == (1.0, B)
+
+
+def test_finalists_are_timed_again_in_turns() -> None:
+    k = kernel()
+    timer = FakeTimer({A: 3.0, B: 1.0, C: 2.0, D: 2.5})
+    assert choose(k, [A, B, C, D], "cpu", timer)[1] == B
+    first, final = timer.calls[:4], timer.calls[4:]
+    assert first == [A, B, C, D]
+    # the three fastest and the default, in turns, every other round reversed
+    assert final == [B, C, D, A, A, D, C, B] * (FINAL_ROUNDS // 2)
+
+
+def test_a_warming_gpu_does_not_crown_whoever_went_first() -> None:
+    # B is truly 4% faster than the default A, but every timing is 5% slower than the
+    # one before (a GPU heating up): timed once each, in order, A looks faster.
+    k = kernel()
+    timer = FakeTimer({A: 1.04, B: 1.0, C: 1.5}, drift=0.05)
+    assert timer.ms[A] * 1.05 < timer.ms[B] * 1.10  # the first pass alone picks A
+    assert choose(k, [A, B, C], "cpu", timer)[1] == B
+
+
+def test_turns_cancel_a_steady_drift() -> None:
+    calls = iter(range(100))
+    medians = time_in_turns("abc", lambda item: 1.0 + next(calls))
+    assert medians == {"a": 6.5, "b": 6.5, "c": 6.5}
+
+
+def test_candidates_that_fail_are_never_chosen() -> None:
+    k = kernel()
+    inf = float("inf")
+    assert choose(k, [A, B], "cpu", FakeTimer({A: inf, B: 2.0})) == (2.0, B)
+    assert choose(k, [A, B], "cpu", FakeTimer({A: inf, B: inf})) == (inf, A)
+
+
+def test_progress_ends_full_and_the_choice_is_cached(tmp_path: Path) -> None:
+    module = irc.parse(PROGRAM, "t.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction")
+    k = next(k for k in module.walk() if isinstance(k, loop.KernelOp))
+    tilings = candidates(kernel_shape(k))
+    fastest = tilings[-1]
+    timer = FakeTimer({t: 0.5 if t == fastest else 1.0 for t in tilings})
+    bars: list[Progress] = []
+
+    class Recorded(Progress):
+        def __init__(self, total: int, stream: object = None):
+            super().__init__(total, io.StringIO())
+            bars.append(self)
+
+    import irc.autotune as autotune
+
+    original = autotune.Progress
+    autotune.Progress = Recorded  # type: ignore[misc]
+    try:
+        cache = tmp_path / "autotune.json"
+        results = autotune_module(module, "cpu", cache_file=cache, timer=timer)
+    finally:
+        autotune.Progress = original  # type: ignore[misc]
+    (bar,) = bars
+    assert bar.done == bar.total == len(tilings) + FINAL_ROUNDS * 4
+    (hit,) = results.values()
+    assert (tuple(hit["block"]), hit["warps"]) == (fastest.block, fastest.warps)
+    assert json.loads(cache.read_text())  # written, and read back on the next run
+    calls = len(timer.calls)
+    autotune_module(module, "cpu", cache_file=cache, timer=timer, progress=False)
+    assert len(timer.calls) == calls
