@@ -125,13 +125,45 @@ def _interpreter(on: bool) -> Iterator[None]:
     """Triton reads TRITON_INTERPRET when kernels are defined and when they run."""
     saved = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if on else "0"
+    swapped = _interpretable_library() if on else []
     try:
         yield
     finally:
+        for module, name, original in swapped:
+            setattr(module, name, original)
         if saved is None:
             del os.environ["TRITON_INTERPRET"]
         else:
             os.environ["TRITON_INTERPRET"] = saved
+
+
+_INTERPRETED_TWINS: dict[int, Any] = {}
+
+
+def _interpretable_library() -> list[tuple[ModuleType, str, Any]]:
+    """Puts interpreted twins of Triton's own @jit functions (tl.sum, tl.max...) in place.
+
+    Triton builds its library when it is first imported: as compiled-only
+    JITFunctions, which its interpreter cannot call, unless TRITON_INTERPRET
+    was set then. A program that imported triton before running irc on the CPU
+    would fail in every reduction; until the caller restores them (the
+    returned module, name and original), the twins stand in.
+    """
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    swapped: list[tuple[ModuleType, str, Any]] = []
+    for module in (tl.standard, tl):
+        for name, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                twin = _INTERPRETED_TWINS.get(id(value))
+                if twin is None:
+                    twin = _INTERPRETED_TWINS[id(value)] = InterpretedFunction(value.fn)
+                    twin._irc_original = value  # keeps id(value) from being reused
+                setattr(module, name, twin)
+                swapped.append((module, name, value))
+    return swapped
 
 
 def _interpreted(fn: Callable[..., Any]) -> Callable[..., Any]:

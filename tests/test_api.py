@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -249,3 +250,32 @@ def test_xdsl_opt_reads_irc_output(tmp_path: Path) -> None:
     expected = irc.parse(SOFTMAX)
     irc.run_pipeline(expected, "decompose")
     assert reparsed.is_structurally_equivalent(expected)
+
+
+def test_cpu_compile_works_after_the_program_imported_triton() -> None:
+    """Triton builds tl.sum and tl.max as compiled-only functions when it is imported
+    without TRITON_INTERPRET; irc's CPU path must still run reductions (a fresh process,
+    since this one may have imported triton either way)."""
+    script = """
+import triton  # first, as a program using Triton itself would
+import torch
+import irc
+m = irc.compile(irc.parse('''func @f(%x: tensor<5x7xf32>) -> (tensor<5x7xf32>, tensor<f32>) {
+  %s = graph.softmax %x {dim = 1} : tensor<5x7xf32>
+  %t = graph.reduce_sum %x {dims = [0, 1]} : tensor<f32>
+  return %s, %t : tensor<5x7xf32>, tensor<f32>
+}'''), device="cpu")
+x = torch.randn(5, 7)
+s, t = m.f(x)
+torch.testing.assert_close(s, torch.softmax(x, 1))
+torch.testing.assert_close(t, x.sum())
+from triton.runtime.jit import JITFunction
+import triton.language as tl
+assert isinstance(tl.sum, JITFunction), "the caller's Triton is left as it was"
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
