@@ -117,6 +117,8 @@ def load_source(text: str, device: str) -> ModuleType:
     mod.DEVICE = device
     if device == "cpu":
         mod.FUNCTIONS = {k: _interpreted(f) for k, f in mod.FUNCTIONS.items()}
+    else:  # for good: the CPU path swaps its own twins in while it runs
+        _swap_library(interpreted=False)
     return mod
 
 
@@ -125,7 +127,7 @@ def _interpreter(on: bool) -> Iterator[None]:
     """Triton reads TRITON_INTERPRET when kernels are defined and when they run."""
     saved = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if on else "0"
-    swapped = _interpretable_library() if on else []
+    swapped = _swap_library(interpreted=True) if on else []
     try:
         yield
     finally:
@@ -137,30 +139,34 @@ def _interpreter(on: bool) -> Iterator[None]:
             os.environ["TRITON_INTERPRET"] = saved
 
 
-_INTERPRETED_TWINS: dict[int, Any] = {}
+_TWINS: dict[int, Any] = {}
 
 
-def _interpretable_library() -> list[tuple[ModuleType, str, Any]]:
-    """Puts interpreted twins of Triton's own @jit functions (tl.sum, tl.max...) in place.
+def _swap_library(interpreted: bool) -> list[tuple[ModuleType, str, Any]]:
+    """Puts twins of Triton's own @jit library (tl.sum, tl.max...) of the wanted kind in place.
 
-    Triton builds its library when it is first imported: as compiled-only
+    Triton builds its library when it is first imported: compiled-only
     JITFunctions, which its interpreter cannot call, unless TRITON_INTERPRET
-    was set then. A program that imported triton before running irc on the CPU
-    would fail in every reduction; until the caller restores them (the
-    returned module, name and original), the twins stand in.
+    was set then, and interpreted ones, which its compiler cannot call, if it
+    was. A process may run irc's kernels both ways, after triton was imported
+    either way (by the program itself, or by an irc call on the other
+    device). Returns what was replaced (module, name, original).
     """
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
+    wrong, make = (
+        (JITFunction, InterpretedFunction) if interpreted else (InterpretedFunction, JITFunction)
+    )
     swapped: list[tuple[ModuleType, str, Any]] = []
     for module in (tl.standard, tl):
         for name, value in list(vars(module).items()):
-            if isinstance(value, JITFunction):
-                twin = _INTERPRETED_TWINS.get(id(value))
+            if isinstance(value, wrong):
+                twin = _TWINS.get(id(value))
                 if twin is None:
-                    twin = _INTERPRETED_TWINS[id(value)] = InterpretedFunction(value.fn)
-                    twin._irc_original = value  # keeps id(value) from being reused
+                    twin = _TWINS[id(value)] = make(value.fn)
+                    twin._irc_twin_of = value  # keeps id(value) from being reused
                 setattr(module, name, twin)
                 swapped.append((module, name, value))
     return swapped

@@ -252,30 +252,70 @@ def test_xdsl_opt_reads_irc_output(tmp_path: Path) -> None:
     assert reparsed.is_structurally_equivalent(expected)
 
 
-def test_cpu_compile_works_after_the_program_imported_triton() -> None:
-    """Triton builds tl.sum and tl.max as compiled-only functions when it is imported
-    without TRITON_INTERPRET; irc's CPU path must still run reductions (a fresh process,
-    since this one may have imported triton either way)."""
-    script = """
-import triton  # first, as a program using Triton itself would
-import torch
-import irc
-m = irc.compile(irc.parse('''func @f(%x: tensor<5x7xf32>) -> (tensor<5x7xf32>, tensor<f32>) {
+MIXED_PROGRAM = """func @f(%x: tensor<5x7xf32>) -> (tensor<5x7xf32>, tensor<f32>) {
   %s = graph.softmax %x {dim = 1} : tensor<5x7xf32>
   %t = graph.reduce_sum %x {dims = [0, 1]} : tensor<f32>
   return %s, %t : tensor<5x7xf32>, tensor<f32>
-}'''), device="cpu")
-x = torch.randn(5, 7)
-s, t = m.f(x)
-torch.testing.assert_close(s, torch.softmax(x, 1))
-torch.testing.assert_close(t, x.sum())
-from triton.runtime.jit import JITFunction
+}"""
+
+FRESH_PRELUDE = """
+import os, triton, torch, irc
 import triton.language as tl
-assert isinstance(tl.sum, JITFunction), "the caller's Triton is left as it was"
-print("ok")
+from triton.runtime.jit import JITFunction
+os.environ.pop("TRITON_INTERPRET", None)
+PROGRAM = os.environ["IRC_TEST_PROGRAM"]
+
+def check(device):
+    m = irc.compile(irc.parse(PROGRAM), device=device)
+    x = torch.randn(5, 7, device=device)
+    s, t = m.f(x)
+    torch.testing.assert_close(s, torch.softmax(x, 1))
+    torch.testing.assert_close(t, x.sum())
 """
+
+
+def run_fresh(script: str, interpret_at_import: bool) -> None:
+    """Runs `script` in a new Python that imports triton first, with or without
+    TRITON_INTERPRET: Triton builds tl.sum, tl.max and the rest of its @jit library
+    then, as compiled-only or as interpreted-only functions."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["IRC_TEST_PROGRAM"] = MIXED_PROGRAM
+    if interpret_at_import:
+        env["TRITON_INTERPRET"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-c", FRESH_PRELUDE + script + '\nprint("ok")'],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_cpu_compile_works_after_the_program_imported_triton() -> None:
+    run_fresh(
+        """
+check("cpu")
+assert isinstance(tl.sum, JITFunction), "the caller's Triton is left as it was"
+""",
+        interpret_at_import=False,
     )
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_library_twins_for_either_device_in_one_process() -> None:
+    # Imported interpreted (as the CPU path may leave it); loading a GPU module puts
+    # compiled twins in place for good, and the CPU path still runs with them there.
+    run_fresh(
+        """
+check("cpu")
+assert not isinstance(tl.sum, JITFunction)
+irc.compiler._swap_library(interpreted=False)  # what loading a GPU module does
+assert isinstance(tl.sum, JITFunction) and isinstance(tl.standard.max, JITFunction)
+check("cpu")
+assert isinstance(tl.sum, JITFunction)
+""",
+        interpret_at_import=True,
+    )
+
+
+@pytest.mark.gpu
+def test_cpu_then_gpu_then_cpu_in_one_process() -> None:
+    run_fresh('check("cpu")\ncheck("cuda")\ncheck("cpu")', interpret_at_import=True)
+    run_fresh('check("cuda")\ncheck("cpu")\ncheck("cuda")', interpret_at_import=False)
