@@ -112,9 +112,9 @@ def load_source(text: str, device: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    mod.DEVICE = device  # the header derives the rest from it (a CPU module on a GPU machine)
     with _interpreter(device == "cpu"):
         spec.loader.exec_module(mod)
-    mod.DEVICE = device
     if device == "cpu":
         mod.FUNCTIONS = {k: _interpreted(f) for k, f in mod.FUNCTIONS.items()}
     else:  # for good: the CPU path swaps its own twins in while it runs

@@ -47,7 +47,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# irc.compile sets DEVICE before running this module; run on its own, it picks.
+DEVICE = globals().get("DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
 _ON_GPU = DEVICE == "cuda"
 _IRC_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 _COMPILED = _ON_GPU and not _IRC_INTERPRETED  # real kernels, not Triton's interpreter

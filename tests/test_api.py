@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -236,11 +237,14 @@ def test_mlir_output_with_numeric_names_defines_each_name_once() -> None:
 
 
 def test_xdsl_opt_reads_irc_output(tmp_path: Path) -> None:
-    xdsl_opt = Path(sys.executable).parent / "xdsl-opt"
+    # Next to this Python (a venv), else on PATH (a --target install's bin/).
+    beside = Path(sys.executable).parent / "xdsl-opt"
+    xdsl_opt = str(beside) if beside.exists() else shutil.which("xdsl-opt")
+    assert xdsl_opt, "xdsl-opt is installed with xdsl"
     source = tmp_path / "in.mlir"
     source.write_text(emit_mlir(irc.parse(SOFTMAX)))
     proc = subprocess.run(
-        [str(xdsl_opt), str(source), "-p", "decompose", "--print-op-generic"],
+        [xdsl_opt, str(source), "-p", "decompose", "--print-op-generic"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -319,3 +323,17 @@ assert isinstance(tl.sum, JITFunction)
 def test_cpu_then_gpu_then_cpu_in_one_process() -> None:
     run_fresh('check("cpu")\ncheck("cuda")\ncheck("cpu")', interpret_at_import=True)
     run_fresh('check("cuda")\ncheck("cpu")\ncheck("cuda")', interpret_at_import=False)
+
+
+def test_a_cpu_module_on_a_gpu_machine_runs_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`device="cpu"` where CUDA is available: the generated header must not decide
+    for itself that it runs on the GPU (it did: 'argument 0 is on cpu; this module
+    runs on cpu')."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    m = irc.compile(irc.parse(MIXED_PROGRAM.replace("@f", "@on_cpu")), device="cpu")
+    x = torch.randn(5, 7)
+    s, t = m.on_cpu(x)
+    torch.testing.assert_close(s, torch.softmax(x, 1))
+    torch.testing.assert_close(t, x.sum())
