@@ -113,21 +113,33 @@ def load_source(text: str, device: str) -> ModuleType:
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     mod.DEVICE = device  # the header derives the rest from it (a CPU module on a GPU machine)
+    if device != "cpu" and _library_is_interpreted():
+        raise RuntimeError(
+            f"irc: cannot compile for {device}: Triton was imported with TRITON_INTERPRET=1, "
+            "so in this process its kernels can only be interpreted; compile with "
+            'device="cpu", or unset TRITON_INTERPRET before triton is imported'
+        )
     with _interpreter(device == "cpu"):
         spec.loader.exec_module(mod)
     if device == "cpu":
         mod.FUNCTIONS = {k: _interpreted(f) for k, f in mod.FUNCTIONS.items()}
-    else:  # for good: the CPU path swaps its own twins in while it runs
-        _swap_library(interpreted=False)
     return mod
 
 
 @contextmanager
 def _interpreter(on: bool) -> Iterator[None]:
-    """Triton reads TRITON_INTERPRET when kernels are defined and when they run."""
+    """Triton reads TRITON_INTERPRET when kernels are defined and when they run.
+
+    Triton itself is imported first, outside: the mode it is imported in is
+    the mode of its own library (tl.sum, tl.max...) for the whole process, and
+    only a compiled one lets the same process compile for the GPU later. While
+    kernels run on the interpreter, interpreted twins of the library stand in.
+    """
+    import triton.language  # noqa: F401
+
     saved = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if on else "0"
-    swapped = _swap_library(interpreted=True) if on else []
+    swapped = _interpreted_library() if on else []
     try:
         yield
     finally:
@@ -139,33 +151,35 @@ def _interpreter(on: bool) -> Iterator[None]:
             os.environ["TRITON_INTERPRET"] = saved
 
 
+def _library_is_interpreted() -> bool:
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    return not isinstance(tl.standard.sum, JITFunction)
+
+
 _TWINS: dict[int, Any] = {}
 
 
-def _swap_library(interpreted: bool) -> list[tuple[ModuleType, str, Any]]:
-    """Puts twins of Triton's own @jit library (tl.sum, tl.max...) of the wanted kind in place.
+def _interpreted_library() -> list[tuple[ModuleType, str, Any]]:
+    """Puts interpreted twins of Triton's own @jit functions (tl.sum, tl.max...) in place.
 
-    Triton builds its library when it is first imported: compiled-only
-    JITFunctions, which its interpreter cannot call, unless TRITON_INTERPRET
-    was set then, and interpreted ones, which its compiler cannot call, if it
-    was. A process may run irc's kernels both ways, after triton was imported
-    either way (by the program itself, or by an irc call on the other
-    device). Returns what was replaced (module, name, original).
+    Imported without TRITON_INTERPRET, Triton builds them as compiled-only
+    JITFunctions, which its interpreter cannot call ("Cannot call @triton.jit'd
+    outside of the scope of a kernel"). Returns what was replaced (module,
+    name, original), for the caller to put back.
     """
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    wrong, make = (
-        (JITFunction, InterpretedFunction) if interpreted else (InterpretedFunction, JITFunction)
-    )
     swapped: list[tuple[ModuleType, str, Any]] = []
     for module in (tl.standard, tl):
         for name, value in list(vars(module).items()):
-            if isinstance(value, wrong):
+            if isinstance(value, JITFunction):
                 twin = _TWINS.get(id(value))
                 if twin is None:
-                    twin = _TWINS[id(value)] = make(value.fn)
+                    twin = _TWINS[id(value)] = InterpretedFunction(value.fn)
                     twin._irc_twin_of = value  # keeps id(value) from being reused
                 setattr(module, name, twin)
                 swapped.append((module, name, value))

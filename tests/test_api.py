@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -237,14 +236,14 @@ def test_mlir_output_with_numeric_names_defines_each_name_once() -> None:
 
 
 def test_xdsl_opt_reads_irc_output(tmp_path: Path) -> None:
-    # Next to this Python (a venv), else on PATH (a --target install's bin/).
+    # The xdsl-opt script where this Python has it (a venv); the same entry point
+    # through the interpreter where scripts live elsewhere (a --target install).
     beside = Path(sys.executable).parent / "xdsl-opt"
-    xdsl_opt = str(beside) if beside.exists() else shutil.which("xdsl-opt")
-    assert xdsl_opt, "xdsl-opt is installed with xdsl"
+    xdsl_opt = [str(beside)] if beside.exists() else [sys.executable, "-m", "xdsl.tools.xdsl_opt"]
     source = tmp_path / "in.mlir"
     source.write_text(emit_mlir(irc.parse(SOFTMAX)))
     proc = subprocess.run(
-        [xdsl_opt, str(source), "-p", "decompose", "--print-op-generic"],
+        [*xdsl_opt, str(source), "-p", "decompose", "--print-op-generic"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -263,10 +262,18 @@ MIXED_PROGRAM = """func @f(%x: tensor<5x7xf32>) -> (tensor<5x7xf32>, tensor<f32>
 }"""
 
 FRESH_PRELUDE = """
-import os, triton, torch, irc
-import triton.language as tl
-from triton.runtime.jit import JITFunction
+import os, sys, torch, irc
+if IMPORT_TRITON_FIRST:
+    import triton
 os.environ.pop("TRITON_INTERPRET", None)
+
+
+def compiled_library():
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(tl.sum, JITFunction) and isinstance(tl.standard.max, JITFunction)
+
 PROGRAM = os.environ["IRC_TEST_PROGRAM"]
 
 def check(device):
@@ -278,16 +285,17 @@ def check(device):
 """
 
 
-def run_fresh(script: str, interpret_at_import: bool) -> None:
-    """Runs `script` in a new Python that imports triton first, with or without
-    TRITON_INTERPRET: Triton builds tl.sum, tl.max and the rest of its @jit library
-    then, as compiled-only or as interpreted-only functions."""
+def run_fresh(script: str, triton_first: bool = True, interpret_at_import: bool = False) -> None:
+    """Runs `script` in a new Python, which may import triton before irc does, with
+    or without TRITON_INTERPRET: Triton builds tl.sum, tl.max and the rest of its @jit
+    library then, as compiled-only or as interpreted-only functions."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["IRC_TEST_PROGRAM"] = MIXED_PROGRAM
     if interpret_at_import:
         env["TRITON_INTERPRET"] = "1"
+    prelude = f"IMPORT_TRITON_FIRST = {triton_first}\n" + FRESH_PRELUDE
     proc = subprocess.run(
-        [sys.executable, "-c", FRESH_PRELUDE + script + '\nprint("ok")'],
+        [sys.executable, "-c", prelude + script + '\nprint("ok")'],
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
@@ -297,23 +305,34 @@ def test_cpu_compile_works_after_the_program_imported_triton() -> None:
     run_fresh(
         """
 check("cpu")
-assert isinstance(tl.sum, JITFunction), "the caller's Triton is left as it was"
-""",
-        interpret_at_import=False,
+assert compiled_library(), "the caller's Triton is left as it was"
+"""
     )
 
 
-def test_library_twins_for_either_device_in_one_process() -> None:
-    # Imported interpreted (as the CPU path may leave it); loading a GPU module puts
-    # compiled twins in place for good, and the CPU path still runs with them there.
+def test_the_cpu_path_imports_triton_compiled() -> None:
+    # so that the same process can compile for a GPU afterwards
+    run_fresh(
+        """
+assert "triton" not in sys.modules
+check("cpu")
+assert compiled_library()
+""",
+        triton_first=False,
+    )
+
+
+def test_triton_imported_interpreted_runs_on_cpu_and_refuses_the_gpu_clearly() -> None:
     run_fresh(
         """
 check("cpu")
-assert not isinstance(tl.sum, JITFunction)
-irc.compiler._swap_library(interpreted=False)  # what loading a GPU module does
-assert isinstance(tl.sum, JITFunction) and isinstance(tl.standard.max, JITFunction)
-check("cpu")
-assert isinstance(tl.sum, JITFunction)
+assert not compiled_library()
+try:
+    irc.compile(irc.parse(PROGRAM), device="cuda")
+except RuntimeError as e:
+    assert "TRITON_INTERPRET" in str(e) and 'device="cpu"' in str(e), e
+else:
+    raise AssertionError("compiled for cuda with an interpreted Triton")
 """,
         interpret_at_import=True,
     )
@@ -321,8 +340,8 @@ assert isinstance(tl.sum, JITFunction)
 
 @pytest.mark.gpu
 def test_cpu_then_gpu_then_cpu_in_one_process() -> None:
-    run_fresh('check("cpu")\ncheck("cuda")\ncheck("cpu")', interpret_at_import=True)
-    run_fresh('check("cuda")\ncheck("cpu")\ncheck("cuda")', interpret_at_import=False)
+    run_fresh('check("cpu")\ncheck("cuda")\ncheck("cpu")', triton_first=False)
+    run_fresh('check("cuda")\ncheck("cpu")\ncheck("cuda")')
 
 
 def test_a_cpu_module_on_a_gpu_machine_runs_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
