@@ -133,22 +133,56 @@ def _interpreter(on: bool) -> Iterator[None]:
     Triton itself is imported first, outside: the mode it is imported in is
     the mode of its own library (tl.sum, tl.max...) for the whole process, and
     only a compiled one lets the same process compile for the GPU later. While
-    kernels run on the interpreter, interpreted twins of the library stand in.
+    kernels run on the interpreter, interpreted twins of the library stand in,
+    and afterwards Triton's language modules are put back as they were: the
+    interpreter patches them for every device-function call and never undoes
+    that, which breaks the next GPU compile in the process.
     """
     import triton.language  # noqa: F401
 
+    global _INTERPRETER_DEPTH
     saved = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if on else "0"
-    swapped = _interpreted_library() if on else []
+    snapshot = _language_snapshot() if on and _INTERPRETER_DEPTH == 0 else None
+    _INTERPRETER_DEPTH += on
+    if on:
+        _interpreted_library()
     try:
         yield
     finally:
-        for module, name, original in swapped:
-            setattr(module, name, original)
+        _INTERPRETER_DEPTH -= on
+        if snapshot is not None:
+            _restore_language(snapshot)
         if saved is None:
             del os.environ["TRITON_INTERPRET"]
         else:
             os.environ["TRITON_INTERPRET"] = saved
+
+
+_INTERPRETER_DEPTH = 0
+Snapshot = list[tuple[Any, dict[str, Any]]]
+
+
+def _language_snapshot() -> Snapshot:
+    """The namespaces that Triton's interpreter patches, and what they hold now."""
+    import triton.language as tl
+
+    owners = (tl, tl.core, tl.math, tl.standard, tl.core.tensor, tl.core.dtype)
+    owners += (tl.core.tensor_descriptor_base,)
+    return [(owner, dict(vars(owner))) for owner in owners]
+
+
+def _restore_language(snapshot: Snapshot) -> None:
+    for owner, held in snapshot:
+        now = dict(vars(owner))
+        for name in now.keys() - held.keys():
+            delattr(owner, name)
+        for name, value in held.items():
+            if now.get(name, _MISSING) is not value:
+                setattr(owner, name, value)
+
+
+_MISSING = object()
 
 
 def _library_is_interpreted() -> bool:
@@ -161,19 +195,17 @@ def _library_is_interpreted() -> bool:
 _TWINS: dict[int, Any] = {}
 
 
-def _interpreted_library() -> list[tuple[ModuleType, str, Any]]:
+def _interpreted_library() -> None:
     """Puts interpreted twins of Triton's own @jit functions (tl.sum, tl.max...) in place.
 
     Imported without TRITON_INTERPRET, Triton builds them as compiled-only
     JITFunctions, which its interpreter cannot call ("Cannot call @triton.jit'd
-    outside of the scope of a kernel"). Returns what was replaced (module,
-    name, original), for the caller to put back.
+    outside of the scope of a kernel"). The caller's snapshot puts them back.
     """
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    swapped: list[tuple[ModuleType, str, Any]] = []
     for module in (tl.standard, tl):
         for name, value in list(vars(module).items()):
             if isinstance(value, JITFunction):
@@ -182,8 +214,6 @@ def _interpreted_library() -> list[tuple[ModuleType, str, Any]]:
                     twin = _TWINS[id(value)] = InterpretedFunction(value.fn)
                     twin._irc_twin_of = value  # keeps id(value) from being reused
                 setattr(module, name, twin)
-                swapped.append((module, name, value))
-    return swapped
 
 
 def _interpreted(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -322,6 +322,24 @@ assert compiled_library()
     )
 
 
+def test_a_cpu_run_leaves_tritons_language_as_it_found_it() -> None:
+    # Triton's interpreter patches tl.core for every device-function call (tl.sum,
+    # irc's helpers) and never undoes it; left so, the next GPU compile in the process
+    # fails ("'ir.value' object has no attribute 'dtype'").
+    run_fresh(
+        """
+import triton.language as tl
+owners = (tl, tl.core, tl.math, tl.standard, tl.core.tensor, tl.core.dtype)
+before = [dict(vars(o)) for o in owners]
+check("cpu")
+after = [dict(vars(o)) for o in owners]
+for o, b, a in zip(owners, before, after):
+    changed = sorted(k for k in b.keys() | a.keys() if b.get(k) is not a.get(k))
+    assert not changed, (o, changed[:10])
+"""
+    )
+
+
 def test_triton_imported_interpreted_runs_on_cpu_and_refuses_the_gpu_clearly() -> None:
     run_fresh(
         """
