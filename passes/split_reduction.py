@@ -12,12 +12,16 @@ G is the largest power of two that divides N (no chunk is ragged) and is at
 most `splits` and N / `min_chunk`; a reduction whose size has no such divisor
 of at least 16 is left alone.
 
-Why up to 4096 chunks and not fewer, larger ones: the programs that run at the
-same time should read a compact window of memory. With 1024 chunks of an
-8192x8192 f32 reduction, the resident programs read 2048 streams spread over
-all 512 MB, and the same kernel took 1.05 to 1.09 of the copy floor on an
-H200 depending on where the allocator placed the inputs; with 4096 chunks it
-took 1.04 to 1.05 wherever they were (docs/benchmarks.md).
+Why up to 8192 chunks and not fewer, larger ones: the programs that run at the
+same time should read a compact window of memory, and the last wave of
+programs should be short. With 1024 chunks of an 8192x8192 f32 reduction, the
+resident programs read 2048 streams spread over all 512 MB, and the same
+kernel took 1.05 to 1.09 of the copy floor on an H200 depending on where the
+allocator placed the inputs; with 4096 chunks 1.03 to 1.05 wherever they were,
+and with 8192 (each program's chunk then fits in its registers) about 1.3%
+less again. More chunks than that read as fast, but the final kernel, one
+program summing all the partials, then costs more than they save
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -176,12 +180,12 @@ def split_kernel(kernel: loop.KernelOp, threshold: int, splits: int, min_chunk: 
 
 @dataclass(frozen=True)
 class SplitReductionPass(ModulePass):
-    """`split-reduction{threshold=65536 splits=4096 min_chunk=1024}` on loop-level IR."""
+    """`split-reduction{threshold=65536 splits=8192 min_chunk=1024}` on loop-level IR."""
 
     name = "split-reduction"
 
     threshold: int = 65536
-    splits: int = 4096
+    splits: int = 8192
     min_chunk: int = 1024
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

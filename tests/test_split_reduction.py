@@ -13,7 +13,7 @@ from irc.passes.split_reduction import split_count
 from irc.pipeline import run_pipeline
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
-# On a GPU also the benchmark's size: 4096 programs of 16K elements.
+# On a GPU also the benchmark's size: 8192 programs of 8K elements.
 SHAPES = [[512, 512], [64, 2048, 3]] + ([[8192, 8192]] if DEVICE == "cuda" else [])
 
 
@@ -49,9 +49,10 @@ def test_split_count_is_the_largest_power_of_two_divisor_up_to_the_cap() -> None
 @pytest.mark.parametrize(
     ("shape", "expected"),
     [
-        # 8192x8192: 4096 chunks of 16K elements, not 1024 of 64K (placement-robust, see
+        # 8192x8192: 8192 chunks of 8K elements, not 1024 of 64K (placement-robust, see
         # the module docstring), and more chunks only where each stays >= min_chunk.
-        ([8192, 8192], (4096, 16384)),
+        ([8192, 8192], (8192, 8192)),
+        ([16384, 16384], (8192, 32768)),  # capped at `splits`
         ([1024, 1024], (1024, 1024)),
         ([256, 256], (64, 1024)),
         ([3, 65536], (128, 1536)),  # 3 * 2^16: the largest power of two up to 192
