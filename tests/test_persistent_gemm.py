@@ -130,6 +130,29 @@ def test_tma_use_follows_alignment() -> None:
     assert "make_tensor_descriptor" not in plain.source and "tl.range" not in plain.source
 
 
+@pytest.mark.parametrize(
+    ("tiles", "sms", "programs"),
+    [
+        (512, 132, 128),  # 4 rounds either way: 128 programs of 4 tiles, none idle in the last
+        (288, 132, 96),  # 3 rounds: 96 programs of 3
+        (1152, 132, 128),  # 9 rounds
+        (264, 132, 132),  # already even
+        (100, 132, 100),  # fewer tiles than SMs: one a program
+        (133, 132, 67),  # 2 rounds: 66 programs of 2 and one of 1
+        (7, 3, 3),
+    ],
+)
+def test_persistent_grid_is_the_fewest_programs_for_the_fewest_rounds(
+    tiles: int, sms: int, programs: int
+) -> None:
+    compiled, _ = lower(gemm_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
+    py = compiled._py
+    py._SM_COUNT[:] = [sms]
+    (got,) = py._persistent_grid(tiles)
+    assert got == programs
+    assert -(-tiles // got) == -(-tiles // min(tiles, sms))  # no more rounds than one an SM
+
+
 def test_misaligned_view_is_copied_to_an_aligned_buffer() -> None:
     m, n, k = 96, 64, 48
     compiled, _ = lower(gemm_text(m, n, k, "bf16"), Tiling((32, 32, 16), 4, 2, True))
