@@ -109,6 +109,10 @@ CSE_OPS = (
 )
 SINKABLE_OPS = (tile.ApplyOp, tile.ExpandDimsOp, tile.BroadcastToOp, tile.ArangeOp, tile.ConstantOp)
 COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
+# Half-precision ops that commute with rounding: monotone (max, min, relu) or
+# sign-symmetric (neg, abs), or a choice (where), so op(round(x)) == round(op(x)).
+# They take their operands before rounding and round once after (see apply_op).
+ROUNDING_COMMUTES = ("relu", "maximum", "minimum", "neg", "abs", "where")
 
 
 def half_value(x: float, element: Attribute) -> float:
@@ -572,7 +576,31 @@ class KernelTranslator:
             special = self.pow_by_constant(op, args, result)
             if special is not None:
                 return special
+        if fn in ROUNDING_COMMUTES and result in HALF_TYPES:
+            # round(relu(round(s))) is round(relu(s)): the inner rounding (a conversion
+            # to half and back over every element) goes. Only the sign of a zero can
+            # differ (relu of a negative that rounds to -0.0). In a bf16 GEMM's epilogue
+            # the round trip cost 2% of the kernel.
+            args = [self.unrounded(a, result) for a in args]
         return self.round_to(self.apply(fn, args, compute_type(result)), result)
+
+    @staticmethod
+    def unrounded(v: SSAValue, element: Attribute) -> SSAValue:
+        """The f32 value that `v` is the rounding to `element` of, else `v` itself."""
+        widen = v.owner
+        if not (
+            isinstance(widen, tile.ApplyOp) and widen.fn.data == "cast" and element_of(v) == F32
+        ):
+            return v  # a where's condition, say, stays as it is
+        narrow = widen.args[0].owner
+        if (
+            isinstance(narrow, tile.ApplyOp)
+            and narrow.fn.data == "cast"
+            and element_of(widen.args[0]) == element
+            and element_of(narrow.args[0]) == F32
+        ):
+            return narrow.args[0]
+        return v
 
     def pow_by_constant(
         self, op: loop.ApplyOp, args: list[SSAValue], result: Attribute
