@@ -87,3 +87,42 @@ def test_interleaved_medians_take_turns_and_the_median() -> None:
     medians = bench.interleaved_medians({"a": lambda: "a", "b": lambda: "b"}, timer=timer)
     assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
     assert medians == {"a": 2.5, "b": 4.0}
+
+
+def _compile_speed() -> ModuleType:
+    path = ROOT / "benchmarks" / "compile_speed.py"
+    spec = importlib.util.spec_from_file_location("irc_compile_speed", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("shape", ["local", "long-edges", "fan-out", "reductions"])
+def test_compile_speed_graphs_are_valid_and_sized(shape: str) -> None:
+    speed = _compile_speed()
+    text = speed.generate(300, seed=1, shape=shape)
+    module = irc.parse(text, "<generated>")
+    irc.verify(module)
+    ops = sum(1 for line in text.splitlines() if " = graph." in line)
+    assert 300 <= ops <= 303  # a reduction step adds three ops at once
+    assert speed.generate(300, seed=1, shape=shape) == text  # a seed gives one graph
+
+
+def test_compile_speed_prints_stages_and_the_growth_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    speed = _compile_speed()
+    assert speed.main(["--sizes", "40", "120", "--repeat", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in lines[1:3]]
+    assert [int(r[0]) for r in rows] == [40, 120]
+    for r in rows:
+        parse, fuse, lower, total = map(float, r[1:5])
+        assert abs(parse + fuse + lower - total) < 0.02 and int(r[5]) >= 1
+    head, ratio = lines[3].split(" = ")
+    assert head == "time(120) / time(40)" and ratio.endswith("(sizes x3)")
+    assert float(ratio.split()[0]) > 0
+
+
+def test_compile_speed_rejects_zero_repeats() -> None:
+    with pytest.raises(SystemExit):
+        _compile_speed().main(["--repeat", "0"])
