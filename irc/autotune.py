@@ -67,7 +67,12 @@ def candidates(shape: KernelShape) -> list[Tiling]:
     out = [default]
     if shape.kind == "pointwise":
         n = next_pow2(numel(shape.parallel))
-        for x, w in ((512, 4), (1024, 4), (1024, 8), (2048, 8), (4096, 8), (4096, 16)):
+        # 2 to 16 elements a thread: an H200 streams fastest at 8 (the default), an
+        # H100 at 2 (512 with 8 warps: 1.3% faster there, 3.7% slower on the H200).
+        for x, w in (
+            (512, 4), (512, 8), (1024, 4), (1024, 8), (1024, 16),
+            (2048, 8), (2048, 16), (4096, 8), (4096, 16),
+        ):
             if x <= max(n, 512):
                 out.append(Tiling((x,), w))
     elif shape.kind == "reduction":

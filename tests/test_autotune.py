@@ -16,7 +16,7 @@ from irc.autotune import (
     time_in_turns,
 )
 from irc.dialects import loop
-from irc.passes.tile import Tiling, kernel_shape
+from irc.passes.tile import KernelShape, Tiling, choose_tiling, kernel_shape
 from irc.pipeline import run_pipeline
 
 PROGRAM = """
@@ -116,3 +116,13 @@ def test_progress_ends_full_and_the_choice_is_cached(tmp_path: Path) -> None:
     calls = len(timer.calls)
     autotune_module(module, "cpu", cache_file=cache, timer=timer, progress=False)
     assert len(timer.calls) == calls
+
+
+def test_pointwise_candidates_span_two_to_sixteen_elements_a_thread() -> None:
+    tilings = candidates(KernelShape("pointwise", (8192, 8192), ()))
+    assert tilings[0] == choose_tiling(KernelShape("pointwise", (8192, 8192), ()))
+    per_thread = {t.block[0] // (32 * t.warps) for t in tilings}
+    assert per_thread == {2, 4, 8, 16}
+    assert Tiling((512,), 8) in tilings  # what an H100 streams fastest with
+    small = candidates(KernelShape("pointwise", (100,), ()))
+    assert all(t.block[0] <= 512 for t in small)  # no blocks past a small kernel's size
