@@ -94,32 +94,27 @@ def generate(n_ops: int, seed: int = 0, shape: str = "local") -> str:
 
 def measure(n_ops: int, seed: int, shape: str = "local") -> dict[str, float]:
     """Seconds of each stage of `irc-opt --fuse --emit triton`."""
+    import irc
+    from irc.compiler import triton_source
     from irc.gcpause import paused_gc
 
     text = generate(n_ops, seed, shape)
     times: dict[str, float] = {}
     gc.collect()  # the garbage of an earlier compile is not this one's to pay for
     with paused_gc():  # as irc-opt runs
-        _stages(text, n_ops, times)
-    return times
-
-
-def _stages(text: str, n_ops: int, times: dict[str, float]) -> None:
-    import irc
-    from irc.compiler import triton_source
-
-    t0 = time.perf_counter()
-    module = irc.parse(text, f"<generated {n_ops}>")
-    irc.verify(module)
-    times["parse+verify"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    irc.run_pipeline(module, "fuse")
-    times["fuse"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    source = triton_source(module)
-    times["lower+emit"] = time.perf_counter() - t2
-    times["total"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        module = irc.parse(text, f"<generated {n_ops}>")
+        irc.verify(module)
+        times["parse+verify"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        irc.run_pipeline(module, "fuse")
+        times["fuse"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        source = triton_source(module)
+        times["lower+emit"] = time.perf_counter() - t2
+        times["total"] = time.perf_counter() - t0
     times["kernels"] = source.count("@triton.jit") - 5  # less the shared helpers
+    return times
 
 
 def main(argv: list[str] | None = None) -> int:

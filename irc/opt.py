@@ -321,8 +321,8 @@ def run(argv: Sequence[str] | None = None, stdout: Any = None) -> int:
     out_stream = stdout or sys.stdout
     try:
         # One pause for the whole run: between stages the collector would otherwise
-        # walk every object the stage before it made (on a 10,000-op graph, 6% of
-        # the compile, and a larger share the larger the graph).
+        # walk every object the stage before it made (`irc-opt --fuse --emit triton`
+        # on a 10,000-op graph took 4% less time with it).
         with paused_gc():
             return _run(args, out_stream)
     except IrcError as e:
