@@ -274,7 +274,11 @@ def run(only: list[str] | None, autotune: bool = False) -> dict[str, Any]:
     import torch
     import triton
 
+    from irc.target import cuda_target
+
     torch.manual_seed(0)
+    target = cuda_target()
+    print(f"irc target: {target.tile_pass()} ({target.reason})", flush=True)
     bw = copy_bandwidth()
     mm_rate, _ = matmul_rate()
     rows: list[dict[str, Any]] = []
@@ -293,6 +297,7 @@ def run(only: list[str] | None, autotune: bool = False) -> dict[str, Any]:
         "copy_bandwidth_GBps": bw / 1e9,
         "bf16_mm_TFLOPs": mm_rate / 1e12,
         "autotune": autotune,
+        "irc_target": f"{target.tile_pass()} ({target.reason})",
         "rows": rows,
     }
 
@@ -350,6 +355,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"Device: {result['device']}; torch {result['torch']}, triton {result['triton']}, "
         f"Python {result['python']}; {result['date']}. Copy bandwidth "
         f"{result['copy_bandwidth_GBps']:.0f} GB/s, bf16 torch.mm {result['bf16_mm_TFLOPs']:.0f} TFLOP/s.",
+        f"irc's tiling options: {result.get('irc_target', 'tile (default)')}.",
         "",
         "| workload | eager ms | torch.compile ms | irc ms | irc/compile | irc/floor | kernels eager/compile/irc | cold compile s (torch.compile / irc) | notes |",
         "|---|---|---|---|---|---|---|---|---|",

@@ -33,13 +33,14 @@ from irc.passes.tile import (
     kernel_shape,
     next_pow2,
     set_tiling,
+    tiling_of,
 )
 from irc.types import numel
 
 FINALISTS = 3  # re-timed in turns after the first pass, with the default
 FINAL_ROUNDS = 4  # even: a steady drift falls equally on every finalist
 MIN_GAIN = 0.005  # another tiling must be at least 0.5% faster to replace the default
-SELECTION = 3  # in the cache key: winners picked by an older rule are picked again
+SELECTION = 4  # in the cache key: winners picked by an older rule are picked again
 
 Timer = Callable[[loop.KernelOp, Tiling, str], float]
 T = TypeVar("T", bound=Hashable)
@@ -87,10 +88,10 @@ def beats_default(default_ms: Sequence[float], other_ms: Sequence[float]) -> boo
 
 
 
-def candidates(shape: KernelShape) -> list[Tiling]:
-    """The configurations worth trying for a kernel of this shape (default first)."""
-    default = choose_tiling(shape)
-    out = [default]
+def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling]:
+    """The configurations worth trying for a kernel of this shape, `default` first
+    (the kernel's own tiling; the tile pass's default choice if not given)."""
+    out = [default or choose_tiling(shape)]
     if shape.kind == "pointwise":
         n = next_pow2(numel(shape.parallel))
         # 2 to 16 elements a thread: an H200 streams fastest at 8 (the default), an
@@ -294,13 +295,13 @@ def autotune_module(
         cache = {}
     kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
     todo = [(k, kernel_key(k, device_name, triton.__version__)) for k in kernels]
-    counts = [len(candidates(kernel_shape(k))) for k, key in todo if key not in cache]
+    counts = [len(candidates(kernel_shape(k), tiling_of(k))) for k, key in todo if key not in cache]
     bar = Progress(sum(n + final_steps(n) for n in counts)) if progress else None
     results: dict[str, dict[str, Any]] = {}
     for k, key in todo:
         hit = cache.get(key)
         if hit is None:
-            ms, best = choose(k, candidates(kernel_shape(k)), device, timer, bar)
+            ms, best = choose(k, candidates(kernel_shape(k), tiling_of(k)), device, timer, bar)
             hit = {
                 "block": list(best.block),
                 "warps": best.warps,

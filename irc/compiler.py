@@ -4,7 +4,8 @@ The default pipeline runs every level: decompose, graph-to-loop, tile,
 loop-to-tile, then tile-to-triton prints a Python module, which is written to
 the cache folder and imported (Triton needs its kernels' source in a file).
 On a machine without CUDA, or with `device="cpu"`, the kernels run in Triton's
-interpreter; irc arranges that itself, no environment variable needed.
+interpreter; irc arranges that itself, no environment variable needed. On CUDA
+the `tile` pass takes its element-wise options from the GPU (`irc.target`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from irc.dialects import loop, tile
 from irc.frontend import parse_file, set_value_name
 from irc.gcpause import paused_gc
 from irc.pipeline import run_pipeline
+from irc.target import Target, cuda_target
 from irc.verifier import verify
 
 LOWERING = ("decompose", "graph-to-loop", "split-reduction", "tile", "loop-to-tile")
@@ -49,10 +51,16 @@ def level_of(module: ModuleOp) -> str:
 
 
 def lower_to_tile(
-    module: ModuleOp, *, verify_each: bool = True, autotune: str | None = None, tf32: bool = False
+    module: ModuleOp,
+    *,
+    verify_each: bool = True,
+    autotune: str | None = None,
+    tf32: bool = False,
+    target: Target | None = None,
 ) -> ModuleOp:
     """Runs whatever part of the lowering the module still needs (in place).
 
+    `target` sets the `tile` pass's options (the portable default without one).
     With `autotune` set to a device ("cuda"), every kernel's tiling is measured
     and chosen there before the loop-to-tile step.
     """
@@ -60,6 +68,8 @@ def lower_to_tile(
     if level == "tile":
         return module
     passes = list(LOWERING) if level == "graph" else ["split-reduction", "tile", "loop-to-tile"]
+    if target is not None:
+        passes[passes.index("tile")] = target.tile_pass()
     run_pipeline(module, ",".join(passes[:-1]), verify_each=verify_each)
     if autotune is not None:
         from irc.autotune import autotune_module
@@ -70,12 +80,16 @@ def lower_to_tile(
 
 
 def triton_source(
-    module: ModuleOp, source: str = "irc", autotune: str | None = None, tf32: bool = False
+    module: ModuleOp,
+    source: str = "irc",
+    autotune: str | None = None,
+    tf32: bool = False,
+    target: Target | None = None,
 ) -> str:
     """The Triton Python module for `module` (lowered first when needed)."""
     from irc.lowering.tile_to_triton import emit_triton
 
-    lower_to_tile(module, autotune=autotune, tf32=tf32)
+    lower_to_tile(module, autotune=autotune, tf32=tf32, target=target)
     with paused_gc():
         return emit_triton(module, "".join(c if c.isprintable() else "?" for c in source))
 
@@ -279,10 +293,17 @@ class CompiledModule:
     """
 
     def __init__(
-        self, source: str, device: str, kernels: int, module: ModuleOp, cuda_graphs: bool = False
+        self,
+        source: str,
+        device: str,
+        kernels: int,
+        module: ModuleOp,
+        cuda_graphs: bool = False,
+        target: Target | None = None,
     ):
         self.source = source
         self.device = device
+        self.target = target or Target()  # the tile pass's options, and why
         self.kernel_count = kernels
         self.module = module
         self._py = load_source(source, device)
@@ -353,6 +374,9 @@ def compile(
         )
     if cuda_graphs and device != "cuda":
         raise IrcError(Diagnostic(None, "CUDA graphs need a CUDA GPU; none is in use"))
-    text = triton_source(module, source, autotune=device if autotune else None, tf32=tf32)
+    target = cuda_target() if device == "cuda" else None
+    text = triton_source(
+        module, source, autotune=device if autotune else None, tf32=tf32, target=target
+    )
     kernels = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))
-    return CompiledModule(text, device, kernels, module, cuda_graphs)
+    return CompiledModule(text, device, kernels, module, cuda_graphs, target)

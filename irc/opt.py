@@ -222,10 +222,11 @@ class Driver:
 
     def triton(self, module: ModuleOp) -> str:
         """The Triton module, its header naming the input file; with --autotune the
-        kernels' tilings are measured on the GPU first."""
+        kernels' tilings are measured on the GPU first, from the GPU's own defaults."""
         from irc.compiler import triton_source
+        from irc.target import cuda_target
 
-        autotune = None
+        autotune, target = None, None
         if getattr(self.args, "autotune", False):
             import torch
 
@@ -233,8 +234,8 @@ class Driver:
                 raise IrcError(
                     Diagnostic(None, "--autotune measures kernels on a CUDA GPU; none is available")
                 )
-            autotune = "cuda"
-        return triton_source(module, self.filename, autotune=autotune)
+            autotune, target = "cuda", cuda_target()
+        return triton_source(module, self.filename, autotune=autotune, target=target)
 
     def _dump(self, p: ModulePass, module: ModuleOp) -> None:
         sys.stderr.write(f"// -----// IR Dump After {p.name} //----- //\n")

@@ -4,7 +4,9 @@ The choice is written on the kernel (`block`, `warps`, `stages`) so that it
 shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
 
 - pointwise over N elements: one axis of `block` elements (default 1024),
-  shrunk to the next power of two of N for small kernels;
+  shrunk to the next power of two of N for small kernels, with a warp per
+  32 x `thread-elements` of them (default 8; `irc.target` picks 512 and 2
+  for GPUs with less bandwidth an SM, such as the H100);
 - reduction of rows of R elements: if next_pow2(R) <= `persistent_rblock`
   (default 8192) the whole row sits in registers ("persistent") and several rows
   share a program so that a program holds about 4096 elements; otherwise one
@@ -17,7 +19,8 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   (1.02x cuBLAS at 4096^3 bf16 on an H200, against 1.07x for one program a
   tile).
 
-Warps grow with the elements a program holds: one warp per 256, 1 to 8.
+Warps grow with the elements a program holds: one warp per 256, 1 to 8; in
+element-wise kernels one per 32 x `thread-elements`, 1 to 32.
 """
 
 from __future__ import annotations
@@ -70,17 +73,21 @@ class Tiling:
     persistent: bool = False
 
 
-def _warps(elements: int) -> int:
-    return max(1, min(8, elements // 256))
+def _warps(elements: int, thread_elements: int = 8, most: int = 8) -> int:
+    return max(1, min(most, elements // (32 * thread_elements)))
 
 
 def choose_tiling(
-    shape: KernelShape, block: int = 1024, rblock: int = 1024, persistent_rblock: int = 8192
+    shape: KernelShape,
+    block: int = 1024,
+    rblock: int = 1024,
+    persistent_rblock: int = 8192,
+    thread_elements: int = 8,
 ) -> Tiling:
     """The heuristic of this module's docstring."""
     if shape.kind == "pointwise":
         x = min(block, next_pow2(numel(shape.parallel)))
-        return Tiling((x,), _warps(x))
+        return Tiling((x,), _warps(x, thread_elements, most=32))
     if shape.kind == "reduction":
         rows, r = numel(shape.parallel), numel(shape.reduction)
         full = next_pow2(r)
@@ -110,19 +117,21 @@ def tiling_of(kernel: loop.KernelOp) -> Tiling:
 
 @dataclass(frozen=True)
 class TilePass(ModulePass):
-    """`tile{block=1024, rblock=1024, persistent-rblock=8192}`: block sizes per kernel."""
+    """`tile{block=1024, rblock=1024, persistent-rblock=8192, thread-elements=8}`."""
 
     name = "tile"
 
     block: int = 1024
     rblock: int = 1024
     persistent_rblock: int = 8192
+    thread_elements: int = 8
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for key, value in (
             ("block", self.block),
             ("rblock", self.rblock),
             ("persistent-rblock", self.persistent_rblock),
+            ("thread-elements", self.thread_elements),
         ):
             if value < 1 or value & (value - 1):
                 raise IrcError(
@@ -131,7 +140,13 @@ class TilePass(ModulePass):
         for kernel in op.walk():
             if not isinstance(kernel, loop.KernelOp):
                 continue
-            t = choose_tiling(kernel_shape(kernel), self.block, self.rblock, self.persistent_rblock)
+            t = choose_tiling(
+                kernel_shape(kernel),
+                self.block,
+                self.rblock,
+                self.persistent_rblock,
+                self.thread_elements,
+            )
             set_tiling(kernel, t)
 
 

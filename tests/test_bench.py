@@ -64,15 +64,17 @@ def test_rows_and_markdown() -> None:
         {
             "device": "NVIDIA H200", "torch": "2.11", "triton": "3.6.0", "python": "3.12",
             "date": "2026-11-22", "copy_bandwidth_GBps": 4248.0, "bf16_mm_TFLOPs": 708.0,
+            "irc_target": "tile{block=512 thread-elements=2} (25 GB/s an SM)",
             "rows": [_row(), launch, gemm, wrong],
         }
     )  # fmt: skip
     lines = table.splitlines()
     assert lines[0].startswith("Device: NVIDIA H200") and "4248 GB/s" in lines[0]
-    assert lines[2].startswith("| workload |") and len(lines) == 4 + 4
-    assert "| 0.850 | — |" in lines[5]
-    assert "irc/bare torch.mm 1.036" in lines[6]
-    assert "MISMATCH max abs err 0.5" in lines[7]
+    assert lines[1] == "irc's tiling options: tile{block=512 thread-elements=2} (25 GB/s an SM)."
+    assert lines[3].startswith("| workload |") and len(lines) == 5 + 4
+    assert "| 0.850 | — |" in lines[6]
+    assert "irc/bare torch.mm 1.036" in lines[7]
+    assert "MISMATCH max abs err 0.5" in lines[8]
 
 
 def test_interleaved_medians_take_turns_and_the_median() -> None:

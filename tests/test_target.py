@@ -1,0 +1,144 @@
+"""irc.target: element-wise tiling follows the GPU's bandwidth an SM."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from torch.testing import assert_close
+from xdsl.dialects.builtin import ModuleOp
+
+import irc
+from irc.autotune import candidates
+from irc.compiler import load_source, triton_source
+from irc.dialects import loop
+from irc.passes.tile import TilePass, Tiling, kernel_shape, tiling_of
+from irc.pipeline import build_pipeline, run_pipeline
+from irc.target import Target, cuda_target, dram_gbps, target_for
+
+DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
+
+# What Triton's get_device_properties read on the two GPUs the rule was measured on.
+H100 = {"mem_clock_rate": 2_619_000, "mem_bus_width": 5120, "multiprocessor_count": 132}
+H200 = {"mem_clock_rate": 3_201_000, "mem_bus_width": 6016, "multiprocessor_count": 132}
+
+PROGRAM = """
+func @f(%x: tensor<1000x3xf32>, %y: tensor<1000x3xf32>, %w: tensor<1000x64xf32>) -> (tensor<1000x3xf32>, tensor<1000x1xf32>) {
+  %s = graph.add %x, %y
+  %t = graph.mul %s, %s
+  %u = graph.sigmoid %t
+  %r = graph.reduce_sum %w {dims = [1], keepdim = true} : tensor<1000x1xf32>
+  return %u, %r : tensor<1000x3xf32>, tensor<1000x1xf32>
+}
+"""
+
+
+def test_bandwidth_from_device_properties() -> None:
+    assert dram_gbps(H100) == pytest.approx(3352, abs=1)
+    assert dram_gbps(H200) == pytest.approx(4815, abs=1)
+
+
+def test_h100_class_gpus_get_small_element_wise_programs() -> None:
+    t = target_for(H100)
+    assert (t.block, t.thread_elements) == (512, 2)
+    assert "25 GB/s an SM" in t.reason
+    t = target_for(H200)
+    assert (t.block, t.thread_elements) == (1024, 8) and t == Target(reason=t.reason)
+
+
+def test_tile_pass_spec_round_trips_the_options() -> None:
+    (p,) = build_pipeline(target_for(H100).tile_pass())
+    assert isinstance(p, TilePass) and (p.block, p.thread_elements) == (512, 2)
+    (p,) = build_pipeline(Target().tile_pass())
+    assert p == TilePass()
+
+
+def _kernels(target: Target | None) -> dict[str, Tiling]:
+    module = irc.parse(PROGRAM)
+    run_pipeline(module, "fuse")
+    run_pipeline(
+        module, "decompose,graph-to-loop,split-reduction," + (target or Target()).tile_pass()
+    )
+    return {k.kernel_name.data: tiling_of(k) for k in module.walk() if isinstance(k, loop.KernelOp)}
+
+
+def test_target_changes_element_wise_kernels_only() -> None:
+    portable, thin = _kernels(None), _kernels(target_for(H100))
+    (poi,) = [n for n in portable if n.startswith("poi")]
+    (red,) = [n for n in portable if n.startswith("per") or n.startswith("red")]
+    assert portable[poi] == Tiling((1024,), 4)
+    assert thin[poi] == Tiling((512,), 8)
+    assert thin[red] == portable[red]
+
+
+def test_code_for_either_target_matches_torch() -> None:
+    x, y, w = (torch.randn(1000, s, device=DEVICE) for s in (3, 3, 64))
+    want = (torch.sigmoid((x + y) * (x + y)), w.sum(1, keepdim=True))
+    for target in (None, target_for(H100)):
+        module = irc.parse(PROGRAM)
+        run_pipeline(module, "fuse")
+        source = triton_source(module, target=target)
+        assert ("tl.arange(0, 512)" in source) == (target is not None)
+        got = load_source(source, DEVICE).FUNCTIONS["f"](x, y, w)
+        assert_close(got, want)
+
+
+def test_autotune_starts_from_the_kernels_own_tiling() -> None:
+    module = irc.parse(PROGRAM)
+    run_pipeline(module, "fuse")
+    run_pipeline(module, "decompose,graph-to-loop,split-reduction," + target_for(H100).tile_pass())
+    poi = next(k for k in module.walk() if isinstance(k, loop.KernelOp))
+    tried = candidates(kernel_shape(poi), tiling_of(poi))
+    assert tried[0] == Tiling((512,), 8)
+    assert Tiling((1024,), 4) in tried and len(set(tried)) == len(tried)
+
+
+def test_without_device_properties_the_default_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from triton.runtime import driver
+
+    class NoGPU:
+        @property
+        def utils(self) -> object:
+            raise RuntimeError("0 active drivers")
+
+    monkeypatch.setattr(driver, "_active", NoGPU(), raising=False)
+    monkeypatch.setattr(type(driver), "active", property(lambda self: NoGPU()))
+    t = cuda_target()
+    assert (t.block, t.thread_elements) == (1024, 8)
+    assert "device properties unavailable: 0 active drivers" in t.reason
+
+
+@pytest.mark.gpu
+def test_compile_on_the_gpu_uses_its_target() -> None:
+    compiled = irc.compile(irc.parse(PROGRAM), device="cuda")
+    assert compiled.target == cuda_target()
+    assert "GB/s an SM" in compiled.target.reason
+
+
+def test_irc_opt_autotune_starts_from_the_gpus_tiling(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import irc.autotune
+    import irc.target
+    from irc.opt import run
+
+    seen: list[Tiling] = []
+
+    def fake_autotune(module: ModuleOp, device: str = "cuda") -> dict[str, object]:
+        seen.extend(tiling_of(k) for k in module.walk() if isinstance(k, loop.KernelOp))
+        return {}
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(irc.target, "cuda_target", lambda: target_for(H100))
+    monkeypatch.setattr(irc.autotune, "autotune_module", fake_autotune)
+    path = tmp_path / "f.ir"
+    path.write_text(PROGRAM)
+    out = io.StringIO()
+    assert run([str(path), "--fuse", "--autotune", "--emit", "triton"], stdout=out) == 0
+    assert Tiling((512,), 8) in seen
+    assert "tl.arange(0, 512)" in out.getvalue()
