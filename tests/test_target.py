@@ -106,7 +106,6 @@ def test_without_device_properties_the_default_with_the_reason(
         def utils(self) -> object:
             raise RuntimeError("0 active drivers")
 
-    monkeypatch.setattr(driver, "_active", NoGPU(), raising=False)
     monkeypatch.setattr(type(driver), "active", property(lambda self: NoGPU()))
     t = cuda_target()
     assert (t.block, t.thread_elements) == (1024, 8)
