@@ -94,6 +94,8 @@ def identity(kind: str, element: Attribute) -> Attribute:
         return FloatAttr(0.0, f64) if element in FLOAT_TYPES else IntegerAttr(0, i64)
     if element in FLOAT_TYPES:
         return FloatAttr(-math.inf if kind == "max" else math.inf, f64)
+    if element == I1:
+        return IntegerAttr(0 if kind == "max" else 1, i64)
     bits = 64 if element == I64 else 32
     return IntegerAttr(-(2 ** (bits - 1)) if kind == "max" else 2 ** (bits - 1) - 1, i64)
 

@@ -29,6 +29,13 @@ TL_DTYPE = {
     "i32": "tl.int32",
     "i1": "tl.int1",
 }
+# The sign bit alone, and the unsigned type of the same width, for each float type.
+NEGATIVE_ZERO_BITS = {
+    "f32": ("0x80000000", "tl.uint32"),
+    "f16": ("0x8000", "tl.uint16"),
+    "bf16": ("0x8000", "tl.uint16"),
+    "f64": ("0x8000000000000000", "tl.uint64"),
+}
 TORCH_DTYPE = {
     "f32": "torch.float32",
     "f16": "torch.float16",
@@ -365,9 +372,15 @@ class KernelPrinter:
             self.assign(op, depth, f"tl.broadcast_to({n(op.input)}, {_shape(op.result)})")
         elif isinstance(op, tile.ConstantOp):
             elem = _elem(op.result)
-            value = _number(_attr_number(op.value), elem)
+            number = _attr_number(op.value)
             shape = list(_shape(op.result))
-            self.assign(op, depth, f"tl.full({shape}, {value}, {TL_DTYPE[elem]})")
+            if elem in NEGATIVE_ZERO_BITS and number == 0 and math.copysign(1.0, number) < 0:
+                # Triton makes any constant equal to 0 a +0.0: -0.0 is built from its bits.
+                bits, unsigned = NEGATIVE_ZERO_BITS[elem]
+                expr = f"tl.full({shape}, {bits}, {unsigned}).to({TL_DTYPE[elem]}, bitcast=True)"
+            else:
+                expr = f"tl.full({shape}, {_number(number, elem)}, {TL_DTYPE[elem]})"
+            self.assign(op, depth, expr)
         elif isinstance(op, tile.ApplyOp):
             self.assign(op, depth, self.apply(op))
         elif isinstance(op, tile.LoadOp):
@@ -463,6 +476,9 @@ class KernelPrinter:
                 # Through f32, as torch converts (and the interpreter casts to bf16 only so).
                 return f"{args[0]}.to(tl.float32).to({TL_DTYPE[target]})"
             return f"{args[0]}.to({TL_DTYPE[target]})"
+        if fn == "neg" and is_float:
+            # Triton's unary minus is `0 - x`, which makes +0.0 of +0.0; torch gives -0.0.
+            return f"{args[0]} * -1.0"
         if fn == "sqrt" and _elem(op.args[0]) == "f64":
             return f"tl.sqrt({args[0]})"  # tl.sqrt_rn takes f32 only; f64 sqrt is IEEE
         if fn in UNARY:

@@ -52,6 +52,43 @@ func @main(%x: tensor<130x5xf32>, %y: tensor<130x5xf32>) -> (tensor<130x5xf32>, 
   return %r, %s : tensor<130x5xf32>, tensor<130x5xf32>
 }
 """,
+    # Triton's tl.full makes any constant equal to 0 a +0.0, so x / -0.0 had the
+    # wrong sign of infinity.
+    "negative_zero_constant": """
+func @main(%x: tensor<37xf32>, %h: tensor<37xf16>) -> (tensor<37xf32>, tensor<37xf16>, tensor<37xf32>) {
+  %z = graph.constant {value = -0.0} : tensor<f32>
+  %q = graph.div %x, %z
+  %zh = graph.constant {value = -0.0} : tensor<f16>
+  %qh = graph.div %h, %zh
+  %zs = graph.constant {value = -0.0} : tensor<37xf32>
+  %r = graph.reciprocal %zs
+  return %q, %qh, %r : tensor<37xf32>, tensor<37xf16>, tensor<37xf32>
+}
+""",
+    # Triton's unary minus is 0 - x: neg(+0.0) was +0.0, not torch's -0.0.
+    "neg_of_zero": """
+func @main(%x: tensor<37xf32>, %d: tensor<37xf64>) -> (tensor<37xf32>, tensor<37xf64>) {
+  %r = graph.relu %x
+  %n = graph.neg %r
+  %y = graph.reciprocal %n
+  %rd = graph.relu %d
+  %nd = graph.neg %rd
+  %yd = graph.reciprocal %nd
+  return %y, %yd : tensor<37xf32>, tensor<37xf64>
+}
+""",
+    # Masked lanes of an i1 max were filled with true: an all-false row gave true.
+    "i1_max_of_false_rows": """
+func @main(%x: tensor<3x97xf32>) -> (tensor<3xi1>, tensor<97xi1>, tensor<3xi1>) {
+  %big = graph.constant {value = 10.0} : tensor<f32>
+  %f = graph.gt %x, %big
+  %m = graph.reduce_max %f {dims = [1]}
+  %m0 = graph.reduce_max %f {dims = [0]}
+  %t = graph.le %x, %big
+  %n = graph.reduce_min %t {dims = [1]}
+  return %m, %m0, %n : tensor<3xi1>, tensor<97xi1>, tensor<3xi1>
+}
+""",
     "rank0_transpose": """
 func @t(%s: tensor<f32>) -> tensor<f32> {
   %t = graph.transpose %s {perm = []}
