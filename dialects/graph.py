@@ -399,10 +399,10 @@ class ConstantOp(GraphOp):
                     f"graph.constant: {number} is not an integer, as {format_type(t)} needs"
                 )
             bits = 64 if "i64" in format_type(t) else 32
-            if isinstance(v, IntegerAttr) and not -(2 ** (bits - 1)) <= v.value.data < 2 ** (
-                bits - 1
-            ):
-                raise GraphVerifyError(f"graph.constant: {v.value.data} does not fit in i{bits}")
+            whole = v.value.data if isinstance(v, IntegerAttr) else int(number)
+            if not -(2 ** (bits - 1)) <= whole < 2 ** (bits - 1):
+                written = v.value.data if isinstance(v, IntegerAttr) else number
+                raise GraphVerifyError(f"graph.constant: {written} does not fit in i{bits}")
 
     def verify_(self) -> None:
         self.check_written_type([], dict(self.properties), self.result.type)

@@ -37,7 +37,7 @@ from xdsl.dialects.builtin import (
     f64,
     i64,
 )
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
 from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import VerifyException
 
@@ -690,7 +690,15 @@ class _Builder(_SyntaxErrors):
             for i, (v, t) in enumerate(zip(operands, written, strict=True)):
                 if v.type != t:
                     from irc.types import format_type
+                    from irc.verifier import verify_op
 
+                    if isinstance(v, OpResult):
+                        # The value's own op may have been written with a wrong type:
+                        # that is the error, at that op, not this return's echo of it.
+                        at_op: list[Diagnostic] = []
+                        verify_op(v.owner, at_op)
+                        if at_op:
+                            raise IrcError(at_op)
                     raise self.error(
                         values.children[i],
                         f"return: {values.children[i]} has type {format_type(v.type)}, "

@@ -106,7 +106,7 @@ def _verify_block_ops(
                     )
                 )
         if ok and not isinstance(op, func.ReturnOp):
-            _verify_op(op, out)
+            verify_op(op, out)
         for region in op.regions:
             for block in region.blocks:
                 inner = [a for a in block.args if a not in visible]
@@ -118,7 +118,8 @@ def _verify_block_ops(
             defined.extend(op.results)
 
 
-def _verify_op(op: Operation, out: list[Diagnostic]) -> None:
+def verify_op(op: Operation, out: list[Diagnostic]) -> None:
+    """Appends `op`'s own verification errors, located at the op, to `out`."""
     try:
         # IRDL's constraints, then the op's own checks (xDSL's verify_ runs both).
         op.verify_()

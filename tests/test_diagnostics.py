@@ -203,6 +203,10 @@ CASES = [
       "return lists 2 values but 1 types"),
     C("return-written-type", H + "  return %x : tensor<4x8xf16>\n}\n", "2:10",
       "return: %x has type tensor<4x8xf32>, written as tensor<4x8xf16>"),
+    # The op's written type is wrong and the return repeats the declared one: the op is at fault.
+    C("return-after-wrong-op-type", H + "  %z = graph.exp %x : tensor<4x9xf32>\n"
+      "  return %z : tensor<4x8xf32>\n}\n", "2:3",
+      "graph.exp: result type tensor<4x9xf32> does not match the inferred type tensor<4x8xf32>"),
     # --- ops ------------------------------------------------------------------------------
     C("unknown-op", fn("  %y = graph.expp %x"), "2:8", "unknown op 'graph.expp' (did you mean graph.exp?)"),
     C("unknown-op-no-hint", fn("  %y = qqq.zzz %x"), "2:8", "unknown op 'qqq.zzz'"),
@@ -320,6 +324,10 @@ CASES = [
       "graph.constant: 2.5 is not an integer, as tensor<4xi32> needs"),
     C("constant-i32", fn("  %y = graph.constant {value = 3000000000} : tensor<4xi32>"), "2:3",
       "graph.constant: 3000000000 does not fit in i32"),
+    C("constant-i32-float-notation", fn("  %y = graph.constant {value = 2.147483648e9} : tensor<4xi32>"),
+      "2:3", "graph.constant: 2147483648.0 does not fit in i32"),
+    C("constant-i64-float-notation", fn("  %y = graph.constant {value = 1e19} : tensor<4xi64>"),
+      "2:3", "graph.constant: 1e+19 does not fit in i64"),
     C("constant-string", fn('  %y = graph.constant {value = "x"} : tensor<4xf32>'), "2:3",
       "graph.constant: 'value' must be a number"),
     C("reshape-element", fn("  %y = graph.reshape %x : tensor<32xf16>"), "2:3",
