@@ -295,13 +295,14 @@ def autotune_module(
         cache = {}
     kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
     todo = [(k, kernel_key(k, device_name, triton.__version__)) for k in kernels]
-    counts = [len(candidates(kernel_shape(k), tiling_of(k))) for k, key in todo if key not in cache]
-    bar = Progress(sum(n + final_steps(n) for n in counts)) if progress else None
+    # Each uncached kernel's candidates, listed once for both the bar's total and the timing.
+    options = {key: candidates(kernel_shape(k), tiling_of(k)) for k, key in todo if key not in cache}
+    bar = Progress(sum(len(c) + final_steps(len(c)) for c in options.values())) if progress else None
     results: dict[str, dict[str, Any]] = {}
     for k, key in todo:
         hit = cache.get(key)
         if hit is None:
-            ms, best = choose(k, candidates(kernel_shape(k), tiling_of(k)), device, timer, bar)
+            ms, best = choose(k, options[key], device, timer, bar)
             hit = {
                 "block": list(best.block),
                 "warps": best.warps,
