@@ -399,9 +399,9 @@ class ConstantOp(GraphOp):
                     f"graph.constant: {number} is not an integer, as {format_type(t)} needs"
                 )
             bits = 64 if "i64" in format_type(t) else 32
-            whole = v.value.data if isinstance(v, IntegerAttr) else int(number)
-            if not -(2 ** (bits - 1)) <= whole < 2 ** (bits - 1):
-                written = v.value.data if isinstance(v, IntegerAttr) else number
+            # An integer is checked as written; `1e19` is checked as the whole number it is.
+            written = v.value.data if isinstance(v, IntegerAttr) else number
+            if not -(2 ** (bits - 1)) <= int(written) < 2 ** (bits - 1):
                 raise GraphVerifyError(f"graph.constant: {written} does not fit in i{bits}")
 
     def verify_(self) -> None:
