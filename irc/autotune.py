@@ -40,7 +40,7 @@ from irc.types import numel
 FINALISTS = 3  # re-timed in turns after the first pass, with the default
 FINAL_ROUNDS = 4  # even: a steady drift falls equally on every finalist
 MIN_GAIN = 0.005  # another tiling must be at least 0.5% faster to replace the default
-SELECTION = 4  # in the cache key: winners picked by an older rule are picked again
+SELECTION = 5  # in the cache key: winners picked by an older rule are picked again
 
 Timer = Callable[[loop.KernelOp, Tiling, str], float]
 T = TypeVar("T", bound=Hashable)
@@ -108,8 +108,9 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
         if full <= 8192:
             for x in (1, 2, 4, 8, 16, 32):
                 if x <= next_pow2(rows) and x * full <= 16384:
-                    for w in (4, 8, 16):
-                        out.append(Tiling((x, full), w))
+                    for w in (4, 8, 16, 32):
+                        if x * full >= 32 * w:  # a warp holds 32 elements or more
+                            out.append(Tiling((x, full), w))
         for rb in (1024, 2048, 4096):
             if rb < full:
                 for w in (4, 8):

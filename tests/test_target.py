@@ -1,4 +1,4 @@
-"""irc.target: element-wise tiling follows the GPU's bandwidth an SM."""
+"""irc.target: element-wise tiling and epilogue reductions follow the GPU's bandwidth an SM."""
 
 from __future__ import annotations
 
@@ -43,21 +43,23 @@ def test_bandwidth_from_device_properties() -> None:
 
 def test_h100_class_gpus_get_small_element_wise_programs() -> None:
     t = target_for(H100)
-    assert (t.block, t.thread_elements) == (512, 2)
+    assert (t.block, t.thread_elements, t.epilogue_warps) == (512, 2, 16)
     assert "25 GB/s an SM" in t.reason
     t = target_for(H200)
-    assert (t.block, t.thread_elements) == (1024, 8) and t == Target(reason=t.reason)
+    assert (t.block, t.thread_elements, t.epilogue_warps) == (1024, 8, 8)
+    assert t == Target(reason=t.reason)
 
 
 def test_tile_pass_spec_round_trips_the_options() -> None:
     (p,) = build_pipeline(target_for(H100).tile_pass())
-    assert isinstance(p, TilePass) and (p.block, p.thread_elements) == (512, 2)
+    assert isinstance(p, TilePass)
+    assert (p.block, p.thread_elements, p.epilogue_warps) == (512, 2, 16)
     (p,) = build_pipeline(Target().tile_pass())
     assert p == TilePass()
 
 
-def _kernels(target: Target | None) -> dict[str, Tiling]:
-    module = irc.parse(PROGRAM)
+def _kernels(target: Target | None, program: str = PROGRAM) -> dict[str, Tiling]:
+    module = irc.parse(program)
     run_pipeline(module, "fuse")
     run_pipeline(
         module, "decompose,graph-to-loop,split-reduction," + (target or Target()).tile_pass()
@@ -72,6 +74,46 @@ def test_target_changes_element_wise_kernels_only() -> None:
     assert portable[poi] == Tiling((1024,), 4)
     assert thin[poi] == Tiling((512,), 8)
     assert thin[red] == portable[red]
+
+
+ROWS = """
+func @sumsq(%x: tensor<5x8192xf32>) -> tensor<5xf32> {
+  %sq = graph.mul %x, %x
+  %s = graph.reduce_sum %sq {dims = [1]} : tensor<5xf32>
+  return %s : tensor<5xf32>
+}
+func @softmax(%x: tensor<5x8192xf32>) -> tensor<5x8192xf32> {
+  %m = graph.reduce_max %x {dims = [1], keepdim = true} : tensor<5x1xf32>
+  %d = graph.sub %x, %m
+  %e = graph.exp %d
+  %z = graph.reduce_sum %e {dims = [1], keepdim = true} : tensor<5x1xf32>
+  %y = graph.div %e, %z
+  return %y : tensor<5x8192xf32>
+}
+"""
+
+
+def test_rows_only_reduced_take_32_warps_and_epilogue_rows_follow_the_target() -> None:
+    portable, thin = _kernels(None, ROWS), _kernels(target_for(H100), ROWS)
+    (sumsq,) = [n for n in portable if "amax" not in n]
+    (softmax,) = [n for n in portable if "amax" in n]
+    assert portable[sumsq] == thin[sumsq] == Tiling((1, 8192), 32)
+    assert portable[softmax] == Tiling((1, 8192), 8)
+    assert thin[softmax] == Tiling((1, 8192), 16)
+    # 4096 elements a program: 8 warps on either GPU (16 a thread)
+    short = _kernels(target_for(H100), ROWS.replace("5x8192", "5x4096"))
+    assert short[softmax] == Tiling((1, 4096), 8)
+
+
+def test_code_with_16_and_32_warps_a_row_matches_torch() -> None:
+    x = torch.randn(5, 8192, device=DEVICE)
+    module = irc.parse(ROWS)
+    run_pipeline(module, "fuse")
+    source = triton_source(module, target=target_for(H100))
+    assert source.count(", 32)") == 1 and source.count(", 16)") == 1
+    functions = load_source(source, DEVICE).FUNCTIONS
+    assert_close(functions["sumsq"](x), (x * x).sum(1))
+    assert_close(functions["softmax"](x), torch.softmax(x, 1))
 
 
 def test_code_for_either_target_matches_torch() -> None:
