@@ -39,7 +39,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import loop, tile
-from irc.passes.tile import kernel_shape, tiling_of
+from irc.passes.tile import KernelShape, kernel_shape, tiling_of
 from irc.types import (
     ELEMENT_TYPES,
     F32,
@@ -143,6 +143,33 @@ class Scope:
     axis_masks: list[SSAValue | None] = field(default_factory=list[SSAValue | None])
 
 
+def streamed_buffers(kernel: loop.KernelOp, shape: KernelShape) -> set[SSAValue]:
+    """The input a reduction kernel streams: read once, element by element.
+
+    A buffer as large as the kernel's iteration space that one `loop.load` reads
+    is streamed: no program reads its lines again, so its loads ask L2 to evict
+    them first and keep the lines that are read again (a broadcast weight, the
+    rows an epilogue reloads, whatever the kernel before left for the one
+    after). Row sums of 128-8192 elements ran 2-17% faster on an H100 and an
+    H200, and faster than torch.compile, which does the same. Only a kernel
+    that streams one input gets the hint: with two or three (mean squared
+    error, a sum of x*y+z) evict_first was 0-2.5% slower on both GPUs.
+    """
+    if shape.kind != "reduction":
+        return set()
+    loads: dict[SSAValue, int] = {}
+    for op in kernel.body.walk():
+        if isinstance(op, loop.LoadOp):
+            loads[op.buffer] = loads.get(op.buffer, 0) + 1
+    space = numel(shape.parallel) * numel(shape.reduction)
+    streamed = {
+        b
+        for b, n in loads.items()
+        if n == 1 and numel(b.type.get_shape()) >= space  # type: ignore[attr-defined]
+    }
+    return streamed if len(streamed) == 1 else set()
+
+
 class KernelTranslator:
     """Builds one tile.kernel from one loop.kernel."""
 
@@ -167,6 +194,7 @@ class KernelTranslator:
         self.offset_cache: dict[tuple[tuple[int, ...], tuple[SSAValue, ...]], SSAValue] = {}
         self.shape = kernel_shape(kernel)
         self.tiling = tiling_of(kernel)
+        self.streamed = streamed_buffers(kernel, self.shape)
         self.tf32 = tf32
         sizes = [numel(m.type.get_shape()) for m in self.memrefs]  # type: ignore[attr-defined]
         wide = max(sizes, default=1) >= WIDE or numel(self.shape.parallel) * 2 >= WIDE
@@ -359,7 +387,9 @@ class KernelTranslator:
 
     def build(self) -> tile.KernelOp:
         kind = self.shape.kind
-        persistent = kind == "contraction" and self.tiling.persistent and len(self.shape.parallel) == 2
+        persistent = (
+            kind == "contraction" and self.tiling.persistent and len(self.shape.parallel) == 2
+        )
         if persistent:
             self.persistent_tiles()
         else:
@@ -709,8 +739,10 @@ class KernelTranslator:
         if self.shape.kind != "contraction":
             # Measured on an H200: softmax and layer norm run 3-5% faster, element-wise
             # kernels up to 2% faster, when their loads ask L2 to keep the lines
-            # (evict_first made rows kernels slower). GEMM operands are left alone.
-            props["evict"] = StringAttr("last")
+            # (evict_first made their rows slower). A reduction's input that nothing
+            # reads again is the exception (see `streamed_buffers`). GEMM operands
+            # are left alone.
+            props["evict"] = StringAttr("first" if op.buffer in self.streamed else "last")
         v = self.add(
             tile.LoadOp.create(
                 operands=operands, properties=props, result_types=[block_type(element, shape)]
