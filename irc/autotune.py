@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.dialects.builtin import MemRefType, ModuleOp, StringAttr
 
 from irc.dialects import loop
 from irc.passes.tile import (
@@ -150,6 +150,7 @@ def kernel_key(kernel: loop.KernelOp, device_name: str, triton_version: str) -> 
     clone = kernel.clone()
     for prop in ("block", "warps", "stages", "persistent"):
         clone.properties.pop(prop, None)
+    clone.kernel_name = StringAttr("kernel")  # an identical kernel elsewhere reuses the winner
     text = print_module(clone)
     clone.erase()
     key = f"{SELECTION}|{device_name}|{triton_version}|{text}"

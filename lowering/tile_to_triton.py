@@ -270,7 +270,9 @@ def _shape(v: SSAValue) -> tuple[int, ...]:
     return tuple(v.type.get_shape()) if isinstance(v.type, TensorType) else ()
 
 
-# fn -> template over argument names; float and integer variants where they differ.
+# fn -> template over argument names, for ops one template serves at every element
+# type; those that differ by type (float neg, relu, maximum, minimum, cast, f64 sqrt)
+# are branches of `apply`.
 UNARY = {
     "neg": "-{0}",
     "abs": "tl.abs({0})",

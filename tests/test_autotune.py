@@ -14,6 +14,7 @@ from irc.autotune import (
     beats_default,
     candidates,
     choose,
+    kernel_key,
     time_in_turns,
 )
 from irc.dialects import loop
@@ -165,3 +166,23 @@ def test_row_candidates_reach_32_warps_with_32_elements_a_warp_or_more() -> None
     assert epilogue[0] == Tiling((1, 8192), 8) and Tiling((1, 8192), 32) in epilogue
     short = candidates(KernelShape("reduction", (3,), (100,)))
     assert all(t.block[0] * t.block[1] >= 32 * t.warps for t in short[1:])
+
+
+def test_identical_kernels_under_other_names_are_tuned_once(tmp_path: Path) -> None:
+    twice = PROGRAM + PROGRAM.replace("@f(%x", "@g(%a").replace("exp %x", "exp %a")
+    module = irc.parse(twice, "t.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction")
+    k0, k1 = (k for k in module.walk() if isinstance(k, loop.KernelOp))
+    assert k0.kernel_name.data != k1.kernel_name.data
+    assert kernel_key(k0, "gpu", "3.6") == kernel_key(k1, "gpu", "3.6")
+    other = irc.parse(PROGRAM.replace("graph.exp", "graph.sin"), "t.ir")
+    run_pipeline(other, "fuse,decompose,graph-to-loop,split-reduction")
+    k2 = next(k for k in other.walk() if isinstance(k, loop.KernelOp))
+    assert kernel_key(k2, "gpu", "3.6") != kernel_key(k0, "gpu", "3.6")
+    ms = {t: 1.0 + 0.01 * i for i, t in enumerate(candidates(kernel_shape(k0)))}
+    once, both = FakeTimer(ms), FakeTimer(ms)
+    single = irc.parse(PROGRAM, "t.ir")
+    run_pipeline(single, "fuse,decompose,graph-to-loop,split-reduction")
+    autotune_module(single, "cpu", cache_file=tmp_path / "1.json", timer=once, progress=False)
+    results = autotune_module(module, "cpu", cache_file=tmp_path / "2.json", timer=both, progress=False)
+    assert len(results) == 2 and len(both.calls) == len(once.calls) > 0  # one kernel's worth
