@@ -13,7 +13,7 @@ other in turns on the pw5 and mul-add-relu workloads:
 
 Reductions whose rows an element-wise epilogue reads again (softmax, layer
 norm) follow the same split: the H200 is fastest with at most 8 warps for a
-row of 8192 (32 warps are 2-3% slower), the H100 with 16 (0.2-0.3% faster
+row of 8192 (32 warps are 2-3% slower), the H100 with 16 (0.2-0.4% faster
 than 8, which is what separates irc from torch.compile on layer norm there).
 
 The threshold between them (`SMALL_TILES_BELOW_GBPS_PER_SM`) is a guess that

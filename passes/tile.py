@@ -17,7 +17,7 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   stay in registers until the store: a warp per 512 elements (16 a thread),
   at most `epilogue-warps` (default 8). An H200 streams a row of 8192
   fastest with 8 warps (32 warps are 2-3% slower there), an H100 with 16
-  (0.2-0.3% faster than 8, and at 4096 elements a program 8 warps beat 16
+  (0.2-0.4% faster than 8, and at 4096 elements a program 8 warps beat 16
   there by 1%), so `irc.target` picks 16 for GPUs with less bandwidth an SM;
 - contraction (matmul): 64x64 output tiles (16 at least, fewer for small M, N)
   and K steps of 32; for large unbatched half-precision GEMMs, where tensor
