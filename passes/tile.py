@@ -18,7 +18,7 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   at most `epilogue-warps` (default 8). An H200 streams a row of 8192
   fastest with 8 warps (32 warps are 2-3% slower there), an H100 with 16
   (0.2-0.4% faster than 8, and at 4096 elements a program 8 warps beat 16
-  there by 1%), so `irc.target` picks 16 for GPUs with less bandwidth an SM;
+  there by 0.6-1%), so `irc.target` picks 16 for GPUs with less bandwidth an SM;
 - contraction (matmul): 64x64 output tiles (16 at least, fewer for small M, N)
   and K steps of 32; for large unbatched half-precision GEMMs, where tensor
   cores want big tiles, 128x256x64 with 8 warps and 3 stages, *persistent*:
