@@ -19,7 +19,16 @@ graph op and the index arithmetic (`add`, `mul`, `floordiv`, `mod` on `index`):
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import ArrayAttr, IndexType, IntegerAttr, MemRefType, StringAttr
+import difflib
+
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    StringAttr,
+    TensorType,
+)
 from xdsl.ir import Attribute, Dialect
 from xdsl.irdl import (
     IRDLOperation,
@@ -35,9 +44,50 @@ from xdsl.irdl import (
 from xdsl.traits import IsTerminator, NoTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from irc.dialects.attrs import (
+    MAX_BLOCK,
+    MAX_STAGES,
+    MAX_WARPS,
+    check_flag,
+    check_int,
+    check_int_list,
+    check_number,
+)
 from irc.types import format_type
 
 REDUCE_KINDS = ("sum", "max", "min")
+
+
+def _apply_fns() -> dict[str, int]:
+    """Every scalar function of `loop.apply` and `tile.apply`, with its arity.
+
+    The element-wise graph ops give their own names (one per op class, so a new
+    unary or binary graph op is a new function here); the rest are the ops the
+    lowerings make: `where`, `cast`, index arithmetic and mask logic.
+    """
+    from irc.dialects import graph
+
+    fns = {op.name.removeprefix("graph."): 1 for op in graph.UNARY_OPS}
+    fns |= {op.name.removeprefix("graph."): 2 for op in graph.BINARY_OPS}
+    fns |= {"where": 3, "cast": 1, "floordiv": 2, "mod": 2, "and": 2, "or": 2}
+    return fns
+
+
+APPLY_FNS: dict[str, int] = _apply_fns()
+"""fn name -> number of arguments; tile_to_triton has a Triton form for each."""
+
+
+def check_apply(op: IRDLOperation, fn: StringAttr, n_args: int) -> None:
+    """`fn` names a known scalar function and gets as many arguments as it takes."""
+    arity = APPLY_FNS.get(fn.data)
+    if arity is None:
+        close = difflib.get_close_matches(fn.data, list(APPLY_FNS), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise VerifyException(f"{op.name}: unknown function '{fn.data}'{hint}")
+    if n_args != arity:
+        raise VerifyException(
+            f"{op.name}: '{fn.data}' takes {arity} argument{'s' if arity > 1 else ''}, got {n_args}"
+        )
 
 
 def int_list(attr: Attribute | None) -> list[int]:
@@ -87,9 +137,35 @@ class KernelOp(IRDLOperation):
 
     def verify_(self) -> None:
         _check_bounds(self, self.bounds)
+        self._check_tiling()
+
+    def _check_tiling(self) -> None:
+        """The `tile` pass's choice, or a hand-written one, must be one Triton takes."""
+        if self.block is not None:
+            kind = _kernel_kind(self)
+            want = {"pointwise": 1, "reduction": 2, "contraction": 3}[kind]
+            check_int_list(
+                self, "block", self.block, 1, MAX_BLOCK, lengths=(want,), power_of_two=True
+            )
+        if self.warps is not None:
+            check_int(self, "warps", self.warps, 1, MAX_WARPS, power_of_two=True)
+        if self.stages is not None:
+            check_int(self, "stages", self.stages, 1, MAX_STAGES)
+        check_flag(self, "persistent", self.persistent)
 
     def parallel_bounds(self) -> list[int]:
         return int_list(self.bounds)
+
+
+def _kernel_kind(kernel: KernelOp) -> str:
+    """`contraction`, `reduction` or `pointwise`: what its `block` sizes tile."""
+    kind = "pointwise"
+    for op in kernel.body.walk():
+        if isinstance(op, ReduceOp) and op.contract is not None:
+            return "contraction"
+        if isinstance(op, ReduceOp | ForeachOp):
+            kind = "reduction"
+    return kind
 
 
 @irdl_op_definition
@@ -111,6 +187,7 @@ class ReduceOp(IRDLOperation):
         _check_bounds(self, self.bounds)
         if self.kind.data not in REDUCE_KINDS:
             raise VerifyException(f"loop.reduce: kind must be one of {', '.join(REDUCE_KINDS)}")
+        check_flag(self, "contract", self.contract)
         last = self.body.block.last_op
         if not isinstance(last, YieldOp) or len(last.values) != 1:
             raise VerifyException("loop.reduce: the region must end in loop.yield of one value")
@@ -189,6 +266,9 @@ class ApplyOp(IRDLOperation):
     result = result_def()
     traits = traits_def(Pure())
 
+    def verify_(self) -> None:
+        check_apply(self, self.fn, len(self.args))
+
 
 @irdl_op_definition
 class ConstantOp(IRDLOperation):
@@ -198,6 +278,11 @@ class ConstantOp(IRDLOperation):
     value = prop_def(Attribute)
     result = result_def()
     traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if isinstance(self.result.type, TensorType):
+            raise VerifyException("loop.constant: the type must be a scalar, got a tensor")
+        check_number(self, "value", self.value, self.result.type)
 
 
 Loop = Dialect(

@@ -15,7 +15,7 @@ Host functions stay at the loop level (`loop.alloc`) and start kernels with
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr, TensorType
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
@@ -33,6 +33,27 @@ from xdsl.irdl import (
 )
 from xdsl.traits import IsTerminator, NoTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
+
+from irc.dialects.attrs import (
+    MAX_BLOCK,
+    MAX_GRID,
+    MAX_STAGES,
+    MAX_WARPS,
+    check_choice,
+    check_flag,
+    check_int,
+    check_int_list,
+    check_number,
+)
+from irc.dialects.loop import REDUCE_KINDS, check_apply
+from irc.types import format_type
+
+DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
+"""Triton's `input_precision` values for f32 dots."""
+
+
+def _shape(t: Attribute) -> tuple[int, ...]:
+    return t.get_shape() if isinstance(t, TensorType) else ()
 
 
 @irdl_attr_definition
@@ -64,6 +85,19 @@ class KernelOp(IRDLOperation):
         for a in self.body.block.args:
             if not isinstance(a.type, PtrType):
                 raise VerifyException("tile.kernel: every argument is a pointer (ptr<T>)")
+        self._check_launch()
+
+    def _check_launch(self) -> None:
+        """The launch parameters, as CUDA and Triton take them."""
+        check_int_list(self, "grid", self.grid, 1, MAX_GRID, lengths=(1, 2, 3))
+        if self.warps is not None:
+            check_int(self, "warps", self.warps, 1, MAX_WARPS, power_of_two=True)
+        if self.stages is not None:
+            check_int(self, "stages", self.stages, 1, MAX_STAGES)
+        check_flag(self, "persistent", self.persistent)
+        check_flag(self, "pdl", self.pdl)
+        if self.persistent is not None and len(self.grid.data) != 1:
+            raise VerifyException("tile.kernel: a persistent kernel has a one-axis grid")
 
 
 @irdl_op_definition
@@ -82,6 +116,19 @@ class ProgramIdOp(IRDLOperation):
     result = result_def()
     traits = traits_def(Pure())
 
+    def verify_(self) -> None:
+        axis = check_int(self, "axis", self.axis, 0, 2)
+        kernel = self.parent_op()
+        while kernel is not None and not isinstance(kernel, KernelOp):
+            kernel = kernel.parent_op()
+        if kernel is not None and isinstance(kernel.grid, ArrayAttr):
+            axes = len(kernel.grid.data)
+            if axis >= axes:
+                raise VerifyException(
+                    f"tile.program_id: axis {axis}, but the kernel's grid has "
+                    f"{axes} ax{'i' if axes == 1 else 'e'}s"
+                )
+
 
 @irdl_op_definition
 class ArangeOp(IRDLOperation):
@@ -91,6 +138,14 @@ class ArangeOp(IRDLOperation):
     size = prop_def(IntegerAttr)
     result = result_def()
     traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        size = check_int(self, "size", self.size, 1, MAX_BLOCK, power_of_two=True)
+        t = self.result.type
+        if not isinstance(t, TensorType) or t.get_shape() != (size,):
+            raise VerifyException(
+                f"tile.arange: size {size} makes a block of shape [{size}], not {format_type(t)}"
+            )
 
 
 @irdl_op_definition
@@ -102,6 +157,9 @@ class ExpandDimsOp(IRDLOperation):
     axis = prop_def(IntegerAttr)
     result = result_def()
     traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        check_int(self, "axis", self.axis, 0, len(_shape(self.input.type)))
 
 
 @irdl_op_definition
@@ -124,6 +182,9 @@ class ApplyOp(IRDLOperation):
     result = result_def()
     traits = traits_def(Pure())
 
+    def verify_(self) -> None:
+        check_apply(self, self.fn, len(self.args))
+
 
 @irdl_op_definition
 class ConstantOp(IRDLOperation):
@@ -133,6 +194,9 @@ class ConstantOp(IRDLOperation):
     value = prop_def(Attribute)
     result = result_def()
     traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        check_number(self, "value", self.value, self.result.type)
 
 
 @irdl_op_definition
@@ -151,6 +215,8 @@ class LoadOp(IRDLOperation):
     def verify_(self) -> None:
         if self.evict is not None and self.evict.data not in ("first", "last"):
             raise VerifyException('tile.load: evict is "first" or "last"')
+        if self.other is not None:
+            check_number(self, "other", self.other, self.result.type)
 
 
 @irdl_op_definition
@@ -218,6 +284,7 @@ class TilesOp(IRDLOperation):
     body = region_def("single_block")
 
     def verify_(self) -> None:
+        check_int(self, "count", self.count, 1)
         block = self.body.block
         if len(block.args) != 2:
             raise VerifyException("tile.tiles: the region takes the tile index, twice")
@@ -237,6 +304,13 @@ class ReduceOp(IRDLOperation):
     result = result_def()
     traits = traits_def(Pure())
 
+    def verify_(self) -> None:
+        check_choice(self, "kind", self.kind, REDUCE_KINDS)
+        rank = len(_shape(self.input.type))
+        if rank == 0:
+            raise VerifyException("tile.reduce: the input must be a block, not a scalar")
+        check_int(self, "axis", self.axis, 0, rank - 1)
+
 
 @irdl_op_definition
 class DotOp(IRDLOperation):
@@ -249,6 +323,10 @@ class DotOp(IRDLOperation):
     precision = opt_prop_def(StringAttr)
     result = result_def()
     traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if self.precision is not None:
+            check_choice(self, "precision", self.precision, DOT_PRECISIONS)
 
 
 @irdl_op_definition
@@ -264,6 +342,7 @@ class ForOp(IRDLOperation):
     body = region_def("single_block")
 
     def verify_(self) -> None:
+        check_int(self, "step", self.step, 1)
         block = self.body.block
         if len(block.args) != len(self.inits) + 1:
             raise VerifyException("tile.for: the region takes the index and one value per init")

@@ -1,0 +1,135 @@
+"""Checks of the attributes of loop and tile ops, shared by their `verify_` methods.
+
+Each raises `VerifyException` with a message that names the op and the
+attribute, so that the verifier can report it at the op in the source: a bad
+number caught here would otherwise surface as a crash of the printer or a
+Triton compile error.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, StringAttr, TensorType
+from xdsl.ir import Attribute, Operation
+from xdsl.utils.exceptions import VerifyException
+
+from irc.types import ELEMENT_TYPES, FLOAT_TYPES, I1, SCALAR_TYPES, format_type
+
+I32 = ELEMENT_TYPES["i32"]
+
+MAX_BLOCK = 2**20
+"""Elements of one Triton block at most (Triton's TRITON_MAX_TENSOR_NUMEL)."""
+
+MAX_WARPS = 32
+"""Warps of one program at most: 1024 threads, CUDA's limit for a block."""
+
+MAX_STAGES = 16
+"""Software-pipelining stages at most; autotuning tries 1 to 4, and each stage
+holds a copy of the loop's operand tiles in shared memory."""
+
+MAX_GRID = 2**31 - 1
+"""Programs along one grid axis at most (CUDA's limit on the x axis)."""
+
+
+def int_value(op: Operation, name: str, attr: Attribute | None) -> int:
+    """The integer in `attr`, or a message that `name` must be an integer."""
+    if not isinstance(attr, IntegerAttr):
+        raise VerifyException(f"{op.name}: '{name}' must be an integer")
+    return attr.value.data
+
+
+def check_int(
+    op: Operation,
+    name: str,
+    attr: Attribute | None,
+    lo: int,
+    hi: int | None = None,
+    *,
+    power_of_two: bool = False,
+) -> int:
+    """An integer attribute in lo..hi (a power of two if asked); returns its value."""
+    value = int_value(op, name, attr)
+    if value < lo or (hi is not None and value > hi) or (power_of_two and value & (value - 1)):
+        kind = "a power of two" if power_of_two else "an integer"
+        span = f"from {lo} to {hi}" if hi is not None else f"of at least {lo}"
+        raise VerifyException(f"{op.name}: '{name}' must be {kind} {span}, got {value}")
+    return value
+
+
+def check_int_list(
+    op: Operation,
+    name: str,
+    attr: Attribute | None,
+    lo: int,
+    hi: int,
+    *,
+    lengths: tuple[int, ...],
+    power_of_two: bool = False,
+) -> list[int]:
+    """A list of `lengths` entries, each as `check_int` wants it."""
+    entries = attr.data if isinstance(attr, ArrayAttr) else None
+    if entries is None or len(entries) not in lengths:
+        counts = " or ".join(str(n) for n in lengths)
+        raise VerifyException(f"{op.name}: '{name}' must be a list of {counts} integers")
+    return [check_int(op, f"{name}[{i}]", e, lo, hi, power_of_two=power_of_two)
+            for i, e in enumerate(entries)]  # fmt: skip
+
+
+def check_flag(op: Operation, name: str, attr: Attribute | None) -> None:
+    """A marker attribute: 1 (or true) where present; the op's code tests presence."""
+    if attr is None:
+        return
+    if not isinstance(attr, IntegerAttr) or attr.value.data != (-1 if _is_bool(attr) else 1):
+        raise VerifyException(
+            f"{op.name}: '{name}' is 1 (or true) where given; leave it out otherwise"
+        )
+
+
+def _is_bool(attr: Attribute) -> bool:
+    """`true`/`false` as written (xDSL keeps an i1 true as -1)."""
+    return isinstance(attr, IntegerAttr) and attr.type == I1
+
+
+def check_choice(op: Operation, name: str, attr: Attribute | None, choices: tuple[str, ...]) -> str:
+    """A string attribute that is one of `choices`."""
+    allowed = ", ".join(f'"{c}"' for c in choices)
+    if not isinstance(attr, StringAttr) or attr.data not in choices:
+        got = f'"{attr.data}"' if isinstance(attr, StringAttr) else "a non-string"
+        raise VerifyException(f"{op.name}: '{name}' must be one of {allowed}, got {got}")
+    return attr.data
+
+
+def element_type(t: Attribute) -> Attribute:
+    return t.element_type if isinstance(t, TensorType) else t
+
+
+def check_number(op: Operation, name: str, value: Attribute | None, t: Attribute) -> None:
+    """`value` is a number that an element of type `t` can hold exactly as written:
+    a whole number for integer and index types (0 or 1 for i1), any number for floats."""
+    element = element_type(t)
+    if element not in SCALAR_TYPES.values():
+        raise VerifyException(
+            f"{op.name}: the type must be a scalar or a block of scalars, got {format_type(t)}"
+        )
+    if not isinstance(value, IntegerAttr | FloatAttr):
+        raise VerifyException(f"{op.name}: '{name}' must be a number")
+    if _is_bool(value):
+        if element != I1:
+            raise VerifyException(
+                f"{op.name}: a true/false '{name}' needs the i1 type, got {format_type(t)}"
+            )
+        return
+    if element in FLOAT_TYPES:
+        return
+    number = value.value.data
+    if isinstance(value, FloatAttr) and not float(number).is_integer():
+        raise VerifyException(
+            f"{op.name}: '{name}' is {number}, not an integer as {format_type(t)} needs"
+        )
+    whole = int(number)
+    if element == I1:
+        if whole not in (0, 1):
+            raise VerifyException(f"{op.name}: '{name}' of an i1 must be 0 or 1, got {whole}")
+        return
+    bits = 32 if element == I32 else 64  # i64 and index
+    if not -(2 ** (bits - 1)) <= whole < 2 ** (bits - 1):
+        raise VerifyException(f"{op.name}: '{name}' {whole} does not fit in {format_type(element)}")

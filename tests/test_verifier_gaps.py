@@ -1,0 +1,290 @@
+"""Bad attributes of loop and tile ops, illegal fusion groups, nesting and rank limits,
+and passes run at the wrong level: each is a located error (exit 1), never a crash.
+
+Every case writes a file, runs `irc-opt FILE` in-process and checks the
+`FILE:LINE:COL: error:` line, the quoted source line and its caret, as
+tests/test_diagnostics.py does for the graph level.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import inspect
+import io
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from xdsl.dialects.builtin import StringAttr, f32, i32
+from xdsl.ir import Block
+
+import irc.opt
+from irc.dialects import loop, tile
+from irc.dialects.attrs import check_int
+from irc.lowering import tile_to_triton
+
+LOOP = """\
+func @f(%x: memref<4x8xf32>, %w: memref<8x16xf32>) -> (memref<4x16xf32>, memref<4x8xf32>) {
+  %0 = loop.alloc : memref<4x16xf32>
+  loop.kernel {name = "mm", bounds = [4, 16], block = [16, 16, 16], warps = 4, stages = 2} (%i: index, %j: index) {
+    %s = loop.reduce {kind = "sum", bounds = [8], contract = true} (%k: index) {
+      %a = loop.load %x, %i, %k : f32
+      %b = loop.load %w, %k, %j : f32
+      %p = loop.apply %a, %b {fn = "mul"} : f32
+      loop.yield %p
+    } : f32
+    loop.store %s, %0, %i, %j
+  }
+  %1 = loop.alloc : memref<4x8xf32>
+  loop.kernel {name = "poi", bounds = [4, 8], block = [32], persistent = true} (%i: index, %j: index) {
+    %c = loop.constant {value = 2.0} : f32
+    %n = loop.constant {value = 8} : index
+    %a = loop.load %x, %i, %j : f32
+    %p = loop.apply %a, %c {fn = "mul"} : f32
+    loop.store %p, %1, %i, %j
+  }
+  return %0, %1 : memref<4x16xf32>, memref<4x8xf32>
+}
+"""
+
+TILE = """\
+tile.kernel {name = "k", grid = [2], warps = 4, stages = 1} (%p0: ptr<f32>, %p1: ptr<f32>) {
+  %n = tile.constant {value = 8} : i32
+  %pid = tile.program_id {axis = 0} : i32
+  %base = tile.apply %pid, %n {fn = "mul"} : i32
+  %r = tile.arange {size = 8} : tensor<8xi32>
+  %off = tile.apply %base, %r {fn = "add"} : tensor<8xi32>
+  %m = tile.apply %off, %n {fn = "lt"} : tensor<8xi1>
+  %v = tile.load %p0, %off, %m {other = 0.0} : tensor<8xf32>
+  %row = tile.expand_dims %v {axis = 0} : tensor<1x8xf32>
+  %s = tile.reduce %row {kind = "sum", axis = 1} : tensor<1xf32>
+  %z = tile.constant {value = 0.0} : tensor<8x8xf32>
+  %d = tile.dot %z, %z, %z {precision = "ieee"} : tensor<8x8xf32>
+  %e = tile.for %z {lb = 0, ub = 8, step = 4} (%it: i32, %acc: tensor<8x8xf32>) {
+    tile.yield %acc
+  } : tensor<8x8xf32>
+  tile.store %p1, %off, %v, %m
+}
+
+func @f(%x: memref<16xf32>) -> memref<16xf32> {
+  %y = loop.alloc : memref<16xf32>
+  tile.launch %x, %y {kernel = @k}
+  return %y : memref<16xf32>
+}
+"""
+
+
+def run_opt(tmp_path: Path, source: str, *args: str) -> tuple[int, str, str, Path]:
+    path = tmp_path / "t.ir"
+    path.write_text(source)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = irc.opt.run([str(path), *args])
+    return status, out.getvalue(), err.getvalue(), path
+
+
+def assert_located(tmp_path: Path, source: str, where: str, message: str, *args: str) -> None:
+    """`irc-opt FILE` exits 1 with `FILE:WHERE: error: ...MESSAGE...`, the line and a caret."""
+    status, out, err, path = run_opt(tmp_path, source, *args)
+    assert status == 1, err
+    assert out == ""
+    lines = err.split("\n")
+    head = f"{path}:{where}: error: "
+    assert lines[0].startswith(head), f"expected {head!r}\n{err}"
+    assert message in lines[0], err
+    line_no, col = (int(n) for n in where.split(":"))
+    src = source.split("\n")[line_no - 1]
+    if len(src) <= 160:
+        assert lines[1] == src
+        assert lines[2] == " " * (col - 1) + "^"
+    assert "Traceback" not in err
+
+
+def mutate(source: str, old: str, new: str) -> str:
+    assert source.count(old) == 1, old
+    return source.replace(old, new)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    id: str
+    base: str
+    old: str
+    new: str
+    where: str
+    message: str
+
+
+LOOP_CASES = [
+    Case("apply-unknown-fn", LOOP, '{fn = "mul"} : f32\n      loop.yield', '{fn = "mull"} : f32\n      loop.yield',
+         "7:7", "loop.apply: unknown function 'mull' (did you mean 'mul'?)"),
+    Case("apply-arity", LOOP, "%a, %b {fn", "%a {fn", "7:7", "loop.apply: 'mul' takes 2 arguments, got 1"),
+    Case("apply-arity-unary", LOOP, '%a, %c {fn = "mul"}', '%a, %c {fn = "exp"}', "17:5",
+         "loop.apply: 'exp' takes 1 argument, got 2"),
+    Case("reduce-kind", LOOP, 'kind = "sum"', 'kind = "prod"', "4:5", "loop.reduce: kind must be one of"),
+    Case("reduce-contract", LOOP, "contract = true", "contract = 0", "4:5",
+         "loop.reduce: 'contract' is 1 (or true) where given"),
+    Case("kernel-block-pow2", LOOP, "block = [16, 16, 16]", "block = [16, 24, 16]", "3:3",
+         "loop.kernel: 'block[1]' must be a power of two from 1 to 1048576, got 24"),
+    Case("kernel-block-kind", LOOP, "block = [16, 16, 16]", "block = [16, 16]", "3:3",
+         "loop.kernel: 'block' must be a list of 3 integers"),
+    Case("kernel-block-zero", LOOP, "block = [32]", "block = [0]", "13:3",
+         "loop.kernel: 'block[0]' must be a power of two from 1 to 1048576, got 0"),
+    Case("kernel-block-huge", LOOP, "block = [32]", "block = [2097152]", "13:3",
+         "'block[0]' must be a power of two from 1 to 1048576, got 2097152"),
+    Case("kernel-warps", LOOP, "warps = 4", "warps = 64", "3:3",
+         "loop.kernel: 'warps' must be a power of two from 1 to 32, got 64"),
+    Case("kernel-warps-3", LOOP, "warps = 4", "warps = 3", "3:3",
+         "loop.kernel: 'warps' must be a power of two from 1 to 32, got 3"),
+    Case("kernel-stages", LOOP, "stages = 2", "stages = 0", "3:3",
+         "loop.kernel: 'stages' must be an integer from 1 to 16, got 0"),
+    # IRDL's own constraint (an IntegerAttr property) answers first.
+    Case("kernel-stages-float", LOOP, "stages = 2", "stages = 2.5", "3:3",
+         "should be of base attribute integer"),
+    Case("kernel-persistent", LOOP, "persistent = true", "persistent = 2", "13:3",
+         "loop.kernel: 'persistent' is 1 (or true) where given"),
+    Case("constant-fraction-index", LOOP, "{value = 8} : index", "{value = 8.5} : index", "15:5",
+         "loop.constant: 'value' is 8.5, not an integer as index needs"),
+    Case("constant-string", LOOP, "{value = 2.0} : f32", '{value = "two"} : f32', "14:5",
+         "loop.constant: 'value' must be a number"),
+    Case("constant-bool-float", LOOP, "{value = 2.0} : f32", "{value = true} : f32", "14:5",
+         "loop.constant: a true/false 'value' needs the i1 type, got f32"),
+    Case("constant-tensor", LOOP, "{value = 2.0} : f32", "{value = 2.0} : tensor<4xf32>", "14:5",
+         "loop.constant: the type must be a scalar, got a tensor"),
+]
+
+TILE_CASES = [
+    Case("apply-unknown-fn", TILE, '{fn = "lt"}', '{fn = "less"}', "7:3", "tile.apply: unknown function 'less'"),
+    Case("apply-arity-where", TILE, '%off, %n {fn = "lt"}', '%off, %n {fn = "where"}', "7:3",
+         "tile.apply: 'where' takes 3 arguments, got 2"),
+    Case("program-id-axis", TILE, "{axis = 0} : i32", "{axis = 3} : i32", "3:3",
+         "tile.program_id: 'axis' must be an integer from 0 to 2, got 3"),
+    Case("program-id-grid", TILE, "{axis = 0} : i32", "{axis = 1} : i32", "3:3",
+         "tile.program_id: axis 1, but the kernel's grid has 1 axis"),
+    Case("arange-pow2", TILE, "{size = 8} : tensor<8xi32>", "{size = 6} : tensor<6xi32>", "5:3",
+         "tile.arange: 'size' must be a power of two from 1 to 1048576, got 6"),
+    Case("arange-huge", TILE, "{size = 8} : tensor<8xi32>", "{size = 4194304} : tensor<4194304xi32>",
+         "5:3", "tile.arange: 'size' must be a power of two from 1 to 1048576, got 4194304"),
+    Case("arange-shape", TILE, "{size = 8} : tensor<8xi32>", "{size = 8} : tensor<4xi32>", "5:3",
+         "tile.arange: size 8 makes a block of shape [8], not tensor<4xi32>"),
+    Case("expand-dims-axis", TILE, "%v {axis = 0}", "%v {axis = 2}", "9:3",
+         "tile.expand_dims: 'axis' must be an integer from 0 to 1, got 2"),
+    Case("expand-dims-negative", TILE, "%v {axis = 0}", "%v {axis = -1}", "9:3",
+         "tile.expand_dims: 'axis' must be an integer from 0 to 1, got -1"),
+    Case("reduce-kind", TILE, 'kind = "sum", axis = 1', 'kind = "mean", axis = 1', "10:3",
+         'tile.reduce: \'kind\' must be one of "sum", "max", "min", got "mean"'),
+    Case("reduce-axis", TILE, 'kind = "sum", axis = 1', 'kind = "sum", axis = 2', "10:3",
+         "tile.reduce: 'axis' must be an integer from 0 to 1, got 2"),
+    Case("reduce-scalar", TILE, "%s = tile.reduce %row", "%s = tile.reduce %n", "10:3",
+         "tile.reduce: the input must be a block, not a scalar"),
+    Case("for-step", TILE, "step = 4", "step = 0", "13:3",
+         "tile.for: 'step' must be an integer of at least 1, got 0"),
+    Case("dot-precision", TILE, 'precision = "ieee"', 'precision = "fast"', "12:3",
+         "tile.dot: 'precision' must be one of \"ieee\", \"tf32\", \"tf32x3\", got \"fast\""),
+    Case("kernel-grid-zero", TILE, "grid = [2]", "grid = [0]", "1:1",
+         "tile.kernel: 'grid[0]' must be an integer from 1 to 2147483647, got 0"),
+    Case("kernel-grid-4d", TILE, "grid = [2]", "grid = [1, 1, 1, 1]", "1:1",
+         "tile.kernel: 'grid' must be a list of 1 or 2 or 3 integers"),
+    Case("kernel-grid-float", TILE, "grid = [2]", "grid = [2.0]", "1:1",
+         "tile.kernel: 'grid[0]' must be an integer"),
+    Case("kernel-warps", TILE, "warps = 4", "warps = 48", "1:1",
+         "tile.kernel: 'warps' must be a power of two from 1 to 32, got 48"),
+    Case("kernel-stages", TILE, "stages = 1", "stages = -1", "1:1",
+         "tile.kernel: 'stages' must be an integer from 1 to 16, got -1"),
+    Case("kernel-pdl", TILE, "stages = 1}", "stages = 1, pdl = 0}", "1:1",
+         "tile.kernel: 'pdl' is 1 (or true) where given"),
+    Case("kernel-persistent-grid", TILE, "grid = [2]", "grid = [2, 2], persistent = 1", "1:1",
+         "tile.kernel: a persistent kernel has a one-axis grid"),
+    Case("load-other-string", TILE, "{other = 0.0}", '{other = "zero"}', "8:3",
+         "tile.load: 'other' must be a number"),
+    Case("load-other-fraction", TILE, "%p0, %off, %m {other = 0.0} : tensor<8xf32>",
+         "%p0, %off, %m {other = 0.5} : tensor<8xi32>", "8:3",
+         "tile.load: 'other' is 0.5, not an integer as tensor<8xi32> needs"),
+    Case("constant-i32-range", TILE, "{value = 8} : i32", "{value = 4294967296} : i32", "2:3",
+         "tile.constant: 'value' 4294967296 does not fit in i32"),
+    Case("constant-i1", TILE, "{value = 0.0} : tensor<8x8xf32>", "{value = 2} : tensor<8x8xi1>",
+         "11:3", "tile.constant: 'value' of an i1 must be 0 or 1, got 2"),
+    Case("constant-ptr", TILE, "{value = 8} : i32", "{value = 8} : ptr<f32>", "2:3",
+         "tile.constant: the type must be a scalar or a block of scalars, got ptr<f32>"),
+]
+
+
+def test_the_templates_verify(tmp_path: Path) -> None:
+    for source in (LOOP, TILE):
+        status, _, err, _ = run_opt(tmp_path, source)
+        assert status == 0, err
+
+
+@pytest.mark.parametrize("case", LOOP_CASES + TILE_CASES,
+                         ids=[f"{c.base is LOOP and 'loop' or 'tile'}-{c.id}" for c in LOOP_CASES + TILE_CASES])  # fmt: skip
+def test_bad_attribute_is_located(case: Case, tmp_path: Path) -> None:
+    assert_located(tmp_path, mutate(case.base, case.old, case.new), case.where, case.message)
+
+
+def test_unknown_fn_no_longer_reaches_the_printer(tmp_path: Path) -> None:
+    # Before the check, `--emit triton` crashed in the printer (exit 2).
+    source = mutate(TILE, '{fn = "lt"}', '{fn = "bogus"}')
+    assert_located(tmp_path, source, "7:3", "unknown function 'bogus'", "--emit", "triton")
+
+
+# --- one table of scalar functions -------------------------------------------------------
+
+
+def _triton_form(fn: str, arity: int) -> str:
+    """What the Triton printer makes of `fn` on arguments named v0, v1, ..."""
+    args = Block(arg_types=[f32] * arity).args
+    op = tile.ApplyOp.create(
+        operands=list(args),
+        result_types=[i32 if fn == "cast" else f32],
+        properties={"fn": StringAttr(fn)},
+    )
+    # Only `apply` is wanted: a printer whose values are already named.
+    printer = tile_to_triton.KernelPrinter.__new__(tile_to_triton.KernelPrinter)
+    printer.names = {a: f"v{i}" for i, a in enumerate(args)}
+    return printer.apply(op)
+
+
+@pytest.mark.parametrize("fn", sorted(loop.APPLY_FNS))
+def test_every_checked_fn_has_a_triton_form(fn: str) -> None:
+    arity = loop.APPLY_FNS[fn]
+    text = _triton_form(fn, arity)
+    # Every argument appears in the expression.
+    assert all(f"v{i}" in text for i in range(arity)), text
+
+
+def _printer_fn_names() -> set[str]:
+    """The fn names `KernelPrinter.apply` branches on, read from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(tile_to_triton.KernelPrinter.apply)))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "fn":
+            for right in node.comparators:
+                if isinstance(right, ast.Constant) and isinstance(right.value, str):
+                    names.add(right.value)
+                if isinstance(right, ast.Tuple):
+                    names |= {e.value for e in right.elts if isinstance(e, ast.Constant)}
+    return names
+
+
+def test_every_triton_form_is_a_checked_fn() -> None:
+    forms = set(tile_to_triton.UNARY) | set(tile_to_triton.BINARY) | _printer_fn_names()
+    assert forms - set(loop.APPLY_FNS) == set()
+    assert set(loop.APPLY_FNS) - forms == set()
+    # The templates take as many arguments as the table says.
+    for table in (tile_to_triton.UNARY, tile_to_triton.BINARY):
+        for fn, template in table.items():
+            used = {int(i) for i in re.findall(r"\{(\d)\}", template)}
+            assert max(used) + 1 == loop.APPLY_FNS[fn], fn
+
+
+def test_check_int_names_the_range() -> None:
+    from xdsl.dialects.builtin import IntegerAttr, i64
+    from xdsl.utils.exceptions import VerifyException
+
+    op = tile.ArangeOp.create(properties={"size": IntegerAttr(3, i64)}, result_types=[i32])
+    with pytest.raises(VerifyException, match="of at least 4, got 3"):
+        check_int(op, "size", op.size, 4)
+    assert check_int(op, "size", op.size, 1, 4) == 3
