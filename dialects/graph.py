@@ -18,6 +18,7 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     FloatAttr,
     IntegerAttr,
+    StringAttr,
     TensorType,
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
@@ -704,6 +705,37 @@ class FusedOp(IRDLOperation):
                 + ", ".join(format_type(t) for t in want)
                 + ")"
             )
+        self._check_group()
+
+    def _check_group(self) -> None:
+        """The group is one kernel: no group inside it, only graph ops, and a loop nest
+        computes it by the fusion pass's own rules (passes/fuse.py, less its cost
+        limits), so that a group written by hand is refused in terms of its ops."""
+        outer = self.parent_op()
+        while outer is not None:
+            if isinstance(outer, FusedOp):
+                raise GraphVerifyError(
+                    "graph.fused inside another graph.fused: a group is one kernel and "
+                    "does not nest"
+                )
+            outer = outer.parent_op()
+        for op in self.body.block.ops:
+            if isinstance(op, FusedOp):
+                return  # reported at the inner group
+            if not isinstance(op, GraphOp | YieldOp):
+                raise GraphVerifyError(f"graph.fused: {op.name} in the region is not a graph op")
+        from irc.passes.fuse import FusionGraph, Rejected, kernel_schema
+
+        g = FusionGraph(self.body.block)
+        try:
+            kind = kernel_schema(g, g.compute, None, costs=False).kind
+        except Rejected as e:
+            raise GraphVerifyError(
+                f"graph.fused: one kernel cannot compute this group: {e}"
+            ) from None
+        if self.kind is not None and self.kind != StringAttr(kind):
+            written = self.kind.data if isinstance(self.kind, StringAttr) else str(self.kind)
+            raise GraphVerifyError(f'graph.fused: kind "{written}", but the group is a "{kind}" kernel')
 
 
 @irdl_op_definition

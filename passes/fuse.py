@@ -100,15 +100,17 @@ class FusionGraph:
     the same questions many times.
     """
 
-    def __init__(self, fn: func.FuncOp):
-        self.fn = fn
-        ops = list(fn.body.block.ops)
+    def __init__(self, fn: func.FuncOp | Block):
+        """`fn`: a function, or the region of a graph.fused (whose graph.yield is its
+        return) when a group written by hand is judged as the fusion's would be."""
+        self.block = fn.body.block if isinstance(fn, func.FuncOp) else fn
+        ops = list(self.block.ops)
         self.order = {op: i for i, op in enumerate(ops)}
         self.compute = [op for op in ops if is_compute(op)]
         self.is_compute_op = set(self.compute)
         self.returned: set[SSAValue] = set()
         for op in ops:
-            if isinstance(op, func.ReturnOp):
+            if isinstance(op, func.ReturnOp | graph.YieldOp):
                 self.returned.update(op.operands)
         self._sources: dict[SSAValue, list[SSAValue]] = {}
         self._inputs: dict[Operation, list[SSAValue]] = {}
@@ -270,20 +272,26 @@ class Rejected(Exception):
 def kernel_schema(
     g: FusionGraph,
     ops: Sequence[Operation],
-    max_ops: int,
+    max_ops: int | None,
     io: tuple[Iterable[SSAValue], Iterable[SSAValue]] | None = None,
+    *,
+    costs: bool = True,
 ) -> Schema:
     """How one loop nest computes `ops`, or `Rejected` with the reason.
 
     `io` is the group's (reads, writes) when the caller already knows them.
+    With `costs` false only whether one loop nest computes the group at all is
+    asked, not whether it pays (`max_ops`, the register-pressure estimate,
+    recomputed expensive ops): the verifier judges a graph.fused written by
+    hand so.
     """
-    if len(ops) > max_ops:
+    if max_ops is not None and len(ops) > max_ops:
         raise Rejected(f"more than {max_ops} ops in one kernel")
     members = set(ops)
     matmuls = [op for op in ops if isinstance(op, graph.MatmulOp)]
     reductions = [op for op in ops if isinstance(op, graph.ReduceOp)]
     reads, writes = (list(io[0]), list(io[1])) if io is not None else group_io(g, ops)
-    if len(reads) + len(writes) > MAX_TENSORS:
+    if costs and len(reads) + len(writes) > MAX_TENSORS:
         # Each tensor a kernel streams is at least one live block per thread
         # (16 registers a block for an 8192-wide row on 16 warps): past this
         # many, register spills cost more than the traffic fusion saves.
@@ -298,14 +306,15 @@ def kernel_schema(
     if reductions and not matmuls:  # contractions check their epilogue themselves
         _check_no_reindexing(g, ops, members)
     if matmuls:
-        return _contraction_schema(g, ops, matmuls[0], writes)
+        return _contraction_schema(g, ops, matmuls[0], writes, costs)
     if reductions:
-        return _rows_schema(g, ops, reductions, members, writes)
+        return _rows_schema(g, ops, reductions, members, writes, costs)
     out_shapes = {shape_of(v.type) for v in writes}
     if len(out_shapes) > 1:
         raise Rejected("outputs of different shapes: " + ", ".join(map(str, sorted(out_shapes))))
     space = numel(next(iter(out_shapes))) if out_shapes else 0
-    _check_recompute(ops, space)
+    if costs:
+        _check_recompute(ops, space)
     return Schema("pointwise")
 
 
@@ -350,6 +359,7 @@ def _rows_schema(
     reductions: list[Operation],
     members: set[Operation],
     writes: list[SSAValue],
+    costs: bool = True,
 ) -> Schema:
     first = reductions[0]
     assert isinstance(first, graph.ReduceOp)
@@ -369,7 +379,7 @@ def _rows_schema(
 
         if broadcast_shapes(shape, full) != full:
             raise Rejected(f"{op.name} of shape {list(shape)} is outside the rows of {list(full)}")
-        if not isinstance(op, CHEAP_OPS):
+        if costs and not isinstance(op, CHEAP_OPS):
             raise Rejected(f"{op.name} of shape {list(shape)} would be recomputed per element")
     strays = [v for v in writes if shape_of(v.type) not in (full, row_keep, row)]
     if strays:
@@ -404,7 +414,11 @@ def _rows_schema(
 
 
 def _contraction_schema(
-    g: FusionGraph, ops: Sequence[Operation], mm: Operation, writes: list[SSAValue]
+    g: FusionGraph,
+    ops: Sequence[Operation],
+    mm: Operation,
+    writes: list[SSAValue],
+    costs: bool = True,
 ) -> Schema:
     out = shape_of(mm.results[0].type)
     members = set(ops)
@@ -426,6 +440,9 @@ def _contraction_schema(
                 )
             continue
         # Prologue: cheap, feeding only the matmul (directly or through other prologue ops).
+        # Other uses of its values recompute or store them: correct, but not worth it.
+        if not costs:
+            continue
         if not isinstance(op, CHEAP_OPS):
             raise Rejected(f"prologue {op.name} is not cheap enough to recompute per tile")
         for r in op.results:
@@ -841,7 +858,7 @@ def _kernel_name(ops: Sequence[Operation], kind: str, counter: list[int]) -> str
 def materialize(g: FusionGraph, ops: Sequence[Operation], name: str, kind: str) -> graph.FusedOp:
     """Moves a group's ops (and the views between them) into one graph.fused op."""
     members = set(ops)
-    fn_block = g.fn.body.block
+    fn_block = g.block
     # Views of values made in the group (chains of them too) that the group reads go
     # in: moved when only the group reads them, else copied, so that the kernel never
     # reads a view of its own output from outside (a cycle). Constants read only

@@ -288,3 +288,99 @@ def test_check_int_names_the_range() -> None:
     with pytest.raises(VerifyException, match="of at least 4, got 3"):
         check_int(op, "size", op.size, 4)
     assert check_int(op, "size", op.size, 1, 4) == 3
+
+
+# --- graph.fused: the fusion pass's legality, said in terms of the user's ops --------------
+
+
+def _fused(inputs: str, body: list[str], results: str, args: str, rets: str) -> str:
+    return (
+        f"func @f({args}) -> ({rets}) {{\n"
+        f"  %y = graph.fused {inputs} {{\n"
+        + "".join(f"    {line}\n" for line in body)
+        + f"  }} : {results}\n"
+        f"  return %y : {rets}\n}}\n"
+    )
+
+
+def test_illegal_group_is_reported_at_the_fused_op_in_graph_terms(tmp_path: Path) -> None:
+    source = (
+        "func @f(%x: tensor<4x8xf32>) -> (tensor<4xf32>, tensor<8xf32>) {\n"
+        "  %a, %b = graph.fused %x (%x0: tensor<4x8xf32>) {\n"
+        "    %s = graph.reduce_sum %x0 {dims = [1]}\n"
+        "    %t = graph.reduce_sum %x0 {dims = [0]}\n"
+        "    graph.yield %s, %t\n"
+        "  } : tensor<4xf32>, tensor<8xf32>\n"
+        "  return %a, %b : tensor<4xf32>, tensor<8xf32>\n"
+        "}\n"
+    )
+    for args in ((), ("-p", "graph-to-loop"), ("--emit", "triton")):
+        assert_located(tmp_path, source, "2:3", "reductions over different shapes or dims", *args)
+        err = run_opt(tmp_path, source, *args)[2]
+        assert "loop." not in err
+
+
+def test_outputs_of_two_shapes_are_refused(tmp_path: Path) -> None:
+    source = (
+        "func @f(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>) {\n"
+        "  %y, %z = graph.fused %x, %b (%x0: tensor<4x8xf32>, %b0: tensor<8xf32>) {\n"
+        "    %e = graph.exp %b0\n"
+        "    %s = graph.add %x0, %e\n"
+        "    graph.yield %s, %e\n"
+        "  } : tensor<4x8xf32>, tensor<8xf32>\n"
+        "  return %y, %z : tensor<4x8xf32>, tensor<8xf32>\n"
+        "}\n"
+    )
+    assert_located(tmp_path, source, "2:3", "outputs of different shapes")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # An expensive op recomputed per element: slow, so `fuse` would not make it, but legal.
+        ["%e = graph.exp %b0", "%s = graph.add %x0, %e", "graph.yield %s"],
+        # The same next to a reduction (a rows kernel).
+        ["%e = graph.exp %b0", "%r = graph.reduce_sum %x0 {dims = [1], keepdim = true}",
+         "%t = graph.add %x0, %e", "%s = graph.div %t, %r", "graph.yield %s"],
+        # More ops than fuse's default max-ops (64).
+        ["%c0 = graph.add %x0, %b0"]
+        + [f"%c{i} = graph.add %c{i - 1}, %x0" for i in range(1, 80)]
+        + ["graph.yield %c79"],
+    ],
+    ids=["recompute", "rows-recompute", "many-ops"],
+)
+def test_costly_but_legal_groups_are_accepted_and_lowered(body: list[str], tmp_path: Path) -> None:
+    source = _fused(
+        "%x, %b (%x0: tensor<4x8xf32>, %b0: tensor<8xf32>)",
+        body,
+        "tensor<4x8xf32>",
+        "%x: tensor<4x8xf32>, %b: tensor<8xf32>",
+        "tensor<4x8xf32>",
+    )
+    status, out, err, _ = run_opt(tmp_path, source, "-p", "graph-to-loop,tile,loop-to-tile")
+    assert status == 0, err
+    assert out.count("tile.kernel") == 1
+
+
+def test_many_tensors_in_one_hand_written_group_are_accepted(tmp_path: Path) -> None:
+    # 20 inputs: over fuse's register-pressure estimate (16), which is a cost, not legality.
+    n = 20
+    args = ", ".join(f"%a{i}: tensor<64xf32>" for i in range(n))
+    inner = ", ".join(f"%b{i}: tensor<64xf32>" for i in range(n))
+    names = ", ".join(f"%a{i}" for i in range(n))
+    body = ["%s0 = graph.add %b0, %b1"] + [f"%s{i} = graph.add %s{i - 1}, %b{i + 1}" for i in range(1, n - 1)]
+    source = _fused(f"{names} ({inner})", [*body, f"graph.yield %s{n - 2}"], "tensor<64xf32>", args, "tensor<64xf32>")
+    status, _, err, _ = run_opt(tmp_path, source, "-p", "graph-to-loop")
+    assert status == 0, err
+
+
+def test_fusion_output_verifies_with_any_max_ops(tmp_path: Path) -> None:
+    body = "".join(f"  %c{i} = graph.exp %c{i - 1}\n" for i in range(1, 100))
+    source = (
+        "func @f(%x: tensor<64xf32>) -> tensor<64xf32> {\n  %c0 = graph.exp %x\n"
+        + body + "  return %c99 : tensor<64xf32>\n}\n"
+    )  # fmt: skip
+    status, out, err, _ = run_opt(tmp_path, source, "-p", "fuse{max-ops=200},graph-to-loop")
+    assert status == 0, err
+    assert out.count("loop.kernel") == 1
+
