@@ -152,6 +152,12 @@ _TOKEN_WORDS = {
 _OPENERS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE", "LESSTHAN": "MORETHAN"}
 _CLOSERS = set(_OPENERS.values())
 _MAX_LIST_DEPTH = 16
+MAX_REGION_DEPTH = 64
+"""Regions inside regions at most. irc's own IR nests four deep; every stage that
+walks the IR (this builder, the verifier, xDSL's walks, the printer) recurses
+once or more a level, and Python's stack holds about 1000 frames."""
+MAX_RANK = 64
+"""Dimensions of a tensor or memref at most: PyTorch's limit for a tensor."""
 _TYPE_WORDS = {"tensor", "memref", "ptr", *SCALAR_TYPES}
 
 
@@ -508,6 +514,7 @@ class _Builder(_SyntaxErrors):
         self.text = text
         self.first_line = first_line
         self.op_classes = op_classes()
+        self.depth = 0  # regions open around the op being built
 
     def loc(self, line: int, column: int) -> Location:
         return Location(self.filename, line + self.first_line - 1, column)
@@ -768,6 +775,15 @@ class _Builder(_SyntaxErrors):
             raise self.error(name_tok, f"{cls.name} needs a region: '(%arg: type) {{ ... }}'")
 
     def _region(self, node: Tree) -> Region:
+        if self.depth >= MAX_REGION_DEPTH:
+            raise self.error(node, f"regions nest more than {MAX_REGION_DEPTH} deep")
+        self.depth += 1
+        try:
+            return self._region_body(node)
+        finally:
+            self.depth -= 1
+
+    def _region_body(self, node: Tree) -> Region:
         args, body = node.children
         types: list[Attribute] = []
         toks: list[Token] = []
@@ -935,6 +951,11 @@ class _Builder(_SyntaxErrors):
         for d in dims:
             if d < 1:
                 raise self.error(shape_tok, f"dimension {d} in '{name}<{text}>' must be positive")
+        if len(dims) > MAX_RANK:
+            raise self.error(
+                shape_tok,
+                f"'{name}<...>' has {len(dims)} dimensions, more than irc supports ({MAX_RANK})",
+            )
         if numel(dims) > MAX_ELEMENTS:
             raise self.error(
                 shape_tok,

@@ -378,6 +378,13 @@ CASES = [
     C("fused-types", fn("  %y = graph.fused %x (%a: tensor<4x8xf32>) {", "    graph.yield %a",
                         "  } : tensor<8x4xf32>"), "2:3",
       "graph.fused: graph.yield types (tensor<4x8xf32>) differ from the results (tensor<8x4xf32>)"),
+    C("rank-too-high", "func @f(%x: tensor<" + "1x" * 65 + "f32>) {\n  return\n}\n", "1:20",
+      "'tensor<...>' has 65 dimensions, more than irc supports (64)"),
+    C("regions-too-deep",
+      "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+      + "".join(f"  loop.foreach {{bounds = [1]}} (%i{d}: index) {{\n" for d in range(65))
+      + "  }\n" * 65 + "  return %x : tensor<4xf32>\n}\n",
+      "66:31", "regions nest more than 64 deep"),
     C("fused-nested", fn("  %y = graph.fused %x (%a: tensor<4x8xf32>) {",
                          "    %z = graph.fused %a (%c: tensor<4x8xf32>) {", "      graph.yield %c",
                          "    } : tensor<4x8xf32>", "    graph.yield %z", "  } : tensor<4x8xf32>"),

@@ -384,3 +384,91 @@ def test_fusion_output_verifies_with_any_max_ops(tmp_path: Path) -> None:
     assert status == 0, err
     assert out.count("loop.kernel") == 1
 
+
+def test_deeply_nested_fused_is_a_located_error(tmp_path: Path) -> None:
+    n = 3000
+    text = "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n%y = graph.fused %x (%a0: tensor<4xf32>) {\n"
+    for i in range(1, n):
+        text += f"%b{i} = graph.fused %a{i - 1} (%a{i}: tensor<4xf32>) {{\n"
+    text += f"graph.yield %a{n - 1}\n"
+    for i in range(n - 1, 0, -1):
+        text += f"}} : tensor<4xf32>\ngraph.yield %b{i}\n"
+    text += "} : tensor<4xf32>\nreturn %y : tensor<4xf32>\n}\n"
+    status, out, err, path = run_opt(tmp_path, text)
+    assert status == 1 and out == ""
+    assert err.startswith(f"{path}:"), err
+    assert "nest" in err.split("\n")[0]
+    assert "RecursionError" not in err and "internal error" not in err
+
+
+# --- limits: nesting depth and rank ---------------------------------------------------------
+
+
+def test_deeply_nested_regions_stop_at_the_limit(tmp_path: Path) -> None:
+    # 3000 loop.reduce regions inside one another: the 65th is reported where it opens.
+    n = 3000
+    text = "func @f(%x: memref<4xf32>) -> memref<4xf32> {\n"
+    text += 'loop.kernel {name = "k", bounds = [4]} (%i: index) {\n'
+    for d in range(n):
+        text += f'%s{d} = loop.reduce {{kind = "sum", bounds = [2]}} (%j{d}: index) {{\n'
+    text += "}\n" * n + "}\nreturn %x : memref<4xf32>\n}\n"
+    status, out, err, path = run_opt(tmp_path, text)
+    assert status == 1 and out == ""
+    line = 2 + 64  # the kernel's region is the first level
+    assert err.startswith(f"{path}:{line}:"), err[:300]
+    assert "regions nest more than 64 deep" in err.split("\n")[0]
+
+
+def test_deeply_nested_attribute_lists_are_located(tmp_path: Path) -> None:
+    source = (
+        "func @f(%x: tensor<4xf32>) -> tensor<f32> {\n"
+        "  %y = graph.reduce_sum %x {dims = " + "[" * 3000 + "0" + "]" * 3000 + "}\n"
+        "  return %y : tensor<f32>\n}\n"
+    )
+    status, _, err, path = run_opt(tmp_path, source)
+    assert status == 1
+    assert err.startswith(f"{path}:2:"), err[:300]
+    assert "lists nest more than 16 deep" in err.split("\n")[0]
+
+
+RANK_100 = "x".join(["1"] * 100)
+
+
+def test_rank_above_the_limit_is_located_in_irc_opt(tmp_path: Path) -> None:
+    source = (
+        f"func @f(%x: tensor<4xf32>) -> tensor<4xf32> {{\n"
+        f"  %y = graph.reshape %x : tensor<4x{RANK_100}xf32>\n"
+        f"  return %x : tensor<4xf32>\n}}\n"
+    )
+    status, _, err, path = run_opt(tmp_path, source)
+    assert status == 1
+    first = err.split("\n")[0]
+    assert first == (
+        f"{path}:2:34: error: 'tensor<...>' has 101 dimensions, more than irc supports (64)"
+    )
+
+
+def test_rank_above_the_limit_is_located_in_irc_run(tmp_path: Path) -> None:
+    import irc.run
+
+    path = tmp_path / "r.ir"
+    path.write_text(
+        f"func @f(%x: tensor<{RANK_100}xf32>) -> tensor<{RANK_100}xf32> {{\n"
+        f"  %y = graph.exp %x\n  return %y : tensor<{RANK_100}xf32>\n}}\n"
+    )
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        status = irc.run.main([str(path)])
+    assert status == 1
+    assert err.getvalue().startswith(f"{path}:1:20: error: 'tensor<...>' has 100 dimensions")
+
+
+def test_rank_at_the_limit_still_works(tmp_path: Path) -> None:
+    shape = "x".join(["1"] * 64)
+    source = (
+        f"func @f(%x: tensor<{shape}xf32>) -> tensor<{shape}xf32> {{\n"
+        f"  %y = graph.exp %x\n  return %y : tensor<{shape}xf32>\n}}\n"
+    )
+    status, out, err, _ = run_opt(tmp_path, source, "--emit", "triton")
+    assert status == 0, err
+    assert "@triton.jit" in out
