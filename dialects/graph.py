@@ -11,7 +11,9 @@ op of the same name (see `irc.reference`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -210,10 +212,82 @@ class GraphOp(IRDLOperation):
 # --- element-wise --------------------------------------------------------------
 
 
-class UnaryOp(GraphOp):
+class Cost(Enum):
+    """What recomputing an op per element costs: fusion recomputes only cheap ops
+    (passes/fuse.py), for instance when a small operand broadcasts into a kernel."""
+
+    CHEAP = "cheap"
+    """An ALU instruction or two: comparisons, selects, add, mul, floor."""
+    TRANSCENDENTAL = "transcendental"
+    """A special-function unit or a multi-instruction sequence: exp, sqrt, division."""
+
+
+Template = str | Mapping[str, str]
+"""A scalar Triton expression over `{0}`, `{1}`, ...; a mapping picks one by the
+first operand's element type: its name (`"f64"`) first, then `"float"` or `"int"`."""
+
+
+@dataclass(frozen=True)
+class Fuzz:
+    """How `irc.graphgen` draws an element-wise op in random programs.
+
+    Values carry a rough magnitude (`scale`) and whether two correct
+    implementations agree on them bit for bit (`exact`); these facts keep the
+    op's operands well-conditioned and say what its result is.
+    """
+
+    weight: int = 1
+    """Relative frequency among the ops of its builder (0: never drawn)."""
+    domain: str = "real"
+    """Operands: "real" (any float), "bounded" (squashed to |x| <= `bound`),
+    "positive" (|x| + `bound`; for a binary op, its right operand), or "exact"
+    (exact values only: a jump such as floor's turns an ulp into 1)."""
+    bound: float = 3.0
+    raw: float = 0.0
+    """With "positive": how often an exact operand goes in as it is (NaN where
+    the op is undefined, in the reference and the kernels alike)."""
+    scale: str = "same"
+    """The result's magnitude: "same" as the (first) operand, "unit" (<= 1),
+    "exp" (e**(3 scale)), "sqrt", or for binary ops "sum", "product", "max"."""
+    exact: bool | None = None
+    """Whether an exact result comes of exact operands; None: the op's EXACT."""
+    recipe: str | None = None
+    """A graphgen method that builds the op itself ("compare", "power", ...);
+    None: the generic unary or binary builder."""
+    activation: bool = False
+    """Drawn as the activation of a GEMM epilogue."""
+
+
+class ElementwiseOp(GraphOp):
+    """A graph op computed element by element, as one `loop.apply` and `tile.apply`.
+
+    Its facts live here, on the op class, and every level reads them from here
+    (docs/architecture.md, "Adding an op"); tests/test_op_facts.py checks that
+    every element-wise op has each one.
+    """
+
+    FN: ClassVar[str]
+    """The `fn` of the loop.apply and tile.apply that compute the op."""
+    ARITY: ClassVar[int]
+    REFERENCE: ClassVar[str | None]
+    """The torch function that defines the op's numerics (irc.reference imports it
+    lazily, so the dialect loads without torch); None: a custom evaluator there."""
+    TRITON: ClassVar[Template | None]
+    """The scalar Triton expression; None: tile_to_triton builds it (cast)."""
+    COST: ClassVar[Cost]
+    ROUNDING_COMMUTES: ClassVar[bool] = False
+    """op(round(x)) == round(op(x)) for rounding to half precision (monotone or
+    sign-symmetric ops, selections): lowered, the operands' rounding goes."""
+    EXACT: ClassVar[bool] = False
+    """The result is exactly representable: the op never rounds."""
+    FUZZ: ClassVar[Fuzz] = Fuzz()
+
+
+class UnaryOp(ElementwiseOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    ARITY: ClassVar[int] = 1
     FLOAT_ONLY: ClassVar[bool] = True
 
     def __init__(self, x: SSAValue | Operation):
@@ -231,45 +305,121 @@ class UnaryOp(GraphOp):
         return t
 
 
-def _unary(op_name: str, doc: str, float_only: bool = True) -> type[UnaryOp]:
-    cls = type(
-        _class_name(op_name),
-        (UnaryOp,),
-        {
-            "name": f"graph.{op_name}",
-            "__doc__": doc,
-            "FLOAT_ONLY": float_only,
-            "__annotations__": {"FLOAT_ONLY": "ClassVar[bool]"},
-        },
+def _facts(op_name: str, doc: str, **facts: object) -> dict[str, object]:
+    """The class namespace of a factory-made op: its name, doc and UPPER_CASE facts."""
+    namespace: dict[str, object] = {
+        "name": f"graph.{op_name}",
+        "__doc__": doc,
+        "FN": op_name,
+        "__annotations__": {"FN": "ClassVar[str]"},
+    }
+    for key, value in facts.items():
+        namespace[key.upper()] = value
+        namespace["__annotations__"][key.upper()] = "ClassVar[object]"  # type: ignore[index]
+    return namespace
+
+
+def _unary(
+    op_name: str,
+    doc: str,
+    *,
+    reference: str,
+    triton: Template,
+    cost: Cost,
+    float_only: bool = True,
+    **facts: object,
+) -> type[UnaryOp]:
+    namespace = _facts(
+        op_name, doc, reference=reference, triton=triton, cost=cost, float_only=float_only, **facts
     )
-    return irdl_op_definition(cls)
+    return irdl_op_definition(type(_class_name(op_name), (UnaryOp,), namespace))
 
 
 def _class_name(op_name: str) -> str:
     return "".join(p.capitalize() for p in op_name.split("_")) + "Op"
 
 
-NegOp = _unary("neg", "-x", float_only=False)
-AbsOp = _unary("abs", "|x|", float_only=False)
-ExpOp = _unary("exp", "e**x")
-LogOp = _unary("log", "natural logarithm")
-SqrtOp = _unary("sqrt", "square root")
-RsqrtOp = _unary("rsqrt", "1 / sqrt(x)")
-SinOp = _unary("sin", "sine")
-CosOp = _unary("cos", "cosine")
-TanhOp = _unary("tanh", "hyperbolic tangent")
-SigmoidOp = _unary("sigmoid", "1 / (1 + e**-x)")
-ReluOp = _unary("relu", "max(x, 0), NaN propagating", float_only=False)
-GeluOp = _unary("gelu", "exact GELU: x * (1 + erf(x / sqrt(2))) / 2")
-SiluOp = _unary("silu", "x * sigmoid(x)")
-ReciprocalOp = _unary("reciprocal", "1 / x")
+CHEAP, TRANSCENDENTAL = Cost.CHEAP, Cost.TRANSCENDENTAL
+_MAX_NAN = "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"
+_MIN_NAN = "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"
 
 
-class BinaryOp(GraphOp):
+NegOp = _unary(
+    "neg", "-x", reference="torch.neg", float_only=False, cost=CHEAP,
+    # Triton's unary minus is `0 - x`, which makes +0.0 of +0.0; torch gives -0.0.
+    triton={"float": "{0} * -1.0", "int": "-{0}"},
+    exact=True, rounding_commutes=True,
+)
+AbsOp = _unary(
+    "abs", "|x|", reference="torch.abs", triton="tl.abs({0})", float_only=False, cost=CHEAP,
+    exact=True, rounding_commutes=True,
+)
+ExpOp = _unary(
+    "exp", "e**x", reference="torch.exp", triton="tl.exp({0})", cost=TRANSCENDENTAL,
+    fuzz=Fuzz(domain="bounded", bound=3.0, scale="exp"),
+)
+LogOp = _unary(
+    "log", "natural logarithm", reference="torch.log", triton="tl.log({0})",
+    cost=TRANSCENDENTAL,
+    # log is ill-conditioned near 1: its argument is kept at 3 or more.
+    fuzz=Fuzz(domain="positive", bound=3.0, raw=0.3, scale="sqrt"),
+)
+SqrtOp = _unary(
+    "sqrt", "square root", reference="torch.sqrt", cost=TRANSCENDENTAL,
+    # tl.sqrt_rn takes f32 only; f64 sqrt is IEEE.
+    triton={"f64": "tl.sqrt({0})", "float": "tl.sqrt_rn({0})"},
+    fuzz=Fuzz(domain="positive", bound=1.0, raw=0.3, scale="sqrt"),
+)
+RsqrtOp = _unary(
+    "rsqrt", "1 / sqrt(x)", reference="torch.rsqrt", triton="tl.rsqrt({0})",
+    cost=TRANSCENDENTAL, fuzz=Fuzz(domain="positive", bound=1.0, scale="unit"),
+)
+# sin keeps its argument's absolute error: a large argument (a sum of squares, say)
+# would turn its rounding into a visible difference, so the fuzzer bounds it.
+SinOp = _unary(
+    "sin", "sine", reference="torch.sin", triton="tl.sin({0})", cost=TRANSCENDENTAL,
+    fuzz=Fuzz(domain="bounded", bound=3.0, scale="unit"),
+)
+CosOp = _unary(
+    "cos", "cosine", reference="torch.cos", triton="tl.cos({0})", cost=TRANSCENDENTAL,
+    fuzz=Fuzz(domain="bounded", bound=3.0, scale="unit"),
+)
+TanhOp = _unary(
+    "tanh", "hyperbolic tangent", reference="torch.tanh", triton="_irc_tanh({0})",
+    cost=TRANSCENDENTAL, fuzz=Fuzz(scale="unit", activation=True),
+)
+SigmoidOp = _unary(
+    "sigmoid", "1 / (1 + e**-x)", reference="torch.sigmoid", triton="tl.sigmoid({0})",
+    cost=TRANSCENDENTAL, fuzz=Fuzz(scale="unit", activation=True),
+)
+ReluOp = _unary(
+    "relu", "max(x, 0), NaN propagating", reference="torch.relu", float_only=False, cost=CHEAP,
+    triton={"float": "tl.maximum({0}, 0.0, propagate_nan=tl.PropagateNan.ALL)",
+            "int": "tl.maximum({0}, 0)"},
+    exact=True, rounding_commutes=True, fuzz=Fuzz(activation=True),
+)  # fmt: skip
+GeluOp = _unary(
+    "gelu", "exact GELU: x * (1 + erf(x / sqrt(2))) / 2",
+    reference="torch.nn.functional.gelu",  # approximate="none", the default: the erf form
+    triton="0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476))",
+    cost=TRANSCENDENTAL, fuzz=Fuzz(activation=True),
+)
+SiluOp = _unary(
+    "silu", "x * sigmoid(x)", reference="torch.nn.functional.silu",
+    triton="{0} * tl.sigmoid({0})", cost=TRANSCENDENTAL, fuzz=Fuzz(activation=True),
+)
+ReciprocalOp = _unary(
+    "reciprocal", "1 / x", reference="torch.reciprocal", triton="1.0 / {0}",
+    cost=TRANSCENDENTAL, fuzz=Fuzz(domain="positive", bound=1.0, scale="unit"),
+)
+
+
+class BinaryOp(ElementwiseOp):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    ARITY: ClassVar[int] = 2
     KIND: ClassVar[str] = "arith"  # "arith", "float", "compare"
 
     def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
@@ -291,37 +441,65 @@ class BinaryOp(GraphOp):
         return tensor(shape, element)
 
 
-def _binary(op_name: str, doc: str, kind: str) -> type[BinaryOp]:
-    cls = type(
-        _class_name(op_name),
-        (BinaryOp,),
-        {
-            "name": f"graph.{op_name}",
-            "__doc__": doc,
-            "KIND": kind,
-            "__annotations__": {"KIND": "ClassVar[str]"},
-        },
-    )
-    return irdl_op_definition(cls)
+def _binary(
+    op_name: str,
+    doc: str,
+    kind: str,
+    *,
+    reference: str,
+    triton: Template,
+    cost: Cost,
+    **facts: object,
+) -> type[BinaryOp]:
+    if kind == "compare":
+        facts = {"exact": True, "fuzz": Fuzz(recipe="compare"), **facts}
+    namespace = _facts(op_name, doc, kind=kind, reference=reference, triton=triton, cost=cost,
+                       **facts)  # fmt: skip
+    return irdl_op_definition(type(_class_name(op_name), (BinaryOp,), namespace))
 
 
-AddOp = _binary("add", "a + b", "arith")
-SubOp = _binary("sub", "a - b", "arith")
-MulOp = _binary("mul", "a * b", "arith")
-DivOp = _binary("div", "a / b (true division)", "float")
-MaximumOp = _binary("maximum", "element-wise max, NaN propagating", "arith")
-MinimumOp = _binary("minimum", "element-wise min, NaN propagating", "arith")
-PowOp = _binary("pow", "a ** b", "float")
-EqOp = _binary("eq", "a == b", "compare")
-NeOp = _binary("ne", "a != b", "compare")
-LtOp = _binary("lt", "a < b", "compare")
-LeOp = _binary("le", "a <= b", "compare")
-GtOp = _binary("gt", "a > b", "compare")
-GeOp = _binary("ge", "a >= b", "compare")
+AddOp = _binary(
+    "add", "a + b", "arith", reference="torch.add", triton="{0} + {1}", cost=CHEAP,
+    fuzz=Fuzz(scale="sum", exact=True),  # one correctly rounded IEEE add everywhere
+)
+SubOp = _binary(
+    "sub", "a - b", "arith", reference="torch.sub", triton="{0} - {1}", cost=CHEAP,
+    fuzz=Fuzz(scale="sum", exact=True),
+)
+MulOp = _binary(
+    "mul", "a * b", "arith", reference="torch.mul", triton="{0} * {1}", cost=CHEAP,
+    fuzz=Fuzz(domain="bounded", bound=10.0, scale="product"),
+)
+DivOp = _binary(
+    "div", "a / b (true division)", "float", reference="torch.true_divide",
+    triton="{0} / {1}", cost=TRANSCENDENTAL,
+    fuzz=Fuzz(domain="positive", bound=1.0, scale="same"),  # divisors are |b| + 1
+)
+MaximumOp = _binary(
+    "maximum", "element-wise max, NaN propagating", "arith",
+    reference="torch.maximum",  # NaN-propagating, unlike torch.fmax
+    triton={"float": _MAX_NAN, "int": "tl.maximum({0}, {1})"}, cost=CHEAP,
+    exact=True, rounding_commutes=True, fuzz=Fuzz(scale="max"),
+)
+MinimumOp = _binary(
+    "minimum", "element-wise min, NaN propagating", "arith", reference="torch.minimum",
+    triton={"float": _MIN_NAN, "int": "tl.minimum({0}, {1})"}, cost=CHEAP,
+    exact=True, rounding_commutes=True, fuzz=Fuzz(scale="max"),
+)
+PowOp = _binary(
+    "pow", "a ** b", "float", reference="torch.pow", triton="_irc_pow({0}, {1})",
+    cost=TRANSCENDENTAL, fuzz=Fuzz(recipe="power"),
+)
+EqOp = _binary("eq", "a == b", "compare", reference="torch.eq", triton="{0} == {1}", cost=CHEAP)
+NeOp = _binary("ne", "a != b", "compare", reference="torch.ne", triton="{0} != {1}", cost=CHEAP)
+LtOp = _binary("lt", "a < b", "compare", reference="torch.lt", triton="{0} < {1}", cost=CHEAP)
+LeOp = _binary("le", "a <= b", "compare", reference="torch.le", triton="{0} <= {1}", cost=CHEAP)
+GtOp = _binary("gt", "a > b", "compare", reference="torch.gt", triton="{0} > {1}", cost=CHEAP)
+GeOp = _binary("ge", "a >= b", "compare", reference="torch.ge", triton="{0} >= {1}", cost=CHEAP)
 
 
 @irdl_op_definition
-class WhereOp(GraphOp):
+class WhereOp(ElementwiseOp):
     """`cond ? a : b`, all three broadcasting."""
 
     name = "graph.where"
@@ -330,6 +508,14 @@ class WhereOp(GraphOp):
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    FN: ClassVar[str] = "where"
+    ARITY: ClassVar[int] = 3
+    REFERENCE: ClassVar[str | None] = "torch.where"
+    TRITON: ClassVar[Template | None] = "tl.where({0}, {1}, {2})"
+    COST: ClassVar[Cost] = Cost.CHEAP
+    ROUNDING_COMMUTES: ClassVar[bool] = True
+    EXACT: ClassVar[bool] = True
+    FUZZ: ClassVar[Fuzz] = Fuzz(recipe="where")
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -347,7 +533,7 @@ class WhereOp(GraphOp):
 
 
 @irdl_op_definition
-class CastOp(GraphOp):
+class CastOp(ElementwiseOp):
     """Element-type conversion with PyTorch's `Tensor.to` semantics."""
 
     name = "graph.cast"
@@ -355,6 +541,12 @@ class CastOp(GraphOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
     REQUIRED_RESULT_TYPE: ClassVar[bool] = True
+    FN: ClassVar[str] = "cast"
+    ARITY: ClassVar[int] = 1
+    REFERENCE: ClassVar[str | None] = None  # irc.reference: `Tensor.to` the result's dtype
+    TRITON: ClassVar[Template | None] = None  # tile_to_triton: by source and target type
+    COST: ClassVar[Cost] = Cost.CHEAP
+    FUZZ: ClassVar[Fuzz] = Fuzz(recipe="cast")
 
     @classmethod
     def check_written_type(cls, operands: Sequence[Attribute], props: Props, t: Attribute) -> None:
@@ -495,6 +687,8 @@ class ReduceOp(GraphOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
     FLOAT_ONLY: ClassVar[bool] = False
+    COMBINE: ClassVar[str]
+    """The `loop.reduce` kind that accumulates it: "sum", "max" or "min"."""
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -524,22 +718,26 @@ class ReduceOp(GraphOp):
 @irdl_op_definition
 class ReduceSumOp(ReduceOp):
     name = "graph.reduce_sum"
+    COMBINE: ClassVar[str] = "sum"
 
 
 @irdl_op_definition
 class ReduceMaxOp(ReduceOp):
     name = "graph.reduce_max"
+    COMBINE: ClassVar[str] = "max"
 
 
 @irdl_op_definition
 class ReduceMinOp(ReduceOp):
     name = "graph.reduce_min"
+    COMBINE: ClassVar[str] = "min"
 
 
 @irdl_op_definition
 class ReduceMeanOp(ReduceOp):
     name = "graph.reduce_mean"
     FLOAT_ONLY: ClassVar[bool] = True
+    COMBINE: ClassVar[str] = "sum"  # then divided by the count
 
 
 @irdl_op_definition
@@ -778,7 +976,13 @@ Graph = Dialect(
 )  # fmt: skip
 """Every op of the spec's table, plus the fusion group ops."""
 
+ELEMENTWISE_OPS = tuple(op for op in Graph.operations if issubclass(op, ElementwiseOp))
+"""Every element-wise op (unary, binary, where, cast), in the dialect's order."""
 UNARY_OPS = tuple(op for op in Graph.operations if issubclass(op, UnaryOp))
 BINARY_OPS = tuple(op for op in Graph.operations if issubclass(op, BinaryOp))
+SCALAR_FUNCTIONS: dict[str, int] = {op.FN: op.ARITY for op in ELEMENTWISE_OPS}
+"""The `fn` of every element-wise op's loop.apply / tile.apply, with its arity."""
+PREDICATE_FUNCTIONS = frozenset(op.FN for op in BINARY_OPS if op.KIND == "compare")
+"""The functions whose result is `i1`."""
 REDUCE_OPS = (ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceMeanOp)
 COMPOSITE_OPS = (SoftmaxOp, LayerNormOp)

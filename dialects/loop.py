@@ -61,16 +61,17 @@ REDUCE_KINDS = ("sum", "max", "min")
 def _apply_fns() -> dict[str, int]:
     """Every scalar function of `loop.apply` and `tile.apply`, with its arity.
 
-    The element-wise graph ops give their own names (one per op class, so a new
-    unary or binary graph op is a new function here); the rest are the ops the
-    lowerings make: `where`, `cast`, index arithmetic and mask logic.
+    Every element-wise graph op gives its own (`FN` and `ARITY`, facts of the op
+    class: a new graph op is a new function here); the rest are the functions the
+    lowerings add, index arithmetic and mask logic.
     """
     from irc.dialects import graph
 
-    fns = {op.name.removeprefix("graph."): 1 for op in graph.UNARY_OPS}
-    fns |= {op.name.removeprefix("graph."): 2 for op in graph.BINARY_OPS}
-    fns |= {"where": 3, "cast": 1, "floordiv": 2, "mod": 2, "and": 2, "or": 2}
-    return fns
+    return {**graph.SCALAR_FUNCTIONS, **INDEX_FNS}
+
+
+INDEX_FNS: dict[str, int] = {"floordiv": 2, "mod": 2, "and": 2, "or": 2}
+"""The functions of loop.apply that are no graph op: index arithmetic, mask logic."""
 
 
 APPLY_FNS: dict[str, int] = _apply_fns()

@@ -40,7 +40,8 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from irc.types import broadcast_shapes, numel
+from irc.dialects import graph
+from irc.types import ELEMENTS, HALF_NAMES, INT_NAMES, broadcast_shapes, numel
 
 DIMS = (1, 3, 5, 17, 33, 64, 130)
 MAX_NUMEL = 8192
@@ -50,28 +51,24 @@ MAX_SUMMED = 512
 cancelling terms differ by more than f32's tolerance."""
 
 FLOAT_WEIGHTS = {"f32": 10, "f16": 4, "bf16": 1, "f64": 1}
-UNARY = (
-    "neg",
-    "abs",
-    "exp",
-    "log",
-    "sqrt",
-    "rsqrt",
-    "sin",
-    "cos",
-    "tanh",
-    "sigmoid",
-    "relu",
-    "gelu",
-    "silu",
-    "reciprocal",
-)
-EXACT_UNARY = ("neg", "abs", "relu")
-COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
-REDUCE = ("reduce_sum", "reduce_max", "reduce_min", "reduce_mean")
-HALF = ("f16", "bf16")
-PRECISION = {"bf16": 1, "f16": 2, "f32": 3, "f64": 4}
-INTS = ("i32", "i64")
+# The ops drawn come from the dialect, each with its own weight and operand domain
+# (graph.ElementwiseOp.FUZZ): a new element-wise op is drawn without a change here.
+UNARY_OPS = [op for op in graph.UNARY_OPS if op.FUZZ.recipe is None]
+BINARY_OPS = [op for op in graph.BINARY_OPS if op.FUZZ.recipe in (None, "power")]
+UNARY = tuple(op.FN for op in UNARY_OPS)
+COMPARE = tuple(op.FN for op in graph.BINARY_OPS if op.FUZZ.recipe == "compare")
+ACTIVATIONS = tuple(op.FN for op in graph.UNARY_OPS if op.FUZZ.activation)
+REDUCE = tuple(op.name.removeprefix("graph.") for op in graph.REDUCE_OPS)
+HALF = HALF_NAMES
+PRECISION = {n: e.mantissa for n, e in ELEMENTS.items() if e.kind == "float"}
+INTS = tuple(sorted(INT_NAMES, key=lambda n: ELEMENTS[n].bits))
+
+
+def _draw(
+    rng: random.Random, ops: Sequence[type[graph.ElementwiseOp]]
+) -> type[graph.ElementwiseOp]:
+    """One of `ops`, each as often as its fuzz weight says."""
+    return rng.choice([op for op in ops for _ in range(op.FUZZ.weight)])
 
 
 def type_text(shape: Sequence[int], dtype: str) -> str:
@@ -257,29 +254,31 @@ class Generator:
     # -- ops --
 
     def unary(self) -> Val:
-        name = self.rng.choice(UNARY)
-        v = self.pick(lambda v: v.is_float, rounding=name not in EXACT_UNARY)
-        if name == "exp":
-            v = self.squash(v, 3.0)
+        op = _draw(self.rng, UNARY_OPS)
+        name, fuzz = op.FN, op.FUZZ
+        exact_only = fuzz.domain == "exact"
+        v = self.pick(lambda v: v.is_float and (v.exact or not exact_only), rounding=not op.EXACT)
+        if fuzz.domain == "bounded":
+            v = self.squash(v, fuzz.bound)
+        elif fuzz.domain == "positive":
+            if fuzz.raw and v.exact and self.rng.random() < fuzz.raw:
+                # Raw: NaN for negative inputs, in the reference and the kernels alike.
+                return self.op(name, [v], v.shape, v.dtype, self.scaled(fuzz, v, 3.0), False)
+            v = self.positive(v, fuzz.bound)
+        exact = v.exact and (op.EXACT if fuzz.exact is None else fuzz.exact)
+        return self.op(name, [v], v.shape, v.dtype, self.scaled(fuzz, v), exact)
+
+    @staticmethod
+    def scaled(fuzz: graph.Fuzz, v: Val, least: float = 1.0) -> float:
+        """The rough magnitude of a unary op's result on `v` (see Fuzz.scale)."""
+        if fuzz.scale == "unit":
+            return 1.0
+        if fuzz.scale == "exp":
             # Standard normal tails reach 4 sigma: exp's scale counts them.
-            return self.op(name, [v], v.shape, v.dtype, math.exp(3 * v.scale), False)
-        if name in ("log", "sqrt") and v.exact and self.rng.random() < 0.3:
-            # Raw: NaN for negative inputs, in the reference and the kernels alike.
-            return self.op(name, [v], v.shape, v.dtype, max(3.0, math.sqrt(v.scale)), False)
-        if name in ("log", "sqrt", "rsqrt", "reciprocal"):
-            # log is ill-conditioned near 1: its argument is kept at 3 or more.
-            p = self.positive(v, 3.0 if name == "log" else 1.0)
-            scale = 1.0 if name in ("rsqrt", "reciprocal") else max(1.0, math.sqrt(p.scale))
-            return self.op(name, [p], v.shape, v.dtype, scale, False)
-        if name in ("sin", "cos"):
-            # sin keeps its argument's absolute error: a large argument (a sum of
-            # squares, say) turns its rounding into a visible difference.
-            v = self.squash(v, 3.0)
-            return self.op(name, [v], v.shape, v.dtype, 1.0, False)
-        if name in ("tanh", "sigmoid"):
-            return self.op(name, [v], v.shape, v.dtype, 1.0, False)
-        exact = v.exact and name in EXACT_UNARY
-        return self.op(name, [v], v.shape, v.dtype, v.scale, exact)
+            return math.exp(3 * v.scale)
+        if fuzz.scale == "sqrt":
+            return max(least, math.sqrt(v.scale))
+        return v.scale
 
     def partner(self, a: Val, exact: bool = False, rounding: bool = True) -> Val:
         """A second operand of `a`'s element type whose shape broadcasts with it."""
@@ -307,28 +306,27 @@ class Generator:
 
     def binary(self) -> Val:
         a = self.pick(lambda v: v.is_float or v.dtype in INTS)
-        names = ["add", "sub", "mul", "maximum", "minimum"]
-        if a.is_float:
-            names += ["div", "pow"]
-        name = self.rng.choice(names)
-        if name == "pow":
+        ops = [op for op in BINARY_OPS if a.is_float or op.KIND == "arith"]
+        op = _draw(self.rng, sorted(ops, key=lambda op: op.KIND == "float"))
+        name, fuzz = op.FN, op.FUZZ
+        if fuzz.recipe == "power":
             return self.power(a)
         b = self.partner(a)
-        if name == "mul":
-            a, b = self.squash(a, 10.0), self.squash(b, 10.0)
+        if fuzz.domain == "bounded":
+            a, b = self.squash(a, fuzz.bound), self.squash(b, fuzz.bound)
         if self.rng.random() < 0.5:
             a, b = b, a
         shape = broadcast_shapes(a.shape, b.shape)
         assert shape is not None
-        exact = a.exact and b.exact
-        if name == "div":
-            d = self.positive(b)
-            return self.op("div", [a, d], shape, a.dtype, a.scale, False)
-        if name == "mul":
-            return self.op("mul", [a, b], shape, a.dtype, a.scale * b.scale, False)
-        if name in ("add", "sub"):
-            return self.op(name, [a, b], shape, a.dtype, a.scale + b.scale, exact)
-        return self.op(name, [a, b], shape, a.dtype, max(a.scale, b.scale), exact)
+        if fuzz.domain == "positive":
+            b = self.positive(b, fuzz.bound)
+        scale = {
+            "sum": a.scale + b.scale,
+            "product": a.scale * b.scale,
+            "max": max(a.scale, b.scale),
+        }.get(fuzz.scale, a.scale)
+        exact = a.exact and b.exact and (op.EXACT if fuzz.exact is None else fuzz.exact)
+        return self.op(name, [a, b], shape, a.dtype, scale, exact)
 
     def clamp(self, v: Val, bound: float) -> Val:
         """min(max(v, -bound), bound): a hard bound, whatever the scale estimate says
@@ -613,7 +611,7 @@ class Generator:
             c = self.const(rng.choice([0.5, 2.0, -1.5]), "f32")
             y = self.op("mul", [y, c], y.shape, "f32", y.scale * 2, False)
         if rng.random() < 0.6:
-            act = rng.choice(["relu", "gelu", "silu", "tanh", "sigmoid"])
+            act = rng.choice(ACTIVATIONS)
             y = self.op(act, [y], y.shape, "f32", y.scale, False)
         if rng.random() < 0.3:
             res = self.arg(y.shape, "f32")

@@ -2,10 +2,11 @@
 
 The spec says "numerics follow PyTorch's op of the same name", so this
 interpreter *is* the definition that compiled kernels are checked against.
-It is table-driven (`EVALUATORS`: op class -> function) so that a new op is one
-entry, and it checks every result's shape and dtype against the IR type, so a
-disagreement between the dialect's type inference and PyTorch is caught here
-rather than blamed on generated code.
+It is table-driven (`EVALUATORS`: op class -> function; an element-wise op's
+function is the torch function its class names, `REFERENCE`), and it checks
+every result's shape and dtype against the IR type, so a disagreement between
+the dialect's type inference and PyTorch is caught here rather than blamed on
+generated code.
 
     module = irc.parse(text)
     fn = functions(module)["softmax"]
@@ -14,6 +15,7 @@ rather than blamed on generated code.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
@@ -27,6 +29,7 @@ from irc.diagnostics import op_location
 from irc.dialects import graph
 from irc.types import (
     ELEMENT_TYPES,
+    ELEMENTS,
     I1,
     element_bytes,
     element_name,
@@ -39,15 +42,7 @@ from irc.types import (
 
 # --- element types ----------------------------------------------------------------
 
-_TORCH_DTYPES: dict[str, torch.dtype] = {
-    "f32": torch.float32,
-    "f16": torch.float16,
-    "bf16": torch.bfloat16,
-    "f64": torch.float64,
-    "i64": torch.int64,
-    "i32": torch.int32,
-    "i1": torch.bool,
-}
+_TORCH_DTYPES: dict[str, torch.dtype] = {n: getattr(torch, e.torch) for n, e in ELEMENTS.items()}
 _ELEMENT_OF_DTYPE: dict[torch.dtype, str] = {v: k for k, v in _TORCH_DTYPES.items()}
 
 
@@ -153,48 +148,19 @@ def _elementwise(fn: Callable[..., Tensor]) -> Evaluator:
     return lambda op, args: fn(*args)
 
 
-def _gelu(x: Tensor) -> Tensor:
-    """The exact (erf) GELU the spec asks for, not the tanh approximation."""
-    return F.gelu(x, approximate="none")
+def torch_function(path: str) -> Callable[..., Tensor]:
+    """The function a dotted name such as `torch.special.erf` names (an op's REFERENCE)."""
+    module, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+    except (ImportError, AttributeError):
+        raise ValueError(f"no torch function {path}") from None
 
 
-_UNARY: dict[type[Operation], Callable[..., Tensor]] = {
-    graph.NegOp: torch.neg,
-    graph.AbsOp: torch.abs,
-    graph.ExpOp: torch.exp,
-    graph.LogOp: torch.log,
-    graph.SqrtOp: torch.sqrt,
-    graph.RsqrtOp: torch.rsqrt,
-    graph.SinOp: torch.sin,
-    graph.CosOp: torch.cos,
-    graph.TanhOp: torch.tanh,
-    graph.SigmoidOp: torch.sigmoid,
-    graph.ReluOp: torch.relu,
-    graph.GeluOp: _gelu,
-    graph.SiluOp: F.silu,
-    graph.ReciprocalOp: torch.reciprocal,
-}
-
-_BINARY: dict[type[Operation], Callable[..., Tensor]] = {
-    graph.AddOp: torch.add,
-    graph.SubOp: torch.sub,
-    graph.MulOp: torch.mul,
-    graph.DivOp: torch.true_divide,
-    graph.MaximumOp: torch.maximum,  # NaN-propagating, unlike torch.fmax
-    graph.MinimumOp: torch.minimum,
-    graph.PowOp: torch.pow,
-    graph.EqOp: torch.eq,
-    graph.NeOp: torch.ne,
-    graph.LtOp: torch.lt,
-    graph.LeOp: torch.le,
-    graph.GtOp: torch.gt,
-    graph.GeOp: torch.ge,
-}
-
-for _cls, _fn in (_UNARY | _BINARY).items():
-    EVALUATORS[_cls] = _elementwise(_fn)
-
-EVALUATORS[graph.WhereOp] = _elementwise(torch.where)
+# Element-wise ops: the torch function their class names (graph.ElementwiseOp.REFERENCE).
+for _cls in graph.ELEMENTWISE_OPS:
+    if _cls.REFERENCE is not None:
+        EVALUATORS[_cls] = _elementwise(torch_function(_cls.REFERENCE))
 
 
 def _result_type(op: Operation, i: int = 0) -> TensorType[Attribute]:

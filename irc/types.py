@@ -7,6 +7,7 @@ irc uses xDSL's builtin types (`tensor<4x8xf32>`, `f32`, `i1`, `index`) so that
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -23,29 +24,57 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute
 
-ELEMENT_TYPES: dict[str, Attribute] = {
-    "f32": Float32Type(),
-    "f16": Float16Type(),
-    "bf16": BFloat16Type(),
-    "f64": Float64Type(),
-    "i64": IntegerType(64),
-    "i32": IntegerType(32),
-    "i1": IntegerType(1),
+
+@dataclass(frozen=True)
+class ElementInfo:
+    """Everything the levels know of one element type: the one table of them."""
+
+    name: str
+    """Its spelling in `.ir` files (`f32`)."""
+    type: Attribute
+    bits: int
+    """Storage bits (`i1` takes a byte, as in torch and Triton)."""
+    kind: str
+    """"float", "int" or "bool"."""
+    torch: str
+    """The torch dtype: `torch.<torch>`."""
+    triton: str
+    """The Triton dtype: `tl.<triton>`."""
+    mantissa: int = 0
+    """Significand bits of a float type, the implicit bit included (precision order)."""
+
+
+ELEMENTS: dict[str, ElementInfo] = {
+    e.name: e
+    for e in (
+        ElementInfo("f32", Float32Type(), 32, "float", "float32", "float32", 24),
+        ElementInfo("f16", Float16Type(), 16, "float", "float16", "float16", 11),
+        ElementInfo("bf16", BFloat16Type(), 16, "float", "bfloat16", "bfloat16", 8),
+        ElementInfo("f64", Float64Type(), 64, "float", "float64", "float64", 53),
+        ElementInfo("i64", IntegerType(64), 64, "int", "int64", "int64"),
+        ElementInfo("i32", IntegerType(32), 32, "int", "int32", "int32"),
+        ElementInfo("i1", IntegerType(1), 8, "bool", "bool", "int1"),
+    )
 }
 """The spec's element types, by their spelling in `.ir` files."""
+
+ELEMENT_TYPES: dict[str, Attribute] = {n: e.type for n, e in ELEMENTS.items()}
 
 SCALAR_TYPES: dict[str, Attribute] = {**ELEMENT_TYPES, "index": IndexType()}
 """Scalar types the lower levels add (loop indices are `index`)."""
 
-FLOAT_TYPES = frozenset(ELEMENT_TYPES[n] for n in ("f32", "f16", "bf16", "f64"))
-HALF_TYPES = frozenset(ELEMENT_TYPES[n] for n in ("f16", "bf16"))
+FLOAT_NAMES = tuple(n for n, e in ELEMENTS.items() if e.kind == "float")
+HALF_NAMES = tuple(n for n in FLOAT_NAMES if ELEMENTS[n].bits == 16)
+INT_NAMES = tuple(n for n, e in ELEMENTS.items() if e.kind == "int")
+FLOAT_TYPES = frozenset(ELEMENT_TYPES[n] for n in FLOAT_NAMES)
+HALF_TYPES = frozenset(ELEMENT_TYPES[n] for n in HALF_NAMES)
 I1 = ELEMENT_TYPES["i1"]
 F32 = ELEMENT_TYPES["f32"]
 
 MAX_ELEMENTS = 2**48
 """Tensors larger than this (256 Ti elements) are rejected as surely a typo."""
 
-_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "i1": 1, "index": 8}
+_BYTES = {**{n: e.bits // 8 for n, e in ELEMENTS.items()}, "index": 8}
 
 
 def element_name(t: Attribute) -> str:

@@ -135,20 +135,8 @@ def _reshape_map(src: Sequence[int], dst: Sequence[int]) -> IndexMap:
 
 # --- kernels -------------------------------------------------------------------
 
-# Element-wise graph ops and the `fn` of the loop.apply that mirrors them.
-ELEMENTWISE_FN: dict[type[Operation], str] = {
-    **{op: op.name.removeprefix("graph.") for op in graph.UNARY_OPS},
-    **{op: op.name.removeprefix("graph.") for op in graph.BINARY_OPS},
-    graph.WhereOp: "where",
-    graph.CastOp: "cast",
-}
-
-REDUCE_KIND = {
-    graph.ReduceSumOp: "sum",
-    graph.ReduceMeanOp: "sum",
-    graph.ReduceMaxOp: "max",
-    graph.ReduceMinOp: "min",
-}
+# Element-wise graph ops and the `fn` of the loop.apply that mirrors them (the op's FN).
+ELEMENTWISE_FN: dict[type[Operation], str] = {op: op.FN for op in graph.ELEMENTWISE_OPS}
 
 
 class KernelBuilder:
@@ -267,7 +255,7 @@ class KernelBuilder:
         with self.region(len(bounds)) as (block, rivs):
             self._reduce_body(x, in_shape, dims, keep, idx, rivs, acc)
         props: dict[str, Attribute] = {
-            "kind": StringAttr(REDUCE_KIND[type(op)]),
+            "kind": StringAttr(op.COMBINE),
             "bounds": int_array(bounds),
         }
         red = self.add(

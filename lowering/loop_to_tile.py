@@ -38,7 +38,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irc.dialects import loop, tile
+from irc.dialects import graph, loop, tile
 from irc.passes.tile import KernelShape, kernel_shape, tiling_of
 from irc.types import (
     ELEMENT_TYPES,
@@ -114,7 +114,9 @@ COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
 # Half-precision ops that commute with rounding: monotone (max, min, relu) or
 # sign-symmetric (neg, abs), or a choice (where), so op(round(x)) == round(op(x)).
 # They take their operands before rounding and round once after (see apply_op).
-ROUNDING_COMMUTES = ("relu", "maximum", "minimum", "neg", "abs", "where")
+ROUNDING_COMMUTES = frozenset(op.FN for op in graph.ELEMENTWISE_OPS if op.ROUNDING_COMMUTES)
+PREDICATES = graph.PREDICATE_FUNCTIONS | {"and", "or"}
+"""Functions whose result is `i1`: comparisons, and the mask logic of this level."""
 
 
 def half_value(x: float, element: Attribute) -> float:
@@ -263,11 +265,7 @@ class KernelTranslator:
                 return widened.args[0]  # widening a half value is exact: narrowing gives it back
         shape = broadcast(*(shape_of(a) for a in args))
         if element is None:
-            element = (
-                I1
-                if fn in ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
-                else element_of(args[-1])
-            )
+            element = I1 if fn in PREDICATES else element_of(args[-1])
         return self.add(
             tile.ApplyOp.create(
                 operands=list(args),

@@ -17,33 +17,17 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, MemRefType, ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from irc.dialects import loop, tile
-from irc.types import FLOAT_TYPES, I1, element_name, format_type
+from irc.dialects import graph, loop, tile
+from irc.dialects.graph import Template
+from irc.types import ELEMENTS, FLOAT_NAMES, FLOAT_TYPES, I1, element_name, format_type
 
-TL_DTYPE = {
-    "f32": "tl.float32",
-    "f16": "tl.float16",
-    "bf16": "tl.bfloat16",
-    "f64": "tl.float64",
-    "i64": "tl.int64",
-    "i32": "tl.int32",
-    "i1": "tl.int1",
-}
+TL_DTYPE = {n: f"tl.{e.triton}" for n, e in ELEMENTS.items()}
+TORCH_DTYPE = {n: f"torch.{e.torch}" for n, e in ELEMENTS.items()}
 # The sign bit alone, and the unsigned type of the same width, for each float type.
 NEGATIVE_ZERO_BITS = {
-    "f32": ("0x80000000", "tl.uint32"),
-    "f16": ("0x8000", "tl.uint16"),
-    "bf16": ("0x8000", "tl.uint16"),
-    "f64": ("0x8000000000000000", "tl.uint64"),
-}
-TORCH_DTYPE = {
-    "f32": "torch.float32",
-    "f16": "torch.float16",
-    "bf16": "torch.bfloat16",
-    "f64": "torch.float64",
-    "i64": "torch.int64",
-    "i32": "torch.int32",
-    "i1": "torch.bool",
+    n: (hex(1 << (e.bits - 1)), f"tl.uint{e.bits}")
+    for n, e in ELEMENTS.items()
+    if e.kind == "float"
 }
 
 HEADER = """\
@@ -240,7 +224,7 @@ def _launch(kernel, grid, args, num_warps, num_stages=None, pdl=False):
 
 
 def _number(value: float | int, element: str) -> str:
-    if element in ("f32", "f16", "bf16", "f64"):
+    if element in FLOAT_NAMES:
         v = float(value)
         if math.isnan(v):
             text = 'float("nan")'
@@ -270,41 +254,31 @@ def _shape(v: SSAValue) -> tuple[int, ...]:
     return tuple(v.type.get_shape()) if isinstance(v.type, TensorType) else ()
 
 
-# fn -> template over argument names, for ops one template serves at every element
-# type; those that differ by type (float neg, relu, maximum, minimum, cast, f64 sqrt)
-# are branches of `apply`.
-UNARY = {
-    "neg": "-{0}",
-    "abs": "tl.abs({0})",
-    "exp": "tl.exp({0})",
-    "log": "tl.log({0})",
-    "sqrt": "tl.sqrt_rn({0})",
-    "rsqrt": "tl.rsqrt({0})",
-    "sin": "tl.sin({0})",
-    "cos": "tl.cos({0})",
-    "tanh": "_irc_tanh({0})",
-    "sigmoid": "tl.sigmoid({0})",
-    "gelu": "0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476))",
-    "silu": "{0} * tl.sigmoid({0})",
-    "reciprocal": "1.0 / {0}",
-}
-BINARY = {
-    "add": "{0} + {1}",
-    "sub": "{0} - {1}",
-    "mul": "{0} * {1}",
-    "div": "{0} / {1}",
+# The functions of tile.apply that are no graph op: index arithmetic and mask logic.
+INDEX_TEMPLATES: dict[str, Template] = {
     "floordiv": "{0} // {1}",
     "mod": "{0} % {1}",
-    "pow": "_irc_pow({0}, {1})",
-    "eq": "{0} == {1}",
-    "ne": "{0} != {1}",
-    "lt": "{0} < {1}",
-    "le": "{0} <= {1}",
-    "gt": "{0} > {1}",
-    "ge": "{0} >= {1}",
     "and": "{0} & {1}",
     "or": "{0} | {1}",
 }
+# fn -> Triton template, by arity: each element-wise graph op's own TRITON (a
+# mapping where it differs by element type), and the functions above; cast is
+# built by `apply` from its source and target types.
+TEMPLATES: dict[int, dict[str, Template]] = {1: {}, 2: {}, 3: {}}
+for _op in graph.ELEMENTWISE_OPS:
+    if _op.TRITON is not None:
+        TEMPLATES[_op.ARITY][_op.FN] = _op.TRITON
+TEMPLATES[2].update(INDEX_TEMPLATES)
+UNARY, BINARY = TEMPLATES[1], TEMPLATES[2]
+
+
+def template_for(template: Template, element: str) -> str:
+    """The template's form for operands of `element` (by name, then float or int)."""
+    if isinstance(template, str):
+        return template
+    if element in template:
+        return template[element]
+    return template["float" if element in FLOAT_NAMES else "int"]
 
 
 class KernelPrinter:
@@ -453,18 +427,6 @@ class KernelPrinter:
     def apply(self, op: tile.ApplyOp) -> str:
         fn = op.fn.data
         args = [self.name(a) for a in op.args]
-        is_float = _elem(op.args[0]) in ("f32", "f16", "bf16", "f64")
-        if fn in ("maximum", "minimum"):
-            nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float else ""
-            return f"tl.{fn}({args[0]}, {args[1]}{nan})"
-        if fn == "relu":
-            return (
-                f"tl.maximum({args[0]}, 0.0, propagate_nan=tl.PropagateNan.ALL)"
-                if is_float
-                else f"tl.maximum({args[0]}, 0)"
-            )
-        if fn == "where":
-            return f"tl.where({args[0]}, {args[1]}, {args[2]})"
         if fn == "cast":
             target = _elem(op.result)
             if target == "i1":
@@ -478,15 +440,9 @@ class KernelPrinter:
                 # Through f32, as torch converts (and the interpreter casts to bf16 only so).
                 return f"{args[0]}.to(tl.float32).to({TL_DTYPE[target]})"
             return f"{args[0]}.to({TL_DTYPE[target]})"
-        if fn == "neg" and is_float:
-            # Triton's unary minus is `0 - x`, which makes +0.0 of +0.0; torch gives -0.0.
-            return f"{args[0]} * -1.0"
-        if fn == "sqrt" and _elem(op.args[0]) == "f64":
-            return f"tl.sqrt({args[0]})"  # tl.sqrt_rn takes f32 only; f64 sqrt is IEEE
-        if fn in UNARY:
-            return UNARY[fn].format(*args)
-        if fn in BINARY:
-            return BINARY[fn].format(*args)
+        template = TEMPLATES.get(len(args), {}).get(fn)
+        if template is not None:
+            return template_for(template, _elem(op.args[0])).format(*args)
         raise NotImplementedError(f"tile-to-triton: no Triton form for fn '{fn}'")
 
 

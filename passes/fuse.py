@@ -46,25 +46,9 @@ from irc.types import element_bytes, element_of, numel, shape_of
 
 VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp)
 FREE_OPS = (*VIEW_OPS, graph.ConstantOp)
-CHEAP_OPS = (
-    graph.AddOp,
-    graph.SubOp,
-    graph.MulOp,
-    graph.NegOp,
-    graph.AbsOp,
-    graph.ReluOp,
-    graph.CastOp,
-    graph.MaximumOp,
-    graph.MinimumOp,
-    graph.WhereOp,
-    graph.EqOp,
-    graph.NeOp,
-    graph.LtOp,
-    graph.LeOp,
-    graph.GtOp,
-    graph.GeOp,
-)
-"""Ops cheap enough to recompute per element when broadcast into a larger space."""
+CHEAP_OPS = tuple(op for op in graph.ELEMENTWISE_OPS if op.COST is graph.Cost.CHEAP)
+"""Ops cheap enough to recompute per element when broadcast into a larger space
+(their COST; views and constants are free)."""
 
 MAX_TENSORS = 16
 """Tensors one kernel may read and write: the register-pressure estimate's limit."""

@@ -270,14 +270,16 @@ def _printer_fn_names() -> set[str]:
 
 
 def test_every_triton_form_is_a_checked_fn() -> None:
-    forms = set(tile_to_triton.UNARY) | set(tile_to_triton.BINARY) | _printer_fn_names()
+    templates = tile_to_triton.TEMPLATES
+    forms = {fn for table in templates.values() for fn in table} | _printer_fn_names()
     assert forms - set(loop.APPLY_FNS) == set()
     assert set(loop.APPLY_FNS) - forms == set()
-    # The templates take as many arguments as the table says.
-    for table in (tile_to_triton.UNARY, tile_to_triton.BINARY):
+    # The templates (each per-type form) take as many arguments as the table says.
+    for table in templates.values():
         for fn, template in table.items():
-            used = {int(i) for i in re.findall(r"\{(\d)\}", template)}
-            assert max(used) + 1 == loop.APPLY_FNS[fn], fn
+            for text in [template] if isinstance(template, str) else template.values():
+                used = {int(i) for i in re.findall(r"\{(\d)\}", text)}
+                assert max(used) + 1 == loop.APPLY_FNS[fn], fn
 
 
 def test_check_int_names_the_range() -> None:
