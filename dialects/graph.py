@@ -38,6 +38,7 @@ from xdsl.irdl import (
 from xdsl.traits import IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from irc.names import kernel_name_problem
 from irc.types import (
     FLOAT_TYPES,
     I1,
@@ -865,6 +866,13 @@ class FusedOp(IRDLOperation):
     body = region_def("single_block")
 
     def verify_(self) -> None:
+        if self.kernel is not None:
+            # The name of the kernel it becomes: it names a Python function (irc.names).
+            if not isinstance(self.kernel, StringAttr):
+                raise GraphVerifyError('graph.fused: kernel must be a string, like "poi_exp_0"')
+            problem = kernel_name_problem(self.kernel.data)
+            if problem is not None:
+                raise GraphVerifyError(f"graph.fused: {problem}")
         block = self.body.block
         if len(block.args) != len(self.inputs):
             raise GraphVerifyError(

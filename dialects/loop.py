@@ -53,6 +53,7 @@ from irc.dialects.attrs import (
     check_int_list,
     check_number,
 )
+from irc.names import check_kernel_name
 from irc.types import format_type
 
 REDUCE_KINDS = ("sum", "max", "min")
@@ -137,6 +138,7 @@ class KernelOp(IRDLOperation):
     traits = traits_def(NoTerminator())
 
     def verify_(self) -> None:
+        check_kernel_name(self.name, self.kernel_name.data)
         _check_bounds(self, self.bounds)
         self._check_tiling()
 

@@ -15,6 +15,8 @@ Host functions stay at the loop level (`loop.alloc`) and start kernels with
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr, TensorType
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import (
@@ -46,6 +48,7 @@ from irc.dialects.attrs import (
     check_number,
 )
 from irc.dialects.loop import REDUCE_KINDS, check_apply
+from irc.names import check_kernel_name, quoted
 from irc.types import format_type
 
 DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
@@ -82,6 +85,13 @@ class KernelOp(IRDLOperation):
     traits = traits_def(NoTerminator())
 
     def verify_(self) -> None:
+        name = self.kernel_name.data
+        check_kernel_name(self.name, name)
+        for other in _kernels_before(self):
+            if other.kernel_name.data == name:
+                raise VerifyException(
+                    f"tile.kernel: a kernel above is named {quoted(name)} too (names are unique)"
+                )
         for a in self.body.block.args:
             if not isinstance(a.type, PtrType):
                 raise VerifyException("tile.kernel: every argument is a pointer (ptr<T>)")
@@ -107,6 +117,38 @@ class LaunchOp(IRDLOperation):
     name = "tile.launch"
     kernel = prop_def(SymbolRefAttr)
     args = var_operand_def()
+
+    def verify_(self) -> None:
+        name = self.kernel.root_reference.data
+        if self.kernel.nested_references.data:
+            raise VerifyException("tile.launch: kernel is one name, like @triton_poi_exp_0")
+        fn = self.parent_op()
+        top = fn.parent_block() if fn is not None else None
+        if top is None:
+            return  # not in a module (yet): nothing to look the kernel up in
+        kernel = next((k for k in top.ops if _is_kernel_named(k, name)), None)
+        if kernel is None:
+            raise VerifyException(f"tile.launch: no tile.kernel is named {quoted(name)}")
+        want = len(kernel.body.block.args)
+        if len(self.args) != want:
+            raise VerifyException(
+                f"tile.launch: kernel {quoted(name)} takes {want} buffers, got {len(self.args)}"
+            )
+
+
+def _is_kernel_named(op: object, name: str) -> TypeGuard[KernelOp]:
+    return isinstance(op, KernelOp) and op.kernel_name.data == name
+
+
+def _kernels_before(kernel: KernelOp) -> list[KernelOp]:
+    """The tile.kernels above `kernel` in its block (kernel names are unique there)."""
+    out: list[KernelOp] = []
+    op = kernel.prev_op
+    while op is not None:
+        if isinstance(op, KernelOp):
+            out.append(op)
+        op = op.prev_op
+    return out
 
 
 @irdl_op_definition

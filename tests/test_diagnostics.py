@@ -401,6 +401,12 @@ CASES = [
     C("fused-kind", fn('  %y = graph.fused %x {kind = "rows"} (%a: tensor<4x8xf32>) {',
                        "    %e = graph.exp %a", "    graph.yield %e", "  } : tensor<4x8xf32>"),
       "2:3", 'graph.fused: kind "rows", but the group is a "pointwise" kernel'),
+    C("fused-kernel-name", fn('  %y = graph.fused %x {kernel = "a-b"} (%a: tensor<4x8xf32>) {',
+                              "    graph.yield %a", "  } : tensor<4x8xf32>"), "2:3",
+      'graph.fused: kernel name "a-b" is not an identifier (ASCII letters, digits and _'),
+    C("fused-kernel-string", fn("  %y = graph.fused %x {kernel = 1} (%a: tensor<4x8xf32>) {",
+                                "    graph.yield %a", "  } : tensor<4x8xf32>"), "2:3",
+      'graph.fused: kernel must be a string, like "poi_exp_0"'),
     # --- the verifier after parsing -----------------------------------------------------------
     C("return-signature", H + "  return %b : tensor<8xf32>\n}\n", "2:3",
       "return value 0 (%b) has type tensor<8xf32> but @f declares tensor<4x8xf32>"),

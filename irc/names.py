@@ -1,0 +1,47 @@
+"""Kernel names: the one kind of IR name that becomes a Python identifier.
+
+A kernel's name is the name of its `@triton.jit` function, so that profilers
+show `triton_poi_fused_exp_0` as Inductor's kernels do. Every other IR name
+(functions, arguments, values) reaches the generated Python only as a string
+literal. So the verifier holds kernel names to ASCII identifiers that are not
+Python keywords (non-ASCII letters are out: Python folds them, NFKC, onto other
+names), and the emitter renames the few that would shadow a name the generated
+module uses (`torch`, `range`, `fn0`...).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A kernel name: an ASCII letter or `_`, then letters, digits and `_`."""
+
+
+def kernel_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a kernel, or None when it can."""
+    if KERNEL_NAME.fullmatch(name) is None:
+        return (
+            f"kernel name {quoted(name)} is not an identifier "
+            "(ASCII letters, digits and _, not starting with a digit)"
+        )
+    if keyword.iskeyword(name):
+        return f"kernel name {quoted(name)} is a Python keyword"
+    return None
+
+
+def quoted(name: str, limit: int = 60) -> str:
+    """`name` as an IR string literal on one line, shortened when long."""
+    from irc.printer import format_string
+
+    text = format_string(name)
+    return text if len(text) <= limit else text[: limit - 4] + '..."'
+
+
+def check_kernel_name(op_name: str, name: str) -> None:
+    """Raises the verifier's error, located at the op, for a name no kernel can have."""
+    from xdsl.utils.exceptions import VerifyException
+
+    problem = kernel_name_problem(name)
+    if problem is not None:
+        raise VerifyException(f"{op_name}: {problem}")

@@ -1,0 +1,261 @@
+"""Names in IR never become code: the verifier's side.
+
+Kernel names are the one kind of IR name that becomes a Python identifier (the
+name of a `@triton.jit` function): the verifier holds them to ASCII identifiers
+that are not keywords. Each hostile input here would once have run code, or
+failed with an internal error; now it is a located error (exit 1) and nothing
+runs."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from xdsl.dialects.builtin import StringAttr
+
+import irc
+import irc.opt
+from irc import run as run_cli
+from irc.diagnostics import IrcError
+from irc.dialects import graph
+from irc.printer import format_string
+
+DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
+
+
+def payload(marker: Path) -> str:
+    """Python that, spliced into a module where a kernel's name goes (after `def `
+    and inside a launch call alike), creates `marker` while the module is imported."""
+    return f"k(a=open({json.dumps(str(marker))}, 'w')):\n    X = ('''"
+
+
+def test_the_payload_runs_when_spliced_into_python(tmp_path: Path) -> None:
+    """The hostile name below is live: written into Python as the emitter once wrote
+    kernel names, importing the module runs it (so its absence later means something)."""
+    marker = tmp_path / "ran"
+    name = "triton_" + payload(marker)
+    source = (
+        f"def {name}(ptr0, ptr1):\n    v0 = 1\n\n\n"
+        f"def fn0(arg0):\n    _launch({name}, (1,), (arg0, ), 1)\n    return arg0\n"
+    )
+    exec(compile(source, "old_emitter.py", "exec"), {})  # noqa: S102 - the point of the test
+    assert marker.exists()
+
+
+# --- the same payload at every level -------------------------------------------------------
+
+
+def graph_program(name: str) -> str:
+    return (
+        "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        f"  %y = graph.fused %x {{kernel = {name}, kind = \"pointwise\"}} (%a: tensor<4xf32>) {{\n"
+        "    %e = graph.exp %a : tensor<4xf32>\n"
+        "    graph.yield %e\n"
+        "  } : tensor<4xf32>\n"
+        "  return %y : tensor<4xf32>\n"
+        "}\n"
+    )
+
+
+def loop_program(name: str) -> str:
+    return (
+        "func @f(%x: memref<4xf32>) -> memref<4xf32> {\n"
+        "  %0 = loop.alloc : memref<4xf32>\n"
+        f"  loop.kernel {{name = {name}, bounds = [4]}} (%1: index) {{\n"
+        "    %2 = loop.load %x, %1 : f32\n"
+        '    %3 = loop.apply %2 {fn = "exp"} : f32\n'
+        "    loop.store %3, %0, %1\n"
+        "  }\n"
+        "  return %0 : memref<4xf32>\n"
+        "}\n"
+    )
+
+
+def tile_kernel(name: str, fn: str = "exp") -> str:
+    """A kernel of 4 elements: `ptr1[i] = exp(ptr0[i])`, or `ptr0[i] + 1.0` for "add"."""
+    lines = [
+        f"tile.kernel {{name = {name}, grid = [1], warps = 1}} (%0: ptr<f32>, %1: ptr<f32>) {{",
+        "  %2 = tile.arange {size = 4} : tensor<4xi32>",
+        "  %3 = tile.load %0, %2 : tensor<4xf32>",
+    ]
+    if fn == "add":
+        lines += [
+            "  %4 = tile.constant {value = 1.0} : f32",
+            '  %5 = tile.apply %3, %4 {fn = "add"} : tensor<4xf32>',
+        ]
+    else:
+        lines += [f'  %5 = tile.apply %3 {{fn = "{fn}"}} : tensor<4xf32>']
+    lines += ["  tile.store %1, %2, %5", "}", ""]
+    return "\n".join(lines)
+
+
+def tile_program(hostile: str) -> str:
+    """A hostile kernel that nothing launches (its name cannot be written as a symbol),
+    then a good one that @f launches."""
+    return (
+        tile_kernel(hostile)
+        + "\n"
+        + tile_kernel('"good"')
+        + "\n"
+        + "func @f(%x: memref<4xf32>) -> memref<4xf32> {\n"
+        + "  %0 = loop.alloc : memref<4xf32>\n"
+        + "  tile.launch %x, %0 {kernel = @good}\n"
+        + "  return %0 : memref<4xf32>\n"
+        + "}\n"
+    )
+
+
+LEVELS = {
+    # level: (program, line:column of the error, op in the message)
+    "graph": (graph_program, (2, 3), "graph.fused"),
+    "loop": (loop_program, (3, 3), "loop.kernel"),
+    "tile": (tile_program, (1, 1), "tile.kernel"),
+}
+
+
+def first_error(err: str, path: Path, where: tuple[int, int], message: str, text: str) -> None:
+    """`FILE:LINE:COL: error: MESSAGE`, the source line, a caret under the column."""
+    lines = err.split("\n")
+    line, col = where
+    assert lines[0].startswith(f"{path}:{line}:{col}: error: {message}"), err
+    assert text.split("\n")[line - 1].startswith(lines[1].removesuffix("...")), err  # long: cut
+    assert lines[2] == " " * (col - 1) + "^", err
+    assert "Traceback" not in err
+
+
+def run_quietly(main: object, argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)  # type: ignore[operator]
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_hostile_kernel_name_is_a_located_error_and_runs_nothing(
+    level: str, tmp_path: Path
+) -> None:
+    program, where, op = LEVELS[level]
+    marker = tmp_path / "ran"
+    text = program(format_string(payload(marker)))
+    path = tmp_path / f"{level}.ir"
+    path.write_text(text)
+    message = f"{op}: kernel name "
+
+    status, out, err = run_quietly(irc.opt.run, [str(path), "--emit", "triton"])
+    assert status == 1 and out == ""
+    first_error(err, path, where, message, text)
+    assert "is not an identifier (ASCII letters, digits and _" in err.split("\n")[0]
+
+    with pytest.raises(IrcError) as info:
+        irc.compile(path, device=DEVICE)
+    d = info.value.diagnostics[0]
+    assert d.location is not None and (d.location.line, d.location.column) == where
+    assert d.message.startswith(message)
+
+    status, _, err = run_quietly(run_cli.main, [str(path), "--check", "--device", DEVICE])
+    assert status == 1
+    first_error(err, path, where, message, text)
+
+    assert not marker.exists()
+
+
+def test_a_kernel_name_set_in_python_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    module = irc.parse(graph_program('"poi_exp_0"'), "api.ir")
+    fused = next(op for op in module.walk() if isinstance(op, graph.FusedOp))
+    fused.kernel = StringAttr(payload(marker))
+    with pytest.raises(IrcError, match="graph.fused: kernel name .* is not an identifier"):
+        irc.compile(module, device=DEVICE)
+    assert not marker.exists()
+
+
+# --- the verifier's checks of kernel names, through irc-opt ----------------------------------
+
+VERIFIER_CASES = [
+    # (id, program text, line:col, message)
+    ("graph-dash", graph_program('"my-kernel"'), (2, 3),
+     'graph.fused: kernel name "my-kernel" is not an identifier'),
+    ("graph-keyword", graph_program('"class"'), (2, 3),
+     'graph.fused: kernel name "class" is a Python keyword'),
+    ("graph-digit", graph_program('"1k"'), (2, 3), 'graph.fused: kernel name "1k" is not an'),
+    ("graph-empty", graph_program('""'), (2, 3), 'graph.fused: kernel name "" is not an'),
+    # Python folds non-ASCII letters onto ASCII names (NFKC): fullwidth 'torch' is torch.
+    ("graph-fullwidth", graph_program('"\uff54\uff4f\uff52\uff43\uff48"'), (2, 3),
+     "graph.fused: kernel name \"\uff54\uff4f\uff52\uff43\uff48\" is not an identifier"),
+    ("graph-not-string", graph_program("3"), (2, 3),
+     'graph.fused: kernel must be a string, like "poi_exp_0"'),
+    ("loop-dash", loop_program('"my-kernel"'), (3, 3),
+     'loop.kernel: kernel name "my-kernel" is not an identifier'),
+    ("loop-keyword", loop_program('"def"'), (3, 3),
+     'loop.kernel: kernel name "def" is a Python keyword'),
+    ("tile-dash", tile_program('"my-kernel"').replace("@good", "@my-kernel"), (1, 1),
+     'tile.kernel: kernel name "my-kernel" is not an identifier'),
+    ("tile-keyword", tile_program('"import"').replace("@good", "@import"), (1, 1),
+     'tile.kernel: kernel name "import" is a Python keyword'),
+    ("tile-newline", tile_program('"a\\nb"'), (1, 1),
+     'tile.kernel: kernel name "a\\nb" is not an identifier'),
+    ("launch-unknown", tile_program('"other"').replace("@good", "@nope"), (17, 3),
+     'tile.launch: no tile.kernel is named "nope"'),
+    ("launch-arity", tile_program('"other"').replace("%x, %0 {", "%x {"), (17, 3),
+     'tile.launch: kernel "good" takes 2 buffers, got 1'),
+    ("kernel-twice", tile_program('"good"'), (8, 1),
+     'tile.kernel: a kernel above is named "good" too (names are unique)'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [c[1:] for c in VERIFIER_CASES],
+    ids=[c[0] for c in VERIFIER_CASES],
+)
+def test_bad_kernel_names_are_located_errors(
+    text: str, where: tuple[int, int], message: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "t.ir"
+    path.write_text(text)
+    status, out, err = run_quietly(irc.opt.run, [str(path), "--emit", "triton"])
+    assert status == 1 and out == "", err
+    first_error(err, path, where, message, text)
+
+
+def test_good_kernel_names_pass_at_every_level(tmp_path: Path) -> None:
+    for text in (graph_program('"_a1"'), loop_program('"match"'), tile_program('"Z_9"')):
+        path = tmp_path / "ok.ir"
+        path.write_text(text)
+        status, out, err = run_quietly(irc.opt.run, [str(path), "--emit", "triton"])
+        assert status == 0, err
+        compile(out, "generated.py", "exec")  # syntax check of the generated code
+
+
+@pytest.mark.parametrize(
+    ("attr", "message"),
+    [
+        ('{kind = "max, 0)\\nimport os #"}', "tile.reduce: 'kind' must be one of"),
+        ("{evict = \"last'); import os; ('\"}", 'tile.load: evict is "first" or "last"'),
+    ],
+    ids=["reduce-kind", "load-evict"],
+)
+def test_enum_like_strings_are_checked_before_the_emitter(
+    attr: str, message: str, tmp_path: Path
+) -> None:
+    kernel = (
+        'tile.kernel {name = "k", grid = [1], warps = 1} (%0: ptr<f32>, %1: ptr<f32>) {\n'
+        "  %2 = tile.arange {size = 4} : tensor<4xi32>\n"
+        + (
+            f"  %3 = tile.load %0, %2 {attr} : tensor<4xf32>\n  %5 = tile.apply %3 "
+            '{fn = "exp"} : tensor<4xf32>\n'
+            if "evict" in attr
+            else "  %3 = tile.load %0, %2 : tensor<4xf32>\n"
+            f"  %5 = tile.reduce %3 {attr[:-1]}, axis = 0}} : f32\n"
+        )
+        + "  tile.store %1, %2, %5\n}\n"
+    )
+    path = tmp_path / "t.ir"
+    path.write_text(kernel)
+    status, _, err = run_quietly(irc.opt.run, [str(path), "--emit", "triton"])
+    assert status == 1
+    assert message in err.split("\n")[0] and "Traceback" not in err
