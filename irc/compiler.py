@@ -29,7 +29,7 @@ from irc.diagnostics import Diagnostic, IrcError
 from irc.dialects import loop, tile
 from irc.frontend import parse_file, set_value_name
 from irc.gcpause import paused_gc
-from irc.pipeline import run_pipeline
+from irc.pipeline import module_levels, run_pipeline
 from irc.target import Target, cuda_target
 from irc.verifier import verify
 
@@ -365,7 +365,7 @@ def compile(
         module, _ = parse_file(os.fspath(program))
         source = os.fspath(program)
         verify(module)
-    if fuse:
+    if fuse and "graph" in module_levels(module):  # lower levels are past fusion
         run_pipeline(module, "fuse")
     device = device or default_device()
     if autotune and device != "cuda":

@@ -22,7 +22,7 @@ from xdsl.utils.exceptions import ArgSpecParseError
 from irc.diagnostics import Diagnostic, IrcError
 from irc.frontend import set_value_name
 from irc.gcpause import paused_gc
-from irc.passes import PASSES
+from irc.passes import LEVELS, PASSES
 from irc.verifier import verify
 
 
@@ -58,6 +58,7 @@ def build_pipeline(spec: str) -> list[ModulePass]:
         specs = list(parse_pipeline(spec))
     except (ArgSpecParseError, ValueError) as e:
         raise IrcError(Diagnostic(None, _malformed(spec, e))) from None
+    _check_duplicate_options(spec)
     passes: list[ModulePass] = []
     for s in specs:
         if s.name not in PASSES:
@@ -70,6 +71,41 @@ def build_pipeline(spec: str) -> list[ModulePass]:
         except (ValueError, TypeError, ArgSpecParseError) as e:
             raise IrcError(Diagnostic(None, f"bad options for pass '{s.name}': {e}")) from None
     return passes
+
+
+def _check_duplicate_options(spec: str) -> None:
+    """An option given twice to one pass (`tile{block=512 block=1024}`); xDSL's parser
+    keeps the last silently. The spec is known to parse: its tokens are walked again."""
+    from xdsl.utils.arg_spec import PipelineLexer, SpecTokenKind
+
+    lexer = PipelineLexer(spec)
+    pass_name, in_options, at_key = "", False, False
+    seen: set[str] = set()
+    while (tok := lexer.lex()).kind is not SpecTokenKind.EOF:
+        text = tok.span.text
+        if not in_options:
+            if tok.kind is SpecTokenKind.IDENT:
+                pass_name = text
+            elif tok.kind is SpecTokenKind.L_BRACE:
+                in_options, at_key, seen = True, True, set()
+        elif tok.kind is SpecTokenKind.R_BRACE:
+            in_options = False
+        elif tok.kind is SpecTokenKind.SPACE:
+            at_key = True
+        elif at_key and tok.kind is SpecTokenKind.IDENT:
+            key = text.replace("-", "_")
+            if key in seen:
+                raise IrcError(
+                    Diagnostic(
+                        None,
+                        f"pass '{pass_name}': option '{text}' is given twice "
+                        f"(at column {tok.span.start + 1} of '{spec}')",
+                    )
+                )
+            seen.add(key)
+            at_key = False
+        else:
+            at_key = False
 
 
 def _checked_spec(spec: ArgSpec, cls: type[ModulePass]) -> ArgSpec:
@@ -149,6 +185,7 @@ def run_pipeline(
     passes = build_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
     ctx = context()
     for p in passes:
+        check_level(p, module)
         encode_value_names(module)
         try:
             p.apply(ctx, module)
@@ -163,6 +200,73 @@ def run_pipeline(
         if after_pass is not None:
             after_pass(p, module)
     return module
+
+
+# --- levels -----------------------------------------------------------------------
+
+
+def function_level(op: Operation) -> str | None:
+    """`graph`, `loop` or `tile` for a top-level op (a function: the lowest level it
+    uses), or None for an empty function that shows none."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import MemRefType, TensorType
+
+    from irc.dialects import graph, loop, tile
+
+    if isinstance(op, tile.KernelOp):
+        return "tile"
+    if not isinstance(op, func.FuncOp):
+        return None
+    body = list(op.body.block.ops)
+    if any(isinstance(o, tile.LaunchOp) for o in body):
+        return "tile"
+    types = [*op.function_type.inputs.data, *op.function_type.outputs.data]
+    if any(isinstance(o, loop.KernelOp | loop.AllocOp) for o in body) or any(
+        isinstance(t, MemRefType) for t in types
+    ):
+        return "loop"
+    if any(isinstance(o, graph.GraphOp | graph.FusedOp) for o in body) or any(
+        isinstance(t, TensorType) for t in types
+    ):
+        return "graph"
+    return None
+
+
+def module_levels(module: ModuleOp) -> list[str]:
+    """The levels of the module's functions and kernels, highest first."""
+    found = {function_level(op) for op in module.body.ops}
+    return [level for level in LEVELS if level in found]
+
+
+_LOWERING_TO = {"loop": "graph-to-loop", "tile": "loop-to-tile"}
+_LOWERING_FROM = {"graph": "graph-to-loop", "loop": "loop-to-tile"}
+
+
+def check_level(p: ModulePass, module: ModuleOp) -> None:
+    """Refuses a pass whose `levels` the module has no part at (a pass run on IR of
+    another level would find nothing to do and silently do nothing). Passes that
+    declare no levels run on anything."""
+    wanted: tuple[str, ...] | None = getattr(p, "levels", None)
+    if not wanted:
+        return
+    have = module_levels(module)
+    if not have or any(level in wanted for level in have):
+        return
+    want_words = " or ".join(wanted)
+    have_words = " and ".join(have)
+    plural = "s" if len(have) > 1 else ""
+    first = LEVELS.index(wanted[0])
+    if LEVELS.index(have[0]) < first:
+        hint = f"run {_LOWERING_TO[wanted[0]]} first"
+    else:
+        hint = f"it runs before {_LOWERING_FROM[wanted[-1]]}"
+    raise IrcError(
+        Diagnostic(
+            None,
+            f"pass '{p.name}' runs on {want_words}-level IR, but this module is at the "
+            f"{have_words} level{plural} ({hint})",
+        )
+    )
 
 
 # --- value names while xDSL rewrites ---------------------------------------------

@@ -45,6 +45,9 @@ from irc.verifier import verify
 
 PROG = "irc-run"
 
+MAX_SEED = 2**64 - 1
+"""The largest seed torch's random generators take."""
+
 MEMORY_HEADROOM = 0.9
 """Use at most this share of the free memory: the estimate is not exact and
 the OOM killer gives no second chance."""
@@ -425,6 +428,10 @@ def format_bytes(n: int | float) -> str:
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
     """The console script; returns the exit status (0, 1 or 2)."""
     args = make_arg_parser().parse_args(argv)
+    if not 0 <= args.seed <= MAX_SEED:
+        # torch's generators take 0..2**64-1 (a negative seed would alias a large one).
+        sys.stderr.write(f"{PROG}: error: --seed must be from 0 to 2**64-1, got {args.seed}\n")
+        return 1
     runner: Runner | None = None
     try:
         runner = Runner(args, stdout or sys.stdout)

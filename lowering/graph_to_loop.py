@@ -32,6 +32,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irc.diagnostics import IrcError, op_location
 from irc.dialects import graph, loop
 from irc.frontend import set_value_name
 from irc.types import F32, HALF_TYPES, I1, element_of, int_array, shape_of
@@ -327,6 +328,17 @@ def view_map(op: Operation) -> IndexMap | None:
     return None
 
 
+COMPOSITE_OPS = (graph.SoftmaxOp, graph.LayerNormOp)
+"""Graph ops that `decompose` rewrites into primitives; they have no loop form."""
+
+
+def _not_decomposed(op: Operation) -> IrcError:
+    return IrcError.at(
+        op_location(op),
+        f"{op.name} must be decomposed before graph-to-loop (run decompose first)",
+    )
+
+
 def kernel_kind(ops: Sequence[Operation]) -> str:
     """`mm`, `red` or `poi`: the kind part of a kernel name, as in Inductor."""
     if any(isinstance(o, graph.MatmulOp) for o in ops):
@@ -375,8 +387,8 @@ class FunctionLowering:
             self.access[op.results[0]] = Splat(op.value)  # type: ignore[arg-type]
         elif isinstance(op, graph.FusedOp):
             self.fused(op)
-        elif isinstance(op, graph.SoftmaxOp | graph.LayerNormOp):
-            raise NotImplementedError(f"{op.name} must be decomposed before lowering")
+        elif isinstance(op, COMPOSITE_OPS):
+            raise _not_decomposed(op)
         else:
             self.kernel([op], list(op.results))
 
@@ -386,6 +398,9 @@ class FunctionLowering:
         for arg, operand in zip(block.args, op.inputs, strict=True):
             self.access[arg] = self.access[operand]
         members = [o for o in block.ops if not isinstance(o, graph.YieldOp)]
+        for o in members:
+            if isinstance(o, COMPOSITE_OPS):
+                raise _not_decomposed(o)
         last = block.last_op
         assert isinstance(last, graph.YieldOp)
         outputs = list(last.values)
@@ -525,6 +540,7 @@ class GraphToLoopPass(ModulePass):
     """`graph-to-loop`: graph functions become loop nests over buffers."""
 
     name = "graph-to-loop"
+    levels = ("graph",)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         lower_module(op)

@@ -1159,6 +1159,7 @@ class LoopToTilePass(ModulePass):
     """`loop-to-tile`: loop nests become blocked tile kernels and launches."""
 
     name = "loop-to-tile"
+    levels = ("loop",)
 
     tf32: bool = False
     """Let f32 matmuls use TF32 tensor cores (faster, about 10 bits of mantissa)."""

@@ -112,6 +112,7 @@ class DecomposePass(ModulePass):
     """`decompose`: composite graph ops into primitives."""
 
     name = "decompose"
+    levels = ("graph",)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(

@@ -41,7 +41,9 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irc.diagnostics import Diagnostic, IrcError
 from irc.dialects import graph
+from irc.passes import check_option
 from irc.types import element_bytes, element_of, numel, shape_of
 
 VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp)
@@ -956,9 +958,17 @@ class FusePass(ModulePass):
     """`fuse{max-ops=64, report=""}`: kernels by bytes saved; report = text|json."""
 
     name = "fuse"
+    levels = ("graph",)
 
     max_ops: int = 64
     report: str = ""
+
+    def __post_init__(self) -> None:
+        check_option("fuse", "max_ops", self.max_ops, 1)
+        if self.report not in ("", "text", "json"):
+            raise IrcError(
+                Diagnostic(None, f"fuse: 'report' must be text or json, got '{self.report}'")
+            )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         reports = fuse_module(op, self.max_ops)

@@ -41,6 +41,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import loop
+from irc.passes import check_option
 from irc.types import F32, HALF_TYPES, int_array, numel
 
 INDEX = IndexType()
@@ -183,10 +184,16 @@ class SplitReductionPass(ModulePass):
     """`split-reduction{threshold=65536 splits=8192 min_chunk=1024}` on loop-level IR."""
 
     name = "split-reduction"
+    levels = ("loop",)
 
     threshold: int = 65536
     splits: int = 8192
     min_chunk: int = 1024
+
+    def __post_init__(self) -> None:
+        check_option(self.name, "threshold", self.threshold, 0)
+        check_option(self.name, "splits", self.splits, 1)
+        check_option(self.name, "min_chunk", self.min_chunk, 1)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:

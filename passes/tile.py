@@ -40,8 +40,9 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.passes import ModulePass
 
-from irc.diagnostics import Diagnostic, IrcError
 from irc.dialects import loop
+from irc.dialects.attrs import MAX_BLOCK, MAX_WARPS
+from irc.passes import check_option
 from irc.types import HALF_TYPES, int_array, numel
 
 
@@ -70,7 +71,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
             half = op.result.type in HALF_TYPES
             return KernelShape("contraction", parallel, tuple(loop.int_list(op.bounds)), half)
     for op in kernel.body.walk():
-        if isinstance(op, loop.ReduceOp | loop.ForeachOp):
+        if isinstance(op, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp):
             epilogue = any(isinstance(o, loop.ForeachOp) for o in kernel.body.walk())
             return KernelShape(
                 "reduction", parallel, tuple(loop.int_list(op.bounds)), False, epilogue
@@ -136,6 +137,7 @@ class TilePass(ModulePass):
     """`tile{block=1024 rblock=1024 persistent-rblock=8192 thread-elements=8 epilogue-warps=8}`."""
 
     name = "tile"
+    levels = ("loop",)
 
     block: int = 1024
     rblock: int = 1024
@@ -143,26 +145,19 @@ class TilePass(ModulePass):
     thread_elements: int = 8
     epilogue_warps: int = 8
 
+    def __post_init__(self) -> None:
+        """Block sizes are Triton blocks: powers of two, at most its largest."""
+        for key in ("block", "rblock", "persistent_rblock", "thread_elements"):
+            check_option(
+                "tile", key, getattr(self, key), 1, MAX_BLOCK, power_of_two=True,
+                why="Triton's largest block",
+            )  # fmt: skip
+        check_option(
+            "tile", "epilogue_warps", self.epilogue_warps, 1, MAX_WARPS, power_of_two=True,
+            why="1024 threads a program",
+        )  # fmt: skip
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for key, value in (
-            ("block", self.block),
-            ("rblock", self.rblock),
-            ("persistent-rblock", self.persistent_rblock),
-            ("thread-elements", self.thread_elements),
-            ("epilogue-warps", self.epilogue_warps),
-        ):
-            if value < 1 or value & (value - 1):
-                raise IrcError(
-                    Diagnostic(None, f"tile: '{key}' must be a power of two, got {value}")
-                )
-        if self.epilogue_warps > 32:
-            raise IrcError(
-                Diagnostic(
-                    None,
-                    "tile: 'epilogue-warps' must be at most 32 (1024 threads a program), "
-                    f"got {self.epilogue_warps}",
-                )
-            )
         for kernel in op.walk():
             if not isinstance(kernel, loop.KernelOp):
                 continue

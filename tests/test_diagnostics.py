@@ -642,6 +642,14 @@ PIPELINE_CASES = [
     ("options-pass{check=3}", "pass 'options-pass': option 'check' must be true or false, got 3"),
     ("options-pass{size}", "pass 'options-pass': option 'size' must be an integer, got nothing"),
     ("options-pass{label=1,2}", "bad options for pass 'options-pass': "),
+    ("tile{block=512 block=1024}",
+     "pass 'tile': option 'block' is given twice (at column 16 of 'tile{block=512 block=1024}')"),
+    ("split-reduction{min-chunk=1 min_chunk=2}", "pass 'split-reduction': option 'min_chunk' is given twice"),
+    ("split-reduction{min-chunk=0}", "split-reduction: 'min-chunk' must be at least 1, got 0"),
+    ("split-reduction{threshold=-1}", "split-reduction: 'threshold' must be at least 0, got -1"),
+    ("fuse{max-ops=-1}", "fuse: 'max-ops' must be at least 1, got -1"),
+    ("fuse{report=xml}", "fuse: 'report' must be text or json, got 'xml'"),
+    ("tile{block=2097152}", "tile: 'block' must be at most 1048576 (Triton's largest block), got 2097152"),
 ]
 
 
@@ -701,6 +709,10 @@ def test_internal_error_outside_a_pass(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 CLI_CASES = [
+    (["-p", "loop-to-tile"], "irc-opt: error: pass 'loop-to-tile' runs on loop-level IR, but this "
+     "module is at the graph level (run graph-to-loop first)"),
+    (["-p", "graph-to-loop,fuse"], "irc-opt: error: pass 'fuse' runs on graph-level IR, but this "
+     "module is at the loop level (it runs before graph-to-loop)"),
     (["--fusion-report"], "irc-opt: error: --fusion-report describes the fuse pass: add --fuse"),
     (["--autotune"], "irc-opt: error: --autotune chooses kernel tilings: use it with --emit triton"),
     (

@@ -474,3 +474,207 @@ def test_rank_at_the_limit_still_works(tmp_path: Path) -> None:
     status, out, err, _ = run_opt(tmp_path, source, "--emit", "triton")
     assert status == 0, err
     assert "@triton.jit" in out
+
+
+# --- irc-run --seed -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**64), "9" * 30])
+def test_seed_out_of_range_is_a_usage_error(seed: str, tmp_path: Path) -> None:
+    import irc.run
+
+    path = tmp_path / "s.ir"
+    path.write_text("func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %x : tensor<4xf32>\n}\n")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        status = irc.run.main([str(path), f"--seed={seed}"])
+    assert status == 1
+    assert err.getvalue() == f"irc-run: error: --seed must be from 0 to 2**64-1, got {seed}\n"
+
+
+def test_largest_seed_runs(tmp_path: Path) -> None:
+    import irc.run
+
+    path = tmp_path / "s.ir"
+    path.write_text("func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %x : tensor<4xf32>\n}\n")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = irc.run.main([str(path), f"--seed={2**64 - 1}"])
+    assert status == 0
+    assert f"(seed {2**64 - 1}, cpu)" in out.getvalue()
+
+
+# --- passes: their level and their options --------------------------------------------------
+
+GRAPH = """\
+func @f(%x: tensor<64x128xf32>, %w: tensor<128x32xf32>) -> (tensor<64x128xf32>, tensor<64x32xf32>) {
+  %s = graph.softmax %x {dim = 1}
+  %m = graph.matmul %x, %w
+  return %s, %m : tensor<64x128xf32>, tensor<64x32xf32>
+}
+"""
+
+
+def test_every_irc_pass_declares_its_levels() -> None:
+    # xDSL's own passes (cse, dce) run on any level and declare none.
+    from irc.passes import LEVELS, PASSES
+
+    own = [(name, cls) for name, cls in ((n, load()) for n, load in PASSES.items())
+           if cls.__module__.startswith("irc.")]  # fmt: skip
+    assert len(own) >= 6
+    for name, cls in own:
+        levels = getattr(cls, "levels", None)
+        assert levels and set(levels) <= set(LEVELS), name
+
+
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        "decompose,fuse,graph-to-loop,split-reduction,tile,loop-to-tile",
+        "fuse,decompose,graph-to-loop,split-reduction,tile,loop-to-tile",
+        "fuse,fuse,decompose,decompose,graph-to-loop,tile,tile,loop-to-tile",
+        "decompose,graph-to-loop,tile{block=128},loop-to-tile{tf32=true}",
+    ],
+)
+def test_legitimate_pipelines_still_run(pipeline: str, tmp_path: Path) -> None:
+    status, out, err, _ = run_opt(tmp_path, GRAPH, "-p", pipeline)
+    assert status == 0, err
+    assert "tile.kernel" in out
+
+
+def test_passes_run_on_printed_ir_of_their_level(tmp_path: Path) -> None:
+    status, fused, err, _ = run_opt(tmp_path, GRAPH, "--fuse")
+    assert status == 0, err
+    status, again, err, _ = run_opt(tmp_path, fused, "--fuse", "--decompose")  # fuse on fused IR
+    assert status == 0, err
+    status, looped, err, _ = run_opt(tmp_path, again, "--graph-to-loop")
+    assert status == 0, err
+    status, tiled, err, _ = run_opt(tmp_path, looped, "-p", "split-reduction,tile")
+    assert status == 0, err
+    status, out, err, _ = run_opt(tmp_path, tiled, "--loop-to-tile", "--emit", "triton")
+    assert status == 0, err
+    assert "@triton.jit" in out
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "level", "message"),
+    [
+        ("loop-to-tile", "graph",
+         "pass 'loop-to-tile' runs on loop-level IR, but this module is at the graph level "
+         "(run graph-to-loop first)"),
+        ("tile", "graph", "pass 'tile' runs on loop-level IR, but this module is at the graph level"),
+        ("split-reduction", "graph", "pass 'split-reduction' runs on loop-level IR"),
+        ("decompose", "loop",
+         "pass 'decompose' runs on graph-level IR, but this module is at the loop level "
+         "(it runs before graph-to-loop)"),
+        ("fuse", "loop", "pass 'fuse' runs on graph-level IR, but this module is at the loop level"),
+        ("graph-to-loop", "tile",
+         "pass 'graph-to-loop' runs on graph-level IR, but this module is at the tile level"),
+        ("tile", "tile",
+         "pass 'tile' runs on loop-level IR, but this module is at the tile level "
+         "(it runs before loop-to-tile)"),
+        ("loop-to-tile", "tile", "pass 'loop-to-tile' runs on loop-level IR"),
+    ],
+)  # fmt: skip
+def test_a_pass_refuses_ir_of_another_level(
+    pipeline: str, level: str, message: str, tmp_path: Path
+) -> None:
+    lower = {
+        "graph": [],
+        "loop": ["-p", "decompose,graph-to-loop"],
+        "tile": ["-p", "decompose,graph-to-loop,tile,loop-to-tile"],
+    }
+    status, source, err, _ = run_opt(tmp_path, GRAPH, *lower[level])
+    assert status == 0, err
+    status, out, err, _ = run_opt(tmp_path, source, "-p", pipeline)
+    assert status == 1 and out == ""
+    assert err == f"irc-opt: error: {message}" + err.split(message, 1)[1]
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_level_refusal_in_the_api() -> None:
+    import irc
+    from irc.diagnostics import IrcError
+
+    module = irc.parse(GRAPH)
+    with pytest.raises(IrcError, match="run graph-to-loop first"):
+        irc.run_pipeline(module, "loop-to-tile")
+    # Nothing ran: the module is still at the graph level.
+    assert "graph.softmax" in irc.print_module(module)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("tile{block=512 block=1024}", "pass 'tile': option 'block' is given twice"),
+        ("fuse{max-ops=8 max_ops=9}", "pass 'fuse': option 'max_ops' is given twice"),
+        ("tile{block=512,block=1024}", "malformed pass pipeline"),
+        ("tile{block=24}", "tile: 'block' must be a power of two, got 24"),
+        ("tile{rblock=0}", "tile: 'rblock' must be a power of two, got 0"),
+        ("tile{persistent-rblock=4194304}", "tile: 'persistent-rblock' must be at most 1048576"),
+        ("tile{epilogue-warps=-8}", "tile: 'epilogue-warps' must be a power of two, got -8"),
+        ("split-reduction{splits=0}", "split-reduction: 'splits' must be at least 1, got 0"),
+        ("split-reduction{min-chunk=-5}", "split-reduction: 'min-chunk' must be at least 1, got -5"),
+        ("fuse{max-ops=0}", "fuse: 'max-ops' must be at least 1, got 0"),
+        ("fuse{report=yaml}", "fuse: 'report' must be text or json, got 'yaml'"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_runs(spec: str, message: str, tmp_path: Path) -> None:
+    status, out, err, _ = run_opt(tmp_path, GRAPH, "-p", f"graph-to-loop,{spec}")
+    assert status == 1 and out == ""
+    assert err.startswith("irc-opt: error: ") and message in err, err
+
+
+def test_split_reduction_min_chunk_zero_is_no_crash(tmp_path: Path) -> None:
+    # Was a ZeroDivisionError (exit 2) on a module with a full reduction.
+    source = (
+        "func @f(%x: tensor<65536xf32>) -> tensor<f32> {\n"
+        "  %s = graph.reduce_sum %x {dims = [0]}\n  return %s : tensor<f32>\n}\n"
+    )
+    status, _, err, _ = run_opt(tmp_path, source, "-p", "graph-to-loop,split-reduction{min_chunk=0}")
+    assert status == 1
+    assert err == "irc-opt: error: split-reduction: 'min-chunk' must be at least 1, got 0\n"
+    status, out, err, _ = run_opt(tmp_path, source, "-p", "graph-to-loop,split-reduction{min_chunk=1}")
+    assert status == 0, err
+    assert out.count("loop.kernel") == 2
+
+
+def test_pass_objects_check_their_options_too() -> None:
+    from irc.diagnostics import IrcError
+    from irc.passes.split_reduction import SplitReductionPass
+    from irc.passes.tile import TilePass
+
+    with pytest.raises(IrcError, match="'block' must be a power of two, got 3"):
+        TilePass(block=3)
+    with pytest.raises(IrcError, match="'min-chunk' must be at least 1, got 0"):
+        SplitReductionPass(min_chunk=0)
+
+
+@pytest.mark.parametrize("in_group", [False, True], ids=["plain", "in-a-group"])
+def test_graph_to_loop_names_an_undecomposed_composite(in_group: bool, tmp_path: Path) -> None:
+    if in_group:
+        source = _fused(
+            "%x (%a: tensor<4x8xf32>)", ["%s = graph.softmax %a {dim = 1}", "graph.yield %s"],
+            "tensor<4x8xf32>", "%x: tensor<4x8xf32>", "tensor<4x8xf32>",
+        )  # fmt: skip
+        where = "3:5"
+    else:
+        source = (
+            "func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {\n"
+            "  %s = graph.softmax %x {dim = 1}\n  return %s : tensor<4x8xf32>\n}\n"
+        )
+        where = "2:3"
+    message = "graph.softmax must be decomposed before graph-to-loop (run decompose first)"
+    assert_located(tmp_path, source, where, message, "-p", "graph-to-loop")
+    status, _, err, _ = run_opt(tmp_path, source, "-p", "decompose,graph-to-loop")
+    assert status == 0, err
+
+
+def test_compile_fuses_only_graph_level_modules() -> None:
+    # irc.compile fuses by default; a module already lowered is past fusion, not refused.
+    import irc
+
+    module = irc.parse(GRAPH)
+    irc.run_pipeline(module, "decompose,graph-to-loop")
+    compiled = irc.compile(module, device="cpu")
+    assert compiled.kernel_count >= 2
