@@ -12,6 +12,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
+from irc.bounds import check_bounds
 from irc.diagnostics import Diagnostic, IrcError, Location, Note, op_location
 from irc.gcpause import paused_gc
 from irc.types import format_type
@@ -44,6 +45,9 @@ def verify(module: ModuleOp, context: str | None = None) -> None:
             _verify_func(op, diagnostics)
         else:
             _verify_block_ops([op], visible, diagnostics)
+    if not diagnostics:
+        # Memory safety, once every op is well formed (irc/bounds.py).
+        diagnostics.extend(check_bounds(module))
     if diagnostics:
         if context is not None:
             for d in diagnostics:
