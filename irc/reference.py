@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from typing import Any, cast
 
 import torch
@@ -65,6 +66,31 @@ def element_type_of(dtype: torch.dtype) -> Attribute:
 def dtype_name(dtype: torch.dtype) -> str:
     """`f32`, `i1`, ...: how irc spells a torch dtype in messages."""
     return element_name(element_type_of(dtype))
+
+
+_WIDE: ContextVar[bool] = ContextVar("irc_reference_wide", default=False)
+"""Set while `run_function_f64` runs: every float value is carried in f64."""
+
+_WIDENS: frozenset[tuple[torch.dtype, torch.dtype]] = frozenset(
+    {
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float64),
+        (torch.bfloat16, torch.float64),
+        (torch.float32, torch.float64),
+    }
+)
+"""Float casts that represent every value of their source exactly (no rounding)."""
+
+
+_ORDER: ContextVar[int] = ContextVar("irc_reference_order", default=0)
+"""Nonzero while `run_function(..., order=k)` runs: sums take their terms in another order."""
+
+
+def carried_dtype(element_type: Attribute) -> torch.dtype:
+    """The dtype a value of this element type has in the interpreter now (f64 when wide)."""
+    dtype = torch_dtype(element_type)
+    return torch.float64 if dtype.is_floating_point and _WIDE.get() else dtype
 
 
 def _tensor_type(t: Attribute) -> TensorType[Attribute]:
@@ -177,7 +203,17 @@ def _result_dtype(op: Operation) -> torch.dtype:
 
 @evaluator(graph.CastOp)
 def _cast(op: graph.CastOp, args: list[Tensor]) -> Tensor:
-    return args[0].to(_result_dtype(op))
+    (x,) = args
+    dtype = _result_dtype(op)
+    if not (_WIDE.get() and dtype.is_floating_point):
+        return x.to(dtype)
+    # In f64, a cast still rounds where the program asks it to (a narrowing
+    # float cast, an integer to a float that cannot hold it): that rounding is
+    # the op's meaning, not an error of the implementation.
+    source = torch_dtype(element_of(_tensor_type(op.operands[0].type)))
+    if dtype == torch.float64 or (source, dtype) in _WIDENS:
+        return x.to(torch.float64)
+    return x.to(dtype).to(torch.float64)
 
 
 @evaluator(graph.ConstantOp)
@@ -188,6 +224,9 @@ def _constant(op: graph.ConstantOp, args: list[Tensor]) -> Tensor:
     # would, where torch.full(shape, 1e10, dtype=float16) raises instead.
     scalar = torch.tensor(value, dtype=torch.float64 if isinstance(value, float) else None)
     scalar = scalar.to(dtype)
+    if _WIDE.get() and dtype.is_floating_point:
+        # The constant's value is the written number rounded to its type.
+        scalar, dtype = scalar.to(torch.float64), torch.float64
     return torch.empty(_result_shape(op), dtype=dtype).fill_(scalar)
 
 
@@ -233,7 +272,7 @@ def _int_list(attr: Attribute | None) -> list[int]:
 
 @evaluator(graph.ReduceSumOp)
 def _reduce_sum(op: graph.ReduceSumOp, args: list[Tensor]) -> Tensor:
-    (x,) = args
+    x = _reordered(args[0], op.reduced_dims())
     # dtype= keeps i32 sums in i32 (torch.sum widens integers to i64 by default).
     return torch.sum(x, dim=op.reduced_dims(), keepdim=op.keeps_dims(), dtype=x.dtype)
 
@@ -250,24 +289,66 @@ def _reduce_min(op: graph.ReduceMinOp, args: list[Tensor]) -> Tensor:
 
 @evaluator(graph.ReduceMeanOp)
 def _reduce_mean(op: graph.ReduceMeanOp, args: list[Tensor]) -> Tensor:
-    return torch.mean(args[0], dim=op.reduced_dims(), keepdim=op.keeps_dims())
+    x = _reordered(args[0], op.reduced_dims())
+    return torch.mean(x, dim=op.reduced_dims(), keepdim=op.keeps_dims())
 
 
 @evaluator(graph.MatmulOp)
 def _matmul(op: graph.MatmulOp, args: list[Tensor]) -> Tensor:
-    return torch.matmul(args[0], args[1])
+    a, b = args
+    p = _permutation(a.shape[-1], a.device)
+    if p is not None:  # the same order of the contracted dim on both sides
+        a, b = a.index_select(a.dim() - 1, p), b.index_select(b.dim() - 2, p)
+    return torch.matmul(a, b)
 
 
 @evaluator(graph.SoftmaxOp)
 def _softmax(op: graph.SoftmaxOp, args: list[Tensor]) -> Tensor:
-    return torch.softmax(args[0], dim=op.axis())
+    (x,) = args
+    dim = op.axis()
+    p = _permutation(x.shape[dim], x.device)
+    if p is None:
+        return torch.softmax(x, dim=dim)
+    y = torch.softmax(x.index_select(dim, p), dim=dim)
+    return y.index_select(dim, torch.argsort(p))
 
 
 @evaluator(graph.LayerNormOp)
 def _layer_norm(op: graph.LayerNormOp, args: list[Tensor]) -> Tensor:
     x, w, b = args
-    normalized = [x.shape[d] for d in op.normalized_dims()]
-    return F.layer_norm(x, normalized, w, b, op.epsilon())
+    dims = op.normalized_dims()
+    normalized = [x.shape[d] for d in dims]
+    perms = [(d, _permutation(x.shape[d], x.device)) for d in dims]
+    shift = x.dim() - len(dims)  # weight and bias have the normalized dims only
+    for d, p in perms:
+        if p is not None:
+            x = x.index_select(d, p)
+            w, b = w.index_select(d - shift, p), b.index_select(d - shift, p)
+    y = F.layer_norm(x, normalized, w, b, op.epsilon())
+    for d, p in perms:
+        if p is not None:
+            y = y.index_select(d, torch.argsort(p))
+    return y
+
+
+def _permutation(n: int, device: torch.device) -> Tensor | None:
+    """The order in which a reduction of `n` terms takes them under `order=k`
+    (None: as they come). Order 1 reverses; others are seeded shuffles."""
+    k = _ORDER.get()
+    if k == 0 or n < 2:
+        return None
+    if k == 1:
+        return torch.arange(n - 1, -1, -1, device=device)
+    return torch.randperm(n, generator=torch.Generator().manual_seed(k)).to(device)
+
+
+def _reordered(x: Tensor, dims: Sequence[int]) -> Tensor:
+    """`x` with its elements along `dims` in the order of `_permutation` (a sum is the same)."""
+    for d in dims:
+        p = _permutation(x.shape[d], x.device)
+        if p is not None:
+            x = x.index_select(d, p)
+    return x
 
 
 @evaluator(graph.FusedOp)
@@ -303,12 +384,19 @@ def run_function(
     fn: func.FuncOp,
     inputs: Sequence[Tensor],
     device: str | torch.device | None = None,
+    *,
+    order: int = 0,
 ) -> list[Tensor]:
     """Evaluates `fn` on `inputs` and returns its outputs (contiguous tensors).
 
     The inputs must match the signature exactly (shape and dtype): the graph
     level has no implicit conversions, so a mismatch is the caller's mistake.
     Constants are made on `device`, by default the inputs' device (else CPU).
+    A nonzero `order` makes every reduction (reduce_sum and mean, matmul,
+    softmax, layer_norm) take its terms in another order, the same for an
+    order on every run: an equally correct result that rounds differently.
+    Eager torch's distance from the exact value is one draw of rounding
+    noise; other orders show how far that noise reaches.
     """
     block = fn.body.block
     name = fn.sym_name.data
@@ -318,9 +406,42 @@ def run_function(
         _check_tensor(x, arg.type, lambda i=i: f"input {i} of @{name}", ValueError)
     if device is None:
         device = inputs[0].device if inputs else torch.device("cpu")
-    with torch.no_grad(), torch.device(device):
-        outputs = _run_block(block, list(inputs))
+    token = _ORDER.set(order)
+    try:
+        with torch.no_grad(), torch.device(device):
+            outputs = _run_block(block, list(inputs))
+    finally:
+        _ORDER.reset(token)
     return [o.contiguous() for o in outputs]
+
+
+def run_function_f64(
+    fn: func.FuncOp,
+    inputs: Sequence[Tensor],
+    device: str | torch.device | None = None,
+) -> list[Tensor]:
+    """`fn` computed in f64: the yardstick against which verdicts weigh rounding.
+
+    The inputs are those of `run_function` (the program's dtypes); float inputs
+    are widened to f64 exactly, every float op runs in f64, and float outputs
+    come back as f64. Only what the program spells as rounding still rounds:
+    a cast to a narrower float type (or of an integer to a float too small
+    for it) and a constant, which is its written value in its type. So the
+    result is the program's mathematical value, and the distance of torch's
+    own result from it is torch's rounding error at the program's dtypes.
+    """
+    block = fn.body.block
+    name = fn.sym_name.data
+    if len(inputs) != len(block.args):
+        raise ValueError(f"@{name} takes {len(block.args)} input(s), got {len(inputs)}")
+    for i, (arg, x) in enumerate(zip(block.args, inputs, strict=True)):
+        _check_tensor(x, arg.type, lambda i=i: f"input {i} of @{name}", ValueError)
+    wide = [x.to(torch.float64) if x.is_floating_point() else x for x in inputs]
+    token = _WIDE.set(True)
+    try:
+        return run_function(fn, wide, device)
+    finally:
+        _WIDE.reset(token)
 
 
 def _run_block(block: Block, args: list[Tensor]) -> list[Tensor]:
@@ -402,7 +523,7 @@ def _check_tensor(
 ) -> None:
     """The shape/dtype assertion; `what` is lazy so the hot path builds no strings."""
     tt = _tensor_type(t)
-    if tuple(x.shape) != shape_of(tt) or x.dtype != torch_dtype(tt.element_type):
+    if tuple(x.shape) != shape_of(tt) or x.dtype != carried_dtype(tt.element_type):
         got = f"shape {list(x.shape)} {_dtype_text(x.dtype)}"
         raise error(f"{what()} is {got}, but the IR type is {format_type(tt)}")
 
@@ -449,25 +570,34 @@ def random_tensor(shape: Sequence[int], dtype: torch.dtype, gen: torch.Generator
     return x
 
 
-def value_bytes(v: SSAValue) -> int:
-    """Bytes of a tensor value (an `i1` element takes one byte, as in torch)."""
+def value_bytes(v: SSAValue, wide: bool = False) -> int:
+    """Bytes of a tensor value (an `i1` element takes one byte, as in torch);
+    `wide`: as `run_function_f64` holds it (floats in f64)."""
     t = _tensor_type(v.type)
-    return numel(shape_of(t)) * element_bytes(t.element_type)
+    size = 8 if wide and is_float(t.element_type) else element_bytes(t.element_type)
+    return numel(shape_of(t)) * size
 
 
-def estimate_peak_bytes(fn: func.FuncOp) -> int:
+def estimate_peak_bytes(fn: func.FuncOp, wide: bool = False) -> int:
     """Peak memory of `run_function(fn, ...)`, inputs included, erring high.
 
     Follows the interpreter's order and frees; an op is charged its results
     plus, for ops whose torch kernels allocate temporaries (softmax,
-    layer_norm, mean, matmul), twice its largest operand or result.
+    layer_norm, mean, matmul), twice its largest operand or result. `wide`:
+    the peak of `run_function_f64`, whose f64 copies of the inputs count too.
     """
     block = fn.body.block
     inputs = sum(value_bytes(a) for a in block.args)
-    return inputs + _block_extra_bytes(block)
+    if wide:
+        inputs += sum(value_bytes(a, True) for a in block.args if is_float(_element(a)))
+    return inputs + _block_extra_bytes(block, wide)
 
 
-def _block_extra_bytes(block: Block) -> int:
+def _element(v: SSAValue) -> Attribute:
+    return _tensor_type(v.type).element_type
+
+
+def _block_extra_bytes(block: Block, wide: bool = False) -> int:
     """Peak bytes a block allocates on top of its arguments."""
     frees = _frees_after(block)
     live = peak = 0
@@ -475,18 +605,20 @@ def _block_extra_bytes(block: Block) -> int:
         if isinstance(op, func.ReturnOp | graph.YieldOp):
             break
         if isinstance(op, graph.FusedOp):
-            now = _block_extra_bytes(op.body.block)
+            now = _block_extra_bytes(op.body.block, wide)
         else:
-            now = sum(value_bytes(r) for r in op.results) + _workspace_bytes(op)
+            now = sum(value_bytes(r, wide) for r in op.results) + _workspace_bytes(op, wide)
         peak = max(peak, live + now)
-        live += sum(value_bytes(r) for r in op.results)
-        live -= sum(value_bytes(v) for v in frees.get(i, ()) if not isinstance(v, BlockArgument))
+        live += sum(value_bytes(r, wide) for r in op.results)
+        live -= sum(
+            value_bytes(v, wide) for v in frees.get(i, ()) if not isinstance(v, BlockArgument)
+        )
     return peak
 
 
-def _workspace_bytes(op: Operation) -> int:
+def _workspace_bytes(op: Operation, wide: bool = False) -> int:
     if isinstance(op, graph.SoftmaxOp | graph.LayerNormOp | graph.ReduceMeanOp | graph.MatmulOp):
-        biggest = max((value_bytes(v) for v in _iter_values(op)), default=0)
+        biggest = max((value_bytes(v, wide) for v in _iter_values(op)), default=0)
         return 2 * biggest
     return 0
 
@@ -513,6 +645,7 @@ __all__ = [
     "random_tensor",
     "run",
     "run_function",
+    "run_function_f64",
     "torch_dtype",
     "value_bytes",
 ]
