@@ -77,6 +77,24 @@ def test_rows_and_markdown() -> None:
     assert "MISMATCH max abs err 0.5" in lines[8]
 
 
+def test_correctness_is_the_check_commands_verdict() -> None:
+    """The benchmark judges by irc.verdict, as `irc-run --check` does (on the CPU here)."""
+    import torch
+
+    path = bench.WORKLOADS_DIR / "small_chain.ir"
+    (small,) = [w for w in bench._workloads() if w.name == "small_chain"]
+    args = small.inputs("cpu")
+    want = [small.torch_fn(*args)]
+    got = irc.compile(path, device="cpu").run("small_chain", args)
+    good = bench.correctness(path, "small_chain", args, got, want)
+    assert good["correct"] and good["verdicts"][0].startswith("ok: ")
+    bad = bench.correctness(path, "small_chain", args, [got[0] + 1e-3], want)
+    assert not bad["correct"] and bad["verdicts"][0].startswith("MISMATCH: ")
+    assert bad["max_abs_err"] == pytest.approx(1e-3, rel=1e-2)
+    assert bad["eager_max_abs_err"] < 1e-6
+    assert "from f64, irc vs torch" in bad["verdicts"][0] and torch.is_tensor(got[0])
+
+
 def test_interleaved_medians_take_turns_and_the_median() -> None:
     calls: list[str] = []
     readings = {"a": iter([5.0, 1.0, 3.0, 2.0]), "b": iter([2.0, 9.0, 4.0, 4.0])}
