@@ -56,6 +56,8 @@ EMPTY = (1, 0)
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
 ENUMERATE_LIMIT = 1 << 20
 """Most values of one program or tile index that the exact scalar mode walks."""
+ENUMERATE_BUDGET = 1 << 23
+"""Most values the exact scalar mode computes for one kernel (64 MB of int64)."""
 NARROW_BUDGET = 200_000
 """Most (value, lanes) evaluations one kernel's masks may cost; past it, plain intervals."""
 
@@ -414,6 +416,7 @@ class TileIntervals:
         self.values: dict[SSAValue, Any] = {}  # exact mode: (source, numpy array) or int
         self.accesses: dict[tuple[SSAValue, SSAValue | None, tuple[int, ...]], Info | None] = {}
         self.budget = NARROW_BUDGET
+        self.enumerated = 0  # values computed by the exact mode, against ENUMERATE_BUDGET
 
     # -- plain intervals --
 
@@ -638,6 +641,9 @@ class TileIntervals:
             info = self._leaf(v)
             if info is None or _empty(info.range) or info.hi - info.lo >= ENUMERATE_LIMIT:
                 return None
+            self.enumerated += info.hi - info.lo + 1
+            if self.enumerated > ENUMERATE_BUDGET:
+                return None
             parent = owner.parent_op() if kind is Block else None  # type: ignore[union-attr]
             if type(parent) is tile.ForOp:
                 its = _iterations(parent)  # type: ignore[arg-type]
@@ -661,6 +667,9 @@ class TileIntervals:
         if len(sources) > 1:
             return None
         arrays = [a if isinstance(a, int) else a[1] for a in args]
+        self.enumerated += max((a.size for a in arrays if not isinstance(a, int)), default=0)
+        if self.enumerated > ENUMERATE_BUDGET:
+            return None
         result = _numpy_apply(fn, arrays)
         if result is None or isinstance(result, int):
             return result
