@@ -10,13 +10,11 @@ the `tile` pass takes its element-wise options from the GPU (`irc.target`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -133,113 +131,22 @@ def load_source(text: str, device: str) -> ModuleType:
             "so in this process its kernels can only be interpreted; compile with "
             'device="cpu", or unset TRITON_INTERPRET before triton is imported'
         )
-    with _interpreter(device == "cpu"):
+    from irc.runtime import interpreter
+
+    with interpreter.interpreting(device == "cpu"):
         spec.loader.exec_module(mod)
     if device == "cpu":
-        mod.FUNCTIONS = {k: _interpreted(f) for k, f in mod.FUNCTIONS.items()}
+        mod.FUNCTIONS = {k: interpreter.run_interpreted(f) for k, f in mod.FUNCTIONS.items()}
     return mod
-
-
-@contextmanager
-def _interpreter(on: bool) -> Iterator[None]:
-    """Triton reads TRITON_INTERPRET when kernels are defined and when they run.
-
-    Triton itself is imported first, outside: the mode it is imported in is
-    the mode of its own library (tl.sum, tl.max...) for the whole process, and
-    only a compiled one lets the same process compile for the GPU later. While
-    kernels run on the interpreter, interpreted twins of the library stand in,
-    and afterwards Triton's language modules are put back as they were: the
-    interpreter patches them for every device-function call and never undoes
-    that, which breaks the next GPU compile in the process.
-    """
-    import triton.language  # noqa: F401
-
-    global _INTERPRETER_DEPTH
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if on else "0"
-    snapshot = _language_snapshot() if on and _INTERPRETER_DEPTH == 0 else None
-    _INTERPRETER_DEPTH += on
-    if on:
-        _interpreted_library()
-    try:
-        yield
-    finally:
-        _INTERPRETER_DEPTH -= on
-        if snapshot is not None:
-            _restore_language(snapshot)
-        if saved is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = saved
-
-
-_INTERPRETER_DEPTH = 0
-Snapshot = list[tuple[Any, dict[str, Any]]]
-
-
-def _language_snapshot() -> Snapshot:
-    """The namespaces that Triton's interpreter patches, and what they hold now."""
-    import triton.language as tl
-
-    owners = (tl, tl.core, tl.math, tl.standard, tl.core.tensor, tl.core.dtype)
-    owners += (tl.core.tensor_descriptor_base,)
-    return [(owner, dict(vars(owner))) for owner in owners]
-
-
-def _restore_language(snapshot: Snapshot) -> None:
-    for owner, held in snapshot:
-        now = dict(vars(owner))
-        for name in now.keys() - held.keys():
-            delattr(owner, name)
-        for name, value in held.items():
-            if now.get(name, _MISSING) is not value:
-                setattr(owner, name, value)
 
 
 _MISSING = object()
 
 
 def _library_is_interpreted() -> bool:
-    import triton.language as tl
-    from triton.runtime.jit import JITFunction
+    from irc.runtime.interpreter import triton_is_interpreted
 
-    return not isinstance(tl.standard.sum, JITFunction)
-
-
-_TWINS: dict[int, Any] = {}
-
-
-def _interpreted_library() -> None:
-    """Puts interpreted twins of Triton's own @jit functions (tl.sum, tl.max...) in place.
-
-    Imported without TRITON_INTERPRET, Triton builds them as compiled-only
-    JITFunctions, which its interpreter cannot call ("Cannot call @triton.jit'd
-    outside of the scope of a kernel"). The caller's snapshot puts them back.
-    """
-    import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    for module in (tl.standard, tl):
-        for name, value in list(vars(module).items()):
-            if isinstance(value, JITFunction):
-                twin = _TWINS.get(id(value))
-                if twin is None:
-                    twin = _TWINS[id(value)] = InterpretedFunction(value.fn)
-                    twin._irc_twin_of = value  # keeps id(value) from being reused
-                setattr(module, name, twin)
-
-
-def _interpreted(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def call(*args: Any) -> Any:
-        import numpy as np
-
-        # Masked-off lanes may divide by zero in NumPy; their values are never stored.
-        with _interpreter(True), np.errstate(all="ignore"):
-            return fn(*args)
-
-    return call
+    return triton_is_interpreted()
 
 
 class GraphedFunction:

@@ -31,195 +31,20 @@ NEGATIVE_ZERO_BITS = {
 }
 
 HEADER = """\
-import os
-
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
+
+from irc.runtime.helpers import (  # the @triton.jit helpers the kernels call
+    _irc_dot_bf16, _irc_from_bf16, _irc_max, _irc_min, _irc_pow, _irc_tanh, _irc_to_bf16,
+    _irc_wait_for_previous_kernel,
+)
+from irc.runtime.launch import host_functions
 
 # irc.compile sets DEVICE before running this module; run on its own, it picks.
 DEVICE = globals().get("DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-_ON_GPU = DEVICE == "cuda"
-_IRC_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
-_COMPILED = _ON_GPU and not _IRC_INTERPRETED  # real kernels, not Triton's interpreter
-_RUNTIME = triton.knobs.runtime
-# Programmatic dependent launch (Hopper and later): a kernel that reads the one
-# before it starts while that one finishes, hiding its launch, and waits for it.
-_IRC_PDL = tl.constexpr(_COMPILED and torch.cuda.get_device_capability()[0] >= 9)
-
-
-@triton.jit
-def _irc_wait_for_previous_kernel():
-    if _IRC_PDL:
-        gdc_wait()
-
-
-@triton.jit
-def _irc_dot_bf16(a, b, acc):
-    # Triton's interpreter multiplies bf16 *bit patterns* in tl.dot; there the dot runs
-    # on f32 copies, which gives the same result (bf16 products are exact in f32).
-    if _IRC_INTERPRETED:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    else:
-        return tl.dot(a, b, acc)
-
-
-@triton.jit
-def _irc_to_bf16(x):
-    # Triton's interpreter truncates f32 -> bf16 (and flushes subnormals); torch rounds
-    # to nearest even. There the rounding is done on the bits, as torch does it.
-    if _IRC_INTERPRETED:
-        f = x.to(tl.float32)
-        bits = f.to(tl.uint32, bitcast=True)
-        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        bits = tl.where(f != f, (bits >> 16) | 0x40, rounded)  # NaN stays a quiet NaN
-        return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    else:
-        return x.to(tl.float32).to(tl.bfloat16)
-
-
-@triton.jit
-def _irc_from_bf16(x):
-    # The interpreter flushes bf16 subnormals to zero when widening; widen the bits.
-    if _IRC_INTERPRETED:
-        bits = x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16
-        return bits.to(tl.float32, bitcast=True)
-    else:
-        return x.to(tl.float32)
-
-
-@triton.jit
-def _irc_max(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def _irc_min(a, b):
-    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def _irc_tanh(x):
-    # One exp and one division (tanh is what compute-bound chains spend their time
-    # on); +-inf give +-1, and 0 is returned as is so that tanh(-0.0) stays -0.0.
-    t = 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
-    return tl.where(x == 0.0, x, t)
-
-
-@triton.jit
-def _irc_pow(a, b):
-    a, b = tl.broadcast(a, b)  # the interpreter cannot splat a scalar i1 (b_odd)
-    r = tl.exp2(b * tl.log2(tl.abs(a)))
-    b_int = tl.floor(b) == b
-    b_odd = b_int & (tl.floor(b * 0.5) * 2.0 != b)
-    neg = (a < 0) | ((a == 0) & (1.0 / a < 0))  # -0.0 too: pow(-0.0, -3) is -inf
-    r = tl.where(neg & b_odd, -r, r)
-    # A negative finite base to a non-integer power is NaN; -inf's powers are not.
-    r = tl.where((a < 0) & (a > float("-inf")) & (b_int == 0), float("nan"), r)
-    # IEEE (and torch): pow(1, y) and pow(-1, +-inf) are 1, NaN exponents included.
-    r = tl.where((a == 1.0) | ((a == -1.0) & (tl.abs(b) == float("inf"))), 1.0, r)
-    return tl.where(b == 0, 1.0, r)
-
-
-def _check(x, shape, dtype, fn, i):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{fn}: argument {i} must be a torch.Tensor, got {type(x).__name__}")
-    if x.shape != shape or x.dtype != dtype:
-        raise ValueError(
-            f"{fn}: argument {i} must be a {dtype} tensor of shape {list(shape)}, "
-            f"got {x.dtype} of shape {list(x.shape)}"
-        )
-    if not (x.is_cuda if _ON_GPU else x.is_cpu):
-        raise ValueError(f"{fn}: argument {i} is on {x.device.type}; this module runs on {DEVICE}")
-    x = x if x.is_contiguous() else x.contiguous()
-    # Kernels assume 16-byte aligned bases (vector loads, TMA); a view may start anywhere.
-    return x.clone() if x.data_ptr() % 16 else x
-
-
-_SM_COUNT = []
-
-
-def _persistent_grid(tiles):
-    # At most one program an SM (on the CPU interpreter a few, which still walk several
-    # tiles each), and the fewest that take as few rounds, so that no SM idles through
-    # the last round while the rest, held back by the power limit, finish it: 512 GEMM
-    # tiles on 132 SMs run 3.6% faster as 128 programs of 4 tiles than as 132 programs
-    # of which 16 walk only 3.
-    if not _SM_COUNT:
-        _SM_COUNT.append(torch.cuda.get_device_properties(0).multi_processor_count if _COMPILED else 3)
-    rounds = -(-tiles // _SM_COUNT[0])
-    return (-(-tiles // rounds),)
-
-
-def _scratch(size, alignment, stream):
-    return torch.empty(size, device=DEVICE, dtype=torch.int8)
-
-
-def _ensure_allocator():
-    # TMA descriptors made in a kernel live in scratch memory that Triton asks its
-    # allocator for at launch; install one unless the program has its own.
-    try:
-        from triton.runtime import _allocation
-
-        unset = isinstance(_allocation._allocator.get(), _allocation.NullAllocator)
-    except (ImportError, AttributeError):  # another Triton: cannot tell, so install ours
-        unset = True
-    if unset:
-        triton.set_allocator(_scratch)
-
-
-def _launch(kernel, grid, args, num_warps, num_stages=None, pdl=False):
-    # After its first launch a kernel goes straight to Triton's compiled launcher
-    # with the handles cached on the kernel object (a dict keyed by the kernel would
-    # hash it, which costs microseconds), skipping the argument binding and lookups
-    # that cost most of a small call.
-    # Every argument is 16-byte aligned: _check copies inputs that are not, and
-    # buffers come from torch's allocator; the cached variant assumes it.
-    fast = getattr(kernel, "_irc_fast", None)
-    if fast is not None:
-        launch, head, grid3, get_stream, device, compiled = fast
-        stream = get_stream(device)
-        enter, leave = _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
-        if getattr(enter, "calls", True) or getattr(leave, "calls", True):
-            meta = compiled.launch_metadata(grid3, stream, *args)
-        else:  # no launch hooks installed (profilers install them)
-            meta = enter = leave = None
-        launch(*grid3, stream, *head, meta, enter, leave, *args)
-        return
-    # No FMA contraction: torch rounds every op's result, and a contracted
-    # `x*c - min(x*c, y)` is a rounding error instead of 0 (whose sqrt is NaN).
-    options = {"num_warps": num_warps, "enable_fp_fusion": False}
-    if num_stages is not None:
-        options["num_stages"] = num_stages
-    if pdl and _IRC_PDL:
-        options["launch_pdl"] = True
-    compiled = kernel[grid](*args, **options)
-    # Triton specializes pointers on 16-byte alignment: cache only that variant.
-    if not _IRC_INTERPRETED and all(a.data_ptr() % 16 == 0 for a in args):
-        from triton.runtime.driver import driver
-
-        compiled._init_handles()
-        grid3 = tuple(grid) + (1,) * (3 - len(grid))
-        active = driver.active
-        run = compiled.run
-        launch, head = run, (compiled.function, compiled.packed_metadata)
-        if (
-            getattr(run, "global_scratch_size", 1) == 0
-            and getattr(run, "profile_scratch_size", 1) == 0
-            and hasattr(run, "launch")
-        ):
-            # No scratch to allocate: call the C launcher itself (Triton 3.6's CudaLauncher).
-            launch = run.launch
-            head = (
-                compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                compiled.packed_metadata,
-            )
-        kernel._irc_fast = (
-            launch, head, grid3, active.get_current_stream, active.get_current_device(), compiled
-        )
-
-
+# Argument checks, kernel launches and grids for DEVICE (irc/runtime/launch.py).
+_check, _launch, _persistent_grid, _ensure_allocator = host_functions(DEVICE)
 """
 
 

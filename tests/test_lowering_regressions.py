@@ -111,8 +111,28 @@ def test_program_matches_reference(name: str, fuse: bool) -> None:
 
 
 def test_kernels_compile_without_fma_contraction() -> None:
-    source = irc.compile(irc.parse(PROGRAMS["no_fma_contraction"]), device=DEVICE).source
-    assert '"enable_fp_fusion": False' in source
+    module = irc.parse(PROGRAMS["no_fma_contraction"])
+    compiled = irc.compile(module, device=DEVICE)
+    options: list[dict[str, object]] = []
+
+    class Spy:
+        """A kernel that records the options it is launched with."""
+
+        def __init__(self, kernel: object):
+            self.kernel = kernel
+
+        def __getitem__(self, grid: object) -> object:
+            def launch(*args: object, **kwargs: object) -> object:
+                options.append(kwargs)
+                return self.kernel[grid](*args, **kwargs)  # type: ignore[index]
+
+            return launch
+
+    for name, value in list(vars(compiled._py).items()):
+        if name.startswith("triton_"):
+            setattr(compiled._py, name, Spy(value))
+    compiled.run("main", random_inputs(functions(module)["main"], seed=1, device=DEVICE))
+    assert options and all(o["enable_fp_fusion"] is False for o in options)
 
 
 def test_tanh_at_the_edges() -> None:

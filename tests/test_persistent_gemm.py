@@ -23,6 +23,7 @@ from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.tile import KernelShape, Tiling, choose_tiling, set_tiling
 from irc.pipeline import run_pipeline
 from irc.printer import print_module
+from irc.runtime.launch import persistent_grid
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
@@ -145,10 +146,7 @@ def test_tma_use_follows_alignment() -> None:
 def test_persistent_grid_is_the_fewest_programs_for_the_fewest_rounds(
     tiles: int, sms: int, programs: int
 ) -> None:
-    compiled, _ = lower(gemm_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
-    py = compiled._py
-    py._SM_COUNT[:] = [sms]
-    (got,) = py._persistent_grid(tiles)
+    (got,) = persistent_grid(tiles, sms)
     assert got == programs
     assert -(-tiles // got) == -(-tiles // min(tiles, sms))  # no more rounds than one an SM
 
@@ -235,7 +233,10 @@ def test_tma_scratch_allocator_is_installed_unless_the_program_has_one() -> None
     try:
         triton.set_allocator(_allocation._NULL_ALLOCATOR)
         compiled["f"](*args)
-        assert _allocation._allocator.get() is compiled._py._scratch
+        installed = _allocation._allocator.get()
+        assert installed is not _allocation._NULL_ALLOCATOR  # irc's scratch allocator
+        scratch = installed(128, 16, None)
+        assert scratch.numel() == 128 and scratch.device.type == DEVICE
 
         def mine(size: int, alignment: int, stream: object) -> torch.Tensor:
             return torch.empty(size, dtype=torch.int8, device=DEVICE)

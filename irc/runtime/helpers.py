@@ -1,0 +1,103 @@
+"""The `@triton.jit` functions that generated kernels call.
+
+A generated module imports them by name (`from irc.runtime.helpers import
+_irc_max, ...`), so its kernels read `_irc_max(a, b)` or `tl.reduce(x, 1,
+_irc_max)` as they would a helper written beside them; the `_irc_` prefix
+keeps them apart from the kernels' own names.
+
+These are the forms the GPU compiles. Where Triton's interpreter computes
+differently, `irc.runtime.interpreter` holds the form that runs there
+instead (`INTERPRETED_FORMS`), and a module loaded for the interpreter is
+given those (see `interpreter.interpreting`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
+from triton.language.target_info import cuda_capability_geq
+from triton.runtime.jit import JITFunction
+
+from irc.runtime.interpreter import interpreted_form, triton_is_interpreted
+
+__all__ = [
+    "_irc_dot_bf16",
+    "_irc_from_bf16",
+    "_irc_max",
+    "_irc_min",
+    "_irc_pow",
+    "_irc_tanh",
+    "_irc_to_bf16",
+    "_irc_wait_for_previous_kernel",
+]
+
+
+def _helper(fn: Callable[..., Any]) -> Any:
+    """`triton.jit`, but decided by how Triton was imported, not by TRITON_INTERPRET now.
+
+    irc sets TRITON_INTERPRET only while it loads or runs a module for the
+    interpreter, which may be when this module is first imported; the GPU
+    needs compiled helpers all the same. Only a Triton imported under
+    TRITON_INTERPRET=1, which can do nothing but interpret, gets interpreted ones.
+    """
+    return interpreted_form(fn) if triton_is_interpreted() else JITFunction(fn)
+
+
+@_helper
+def _irc_wait_for_previous_kernel():
+    # Programmatic dependent launch (Hopper and later): the kernel was started while
+    # the one before it finished, hiding its launch, and waits for its results here.
+    if cuda_capability_geq(9):
+        gdc_wait()
+
+
+@_helper
+def _irc_dot_bf16(a, b, acc):
+    return tl.dot(a, b, acc)
+
+
+@_helper
+def _irc_to_bf16(x):
+    # Through f32, as torch converts (round to nearest even).
+    return x.to(tl.float32).to(tl.bfloat16)
+
+
+@_helper
+def _irc_from_bf16(x):
+    return x.to(tl.float32)
+
+
+@_helper
+def _irc_max(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@_helper
+def _irc_min(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@_helper
+def _irc_tanh(x):
+    # One exp and one division (tanh is what compute-bound chains spend their time
+    # on); +-inf give +-1, and 0 is returned as is so that tanh(-0.0) stays -0.0.
+    t = 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+    return tl.where(x == 0.0, x, t)
+
+
+@_helper
+def _irc_pow(a, b):
+    a, b = tl.broadcast(a, b)  # Triton's interpreter cannot splat a scalar i1 (b_odd)
+    r = tl.exp2(b * tl.log2(tl.abs(a)))
+    b_int = tl.floor(b) == b
+    b_odd = b_int & (tl.floor(b * 0.5) * 2.0 != b)
+    neg = (a < 0) | ((a == 0) & (1.0 / a < 0))  # -0.0 too: pow(-0.0, -3) is -inf
+    r = tl.where(neg & b_odd, -r, r)
+    # A negative finite base to a non-integer power is NaN; -inf's powers are not.
+    r = tl.where((a < 0) & (a > float("-inf")) & (b_int == 0), float("nan"), r)
+    # IEEE (and torch): pow(1, y) and pow(-1, +-inf) are 1, NaN exponents included.
+    r = tl.where((a == 1.0) | ((a == -1.0) & (tl.abs(b) == float("inf"))), 1.0, r)
+    return tl.where(b == 0, 1.0, r)

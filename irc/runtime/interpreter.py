@@ -1,0 +1,201 @@
+"""Kernels on Triton's interpreter, in a process whose Triton also compiles for the GPU.
+
+On a machine without a GPU, or with `device="cpu"`, irc runs its kernels on
+Triton's interpreter without the user setting TRITON_INTERPRET, and the same
+process may compile kernels for the GPU before and after. Triton is not made
+for that mix; each patch below names the Triton behaviour it works around:
+
+1. Triton reads TRITON_INTERPRET when a kernel is defined (`@triton.jit`
+   makes an interpreted or a compiled function) and when it runs:
+   `interpreting(True)` sets it while a module for the interpreter is loaded
+   and while its functions run (`run_interpreted`), and puts it back after.
+2. Triton's own `@jit` library (`tl.sum`, `tl.max`...) is built once, in the
+   mode Triton is imported in. Imported without TRITON_INTERPRET, as irc
+   leaves it so that the process can still compile, those are compiled-only
+   `JITFunction`s, which the interpreter cannot call ("Cannot call
+   @triton.jit'd outside of the scope of a kernel"): interpreted twins stand
+   in while kernels are interpreted. irc's helpers get twins the same way.
+3. The interpreter patches `tl`, `tl.core` and the rest for every
+   device-function call (`_patch_lang`) and never undoes it, which breaks the
+   next GPU compile in the process ("'ir.value' object has no attribute
+   'dtype'"): those namespaces are put back as they were afterwards.
+4. The interpreter computes some things differently from the compiled code
+   and from torch: bf16 rounding and bf16 dots (`INTERPRETED_FORMS`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import triton.language as tl
+from triton.runtime.jit import JITFunction
+
+if TYPE_CHECKING:
+    from triton.runtime.interpreter import InterpretedFunction
+
+# --- 4. Interpreted forms of irc's helpers (irc.runtime.helpers) -------------------
+
+
+def _irc_to_bf16(x):
+    # Triton's interpreter truncates f32 -> bf16 (and flushes subnormals); torch rounds
+    # to nearest even. Here the rounding is done on the bits, as torch does it.
+    f = x.to(tl.float32)
+    bits = f.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    bits = tl.where(f != f, (bits >> 16) | 0x40, rounded)  # NaN stays a quiet NaN
+    return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+def _irc_from_bf16(x):
+    # Triton's interpreter flushes bf16 subnormals to zero when widening; widen the bits.
+    bits = x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16
+    return bits.to(tl.float32, bitcast=True)
+
+
+def _irc_dot_bf16(a, b, acc):
+    # Triton's interpreter multiplies bf16 *bit patterns* in tl.dot; the dot runs on
+    # f32 copies instead, which gives the same result (bf16 products are exact in f32).
+    return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+
+
+def _irc_wait_for_previous_kernel():
+    # Triton's interpreter has no programmatic dependent launch (and no gdc_wait):
+    # its programs run one after another.
+    pass
+
+
+INTERPRETED_FORMS: dict[str, Callable[..., Any]] = {
+    f.__name__: f
+    for f in (_irc_to_bf16, _irc_from_bf16, _irc_dot_bf16, _irc_wait_for_previous_kernel)
+}
+"""irc helper name -> the Python function the interpreter runs in its place."""
+
+
+def interpreted_form(fn: Callable[..., Any]) -> InterpretedFunction[Any]:
+    """The interpreted function of irc helper `fn` (its interpreted form, if it has one).
+
+    Triton's interpreter module is imported only now: importing it adds
+    `semantic` to `triton.language`, which a CPU run leaves as it found it (3).
+    """
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return InterpretedFunction(INTERPRETED_FORMS.get(fn.__name__, fn))
+
+
+# --- 2. Twins of compiled @jit functions -------------------------------------------
+
+
+def triton_is_interpreted() -> bool:
+    """Whether Triton was imported under TRITON_INTERPRET=1: then its library, and
+    so the process, can only interpret (irc's twins, in place while a module runs on
+    the interpreter, do not count)."""
+    held = tl.standard.sum
+    return not isinstance(held, JITFunction) and not hasattr(held, "_irc_twin_of")
+
+
+_TWINS: dict[int, InterpretedFunction[Any]] = {}
+
+
+def _twin(value: JITFunction[Any]) -> InterpretedFunction[Any]:
+    twin = _TWINS.get(id(value))
+    if twin is None:
+        twin = _TWINS[id(value)] = interpreted_form(value.fn)
+        twin._irc_twin_of = value  # type: ignore[attr-defined]  # keeps id(value) unused
+    return twin
+
+
+def _install_twins() -> None:
+    """Puts interpreted twins of the compiled @jit functions in Triton's library and
+    in irc's helpers in place; the caller's snapshot puts the originals back."""
+    from irc.runtime import helpers
+
+    for module in (tl.standard, tl, helpers):
+        for name, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                setattr(module, name, _twin(value))
+
+
+# --- 3. Putting Triton's namespaces back ---------------------------------------------
+
+# (namespace, what it held, whether names added since are removed)
+Snapshot = list[tuple[Any, dict[str, Any], bool]]
+
+
+def _snapshot() -> Snapshot:
+    """The namespaces that the interpreter patches (whole), and irc's helpers (their
+    @jit functions: names the interpreter adds to a module it rewrites a function of,
+    such as `interpreter_semantic`, stay, since the rewritten function reads them)."""
+    from irc.runtime import helpers
+
+    owners = (tl, tl.core, tl.math, tl.standard, tl.core.tensor, tl.core.dtype)
+    owners += (tl.core.tensor_descriptor_base,)
+    held = [(owner, dict(vars(owner)), True) for owner in owners]
+    jitted = {k: v for k, v in vars(helpers).items() if isinstance(v, JITFunction)}
+    return held + [(helpers, jitted, False)]
+
+
+def _restore(snapshot: Snapshot) -> None:
+    for owner, held, whole in snapshot:
+        now = dict(vars(owner))
+        added = now.keys() - held.keys() if whole else set()
+        for name in added:
+            delattr(owner, name)
+        for name, value in held.items():
+            if now.get(name, _MISSING) is not value:
+                setattr(owner, name, value)
+
+
+_MISSING = object()
+
+
+# --- 1. TRITON_INTERPRET around loading and running --------------------------------
+
+_DEPTH = 0  # interpreting(True) blocks entered and not left
+
+
+@contextmanager
+def interpreting(on: bool) -> Iterator[None]:
+    """Sets TRITON_INTERPRET to `on` for the block; with `on`, twins stand in (2) and
+    Triton's namespaces are put back when the outermost such block ends (3).
+
+    Triton and irc's helpers are imported first, outside: the mode Triton is
+    imported in is the mode of its own library for the whole process, and only a
+    compiled one lets the same process compile for the GPU later.
+    """
+    from irc.runtime import helpers  # noqa: F401  (compiled helpers, see helpers._helper)
+
+    global _DEPTH
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if on else "0"
+    snapshot = _snapshot() if on and _DEPTH == 0 else None
+    _DEPTH += on
+    if on:
+        _install_twins()
+    try:
+        yield
+    finally:
+        _DEPTH -= on
+        if snapshot is not None:
+            _restore(snapshot)
+        if saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def run_interpreted(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, a host function of a module loaded for the interpreter, run under it."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        import numpy as np
+
+        # Masked-off lanes may divide by zero in NumPy; their values are never stored.
+        with interpreting(True), np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return call

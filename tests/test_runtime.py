@@ -1,0 +1,416 @@
+"""irc.runtime: what generated modules import, tested on its own.
+
+The @triton.jit helpers run in tiny kernels (on the interpreter here, compiled
+with IRC_TEST_DEVICE=cuda) against torch; the host functions are called with
+tensors and stand-in kernels; a generated module runs on its own, as
+`irc-opt --emit triton` prints it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from triton.runtime.jit import JITFunction
+
+import irc
+from irc.compiler import load_source, triton_source
+from irc.runtime import helpers, interpreter
+from irc.runtime.launch import INTERPRETED_SMS, host_functions, persistent_grid
+
+DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
+
+# One kernel a helper, and host functions that launch them on one block.
+HELPER_KERNELS = """
+import torch
+import triton
+import triton.language as tl
+
+from irc.runtime.helpers import (
+    _irc_dot_bf16, _irc_from_bf16, _irc_max, _irc_min, _irc_pow, _irc_tanh, _irc_to_bf16,
+    _irc_wait_for_previous_kernel,
+)
+
+
+@triton.jit
+def maximum(x, y, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out + i, _irc_max(tl.load(x + i), tl.load(y + i)))
+
+
+@triton.jit
+def minimum(x, y, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out + i, _irc_min(tl.load(x + i), tl.load(y + i)))
+
+
+@triton.jit
+def row_max_min(x, out, N: tl.constexpr):
+    row = tl.load(x + tl.program_id(0) * N + tl.arange(0, N))
+    tl.store(out + 2 * tl.program_id(0), tl.reduce(row, 0, _irc_max))
+    tl.store(out + 2 * tl.program_id(0) + 1, tl.reduce(row, 0, _irc_min))
+
+
+@triton.jit
+def tanh(x, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out + i, _irc_tanh(tl.load(x + i)))
+
+
+@triton.jit
+def power(x, y, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out + i, _irc_pow(tl.load(x + i), tl.load(y + i)))
+
+
+@triton.jit
+def to_bf16(x, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out + i, _irc_to_bf16(tl.load(x + i)))
+
+
+@triton.jit
+def from_bf16(x, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out + i, _irc_from_bf16(tl.load(x + i)))
+
+
+@triton.jit
+def dot_bf16(a, b, c, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    at = tl.load(a + i[:, None] * N + i[None, :])
+    bt = tl.load(b + i[:, None] * N + i[None, :])
+    ct = tl.load(c + i[:, None] * N + i[None, :])
+    tl.store(out + i[:, None] * N + i[None, :], _irc_dot_bf16(at, bt, ct))
+
+
+@triton.jit
+def copy_after_wait(x, out, N: tl.constexpr):
+    _irc_wait_for_previous_kernel()
+    i = tl.arange(0, N)
+    tl.store(out + i, tl.load(x + i))
+
+
+def one_block(kernel, inputs, dtype=None, rows=1):
+    out = torch.empty(inputs[0].shape if rows == 1 else (rows, 2), dtype=dtype or inputs[0].dtype,
+                      device=inputs[0].device)
+    kernel[(rows,)](*inputs, out, inputs[0].shape[-1])
+    return out
+
+
+FUNCTIONS = {
+    "max": lambda x, y: one_block(maximum, (x, y)),
+    "min": lambda x, y: one_block(minimum, (x, y)),
+    "row_max_min": lambda x: one_block(row_max_min, (x,), rows=x.shape[0]),
+    "tanh": lambda x: one_block(tanh, (x,)),
+    "pow": lambda x, y: one_block(power, (x, y)),
+    "to_bf16": lambda x: one_block(to_bf16, (x,), torch.bfloat16),
+    "from_bf16": lambda x: one_block(from_bf16, (x,), torch.float32),
+    "dot_bf16": lambda a, b, c: one_block(dot_bf16, (a, b, c), torch.float32),
+    "copy_after_wait": lambda x: one_block(copy_after_wait, (x,)),
+}
+"""
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.fixture(scope="module")
+def kernels() -> ModuleType:
+    """The helper kernels, loaded as irc loads a generated module for DEVICE."""
+    return load_source(HELPER_KERNELS, DEVICE)
+
+
+def run(kernels: ModuleType, name: str, *inputs: torch.Tensor) -> torch.Tensor:
+    return kernels.FUNCTIONS[name](*(t.to(DEVICE) for t in inputs)).cpu()
+
+
+def padded(values: list[float], n: int = 32) -> torch.Tensor:
+    """`values` and random numbers after them, n in all (tl.arange wants a power of 2)."""
+    g = torch.Generator().manual_seed(len(values))
+    return torch.cat([torch.tensor(values), torch.randn(n - len(values), generator=g) * 3])
+
+
+# --- the @triton.jit helpers against torch ---------------------------------------------
+
+
+def test_max_and_min_propagate_nan_as_torch_does(kernels: ModuleType) -> None:
+    x = padded([NAN, 1.0, NAN, INF, -INF, 2.0, -0.0, 3.0])
+    y = padded([1.0, NAN, NAN, 1.0, 5.0, -INF, -1.0, 3.0])
+    torch.testing.assert_close(run(kernels, "max", x, y), torch.maximum(x, y), equal_nan=True)
+    torch.testing.assert_close(run(kernels, "min", x, y), torch.minimum(x, y), equal_nan=True)
+
+
+def test_max_and_min_as_reductions_propagate_nan(kernels: ModuleType) -> None:
+    rows = torch.randn(3, 16)
+    rows[1, 7] = NAN
+    rows[2, 3] = -INF
+    got = run(kernels, "row_max_min", rows)
+    want = torch.stack([rows.amax(1), rows.amin(1)], 1)
+    torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_tanh_matches_torch_and_keeps_the_sign_of_zero(kernels: ModuleType) -> None:
+    x = padded([0.0, -0.0, INF, -INF, NAN, 1e-30, -1e-8, 44.0, -100.0, 3e38, 0.5], 64)
+    got = run(kernels, "tanh", x)
+    torch.testing.assert_close(got, torch.tanh(x), equal_nan=True)
+    assert torch.signbit(got[1]) and not torch.signbit(got[0])
+
+
+def test_pow_of_special_values_matches_torch(kernels: ModuleType) -> None:
+    bases = [-INF, -2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, INF, NAN]
+    exponents = [-INF, -3.0, -2.0, -0.5, 0.0, 0.5, 2.0, 3.0, INF, NAN, 1.5]
+    pairs = [(b, e) for b in bases for e in exponents]  # 121
+    x = padded([b for b, _ in pairs], 128)
+    y = padded([e for _, e in pairs], 128)
+    got = run(kernels, "pow", x, y)
+    want = torch.pow(x, y)
+    torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def test_to_bf16_rounds_to_nearest_even_as_torch_does(kernels: ModuleType) -> None:
+    # Ties both ways, a subnormal, the largest value that rounds to inf, NaN, infinities.
+    x = padded([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 1e-39, -1e-40, 3.4e38, NAN, INF, -INF])
+    got = run(kernels, "to_bf16", x)
+    want = x.to(torch.bfloat16)
+    assert torch.equal(got.isnan(), want.isnan())
+    keep = ~want.isnan()
+    assert torch.equal(bits(got[keep]), bits(want[keep])), (got, want)
+
+
+def test_from_bf16_keeps_subnormals(kernels: ModuleType) -> None:
+    raw = torch.tensor(
+        [0x0001, -0x7FFF, 0x007F, 0x3F80, 0x7F80, -0x0080, 0x7FC0], dtype=torch.int16
+    )
+    x = torch.cat([raw.view(torch.bfloat16), torch.randn(25).to(torch.bfloat16)])
+    got = run(kernels, "from_bf16", x)
+    want = x.float()
+    assert torch.equal(got.isnan(), want.isnan())
+    keep = ~want.isnan()
+    assert torch.equal(bits(got[keep]), bits(want[keep])), (got, want)
+    assert got[0] != 0  # the smallest subnormal is not flushed
+
+
+def test_bf16_dot_is_the_product_of_the_values(kernels: ModuleType) -> None:
+    g = torch.Generator().manual_seed(3)
+    a, b = (torch.randn(16, 16, generator=g).to(torch.bfloat16) for _ in range(2))
+    c = torch.randn(16, 16, generator=g)
+    got = run(kernels, "dot_bf16", a, b, c)
+    torch.testing.assert_close(got, a.float() @ b.float() + c)
+
+
+def test_the_wait_for_the_previous_kernel_lets_the_kernel_run(kernels: ModuleType) -> None:
+    x = torch.randn(32)
+    assert torch.equal(run(kernels, "copy_after_wait", x), x)
+
+
+@pytest.mark.gpu
+def test_the_wait_is_griddepcontrol_from_hopper_on(kernels: ModuleType) -> None:
+    x = torch.randn(32, device="cuda")
+    compiled = kernels.copy_after_wait[(1,)](x, torch.empty_like(x), 32)
+    hopper = torch.cuda.get_device_capability()[0] >= 9
+    assert ("griddepcontrol.wait" in compiled.asm["ptx"]) == hopper
+
+
+def test_a_module_for_the_interpreter_gets_interpreted_helpers(kernels: ModuleType) -> None:
+    if DEVICE != "cpu":
+        assert kernels._irc_to_bf16 is helpers._irc_to_bf16
+        return
+    # The module bound the interpreted forms while it was loaded...
+    assert kernels._irc_to_bf16.fn is interpreter.INTERPRETED_FORMS["_irc_to_bf16"]
+    assert kernels._irc_max.fn is helpers._irc_max.fn
+    assert not isinstance(kernels._irc_max, JITFunction)
+    # ...and the helpers module holds the compiled ones again, for the GPU.
+    for name in helpers.__all__:
+        assert isinstance(getattr(helpers, name), JITFunction), name
+
+
+# --- host functions ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tiles", "sms", "programs"),
+    [(512, 132, 128), (133, 132, 67), (100, 132, 100), (7, 3, 3), (1, 132, 1)],
+)
+def test_persistent_grid_takes_the_fewest_programs_for_the_fewest_rounds(
+    tiles: int, sms: int, programs: int
+) -> None:
+    assert persistent_grid(tiles, sms) == (programs,)
+
+
+def test_a_persistent_grid_on_the_interpreter_assumes_a_few_sms() -> None:
+    host = host_functions("cpu")
+    assert host.persistent_grid(7) == persistent_grid(7, INTERPRETED_SMS) == (3,)
+
+
+def test_check_names_the_function_and_argument_in_its_errors() -> None:
+    check = host_functions("cpu").check
+    with pytest.raises(TypeError, match=r"^softmax: argument 1 must be a torch.Tensor, got list$"):
+        check([1.0], (3,), torch.float32, "softmax", 1)
+    with pytest.raises(
+        ValueError,
+        match=r"^softmax: argument 0 must be a torch.float32 tensor of shape \[2, 3\], "
+        r"got torch.float64 of shape \[2, 3\]$",
+    ):
+        check(torch.zeros(2, 3, dtype=torch.float64), (2, 3), torch.float32, "softmax", 0)
+    with pytest.raises(ValueError, match=r"shape \[2, 3\], got torch.float32 of shape \[3, 2\]"):
+        check(torch.zeros(3, 2), (2, 3), torch.float32, "softmax", 0)
+
+
+def test_check_refuses_a_tensor_on_another_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # a module for cuda, interpreted: no GPU needed
+    check = host_functions("cuda").check
+    with pytest.raises(ValueError, match=r"^f: argument 2 is on cpu; this module runs on cuda$"):
+        check(torch.zeros(4), (4,), torch.float32, "f", 2)
+
+
+def test_check_passes_aligned_contiguous_tensors_and_copies_the_rest() -> None:
+    check = host_functions("cpu").check
+    x = torch.randn(4, 8)
+    assert check(x, (4, 8), torch.float32, "f", 0) is x
+    t = torch.randn(8, 4).t()
+    got = check(t, (4, 8), torch.float32, "f", 0)
+    assert got.is_contiguous() and torch.equal(got, t)
+    view = torch.randn(33)[1:].view(4, 8)  # 4 bytes into its storage
+    got = check(view, (4, 8), torch.float32, "f", 0)
+    assert got.data_ptr() % 16 == 0 and torch.equal(got, view)
+
+
+class FakeKernel:
+    """Records the grid and options of its launches, as `kernel[grid](*args, **options)`."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getitem__(self, grid: Any) -> Any:
+        def launch(*args: Any, **options: Any) -> None:
+            self.launches.append((grid, args, options))
+
+        return launch
+
+
+def test_launch_passes_warps_and_stages_and_never_contracts_to_fma(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    launch = host_functions("cpu").launch
+    kernel = FakeKernel()
+    x = torch.zeros(4)
+    launch(kernel, (5,), (x,), 8)
+    launch(kernel, (2, 3), (x, x), 4, 3, pdl=True)  # no dependent launch on the interpreter
+    assert kernel.launches == [
+        ((5,), (x,), {"num_warps": 8, "enable_fp_fusion": False}),
+        ((2, 3), (x, x), {"num_warps": 4, "enable_fp_fusion": False, "num_stages": 3}),
+    ]
+    assert not hasattr(kernel, "_irc_fast")  # interpreted kernels keep the plain path
+
+
+def test_a_kernel_with_a_cached_launcher_goes_straight_to_it() -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    class Binary:
+        def launch_metadata(self, *args: Any) -> str:
+            return "meta"
+
+    kernel = FakeKernel()
+    kernel._irc_fast = (  # type: ignore[attr-defined]
+        lambda *a: calls.append(a), ("function", "metadata"), (6, 1, 1),
+        lambda device: f"stream of {device}", 0, Binary(),
+    )  # fmt: skip
+    x = torch.zeros(4)
+    host_functions("cpu").launch(kernel, (6,), (x, 7), 4)
+    assert kernel.launches == []
+    (call,) = calls
+    assert call[:6] == (6, 1, 1, "stream of 0", "function", "metadata")
+    assert call[-2:] == (x, 7)
+
+
+def test_ensure_allocator_installs_scratch_memory_on_the_device_only_when_unset() -> None:
+    import triton
+    from triton.runtime import _allocation
+
+    before = _allocation._allocator.get()
+    try:
+        triton.set_allocator(_allocation._NULL_ALLOCATOR)
+        host_functions("cpu").ensure_allocator()
+        scratch = _allocation._allocator.get()(256, 16, None)
+        assert scratch.numel() == 256 and scratch.dtype == torch.int8 and scratch.is_cpu
+
+        def mine(size: int, alignment: int, stream: object) -> torch.Tensor:
+            return torch.empty(size, dtype=torch.int8)
+
+        triton.set_allocator(mine)
+        host_functions("cpu").ensure_allocator()
+        assert _allocation._allocator.get() is mine
+    finally:
+        triton.set_allocator(before)
+
+
+# --- a generated module on its own -------------------------------------------------------
+
+PROGRAM = """func @f(%x: tensor<6x40xf32>) -> (tensor<6x40xbf16>, tensor<6xf32>) {
+  %b = graph.cast %x : tensor<6x40xbf16>
+  %t = graph.tanh %x
+  %m = graph.reduce_max %t {dims = [1]} : tensor<6xf32>
+  return %b, %m : tensor<6x40xbf16>, tensor<6xf32>
+}
+"""
+
+STANDALONE = """
+import torch
+import k
+
+x = torch.randn(6, 40, device=k.DEVICE)
+x[0, 0] = float("nan")
+x[1, 1] = 1 + 2**-8  # a tie: rounds to even, where the interpreter would truncate
+x[2, 2] = 1 + 3 * 2**-8  # rounds up
+b, m = k.FUNCTIONS["f"](x)
+want = x.to(torch.bfloat16)
+assert torch.equal(b.isnan(), want.isnan())
+assert torch.equal(b[~want.isnan()].view(torch.int16), want[~want.isnan()].view(torch.int16))
+torch.testing.assert_close(m, torch.tanh(x).amax(1), equal_nan=True)
+print("ok")
+"""
+
+
+def run_standalone(
+    tmp_path: Path, script: str, interpret: bool
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    # k.py from tmp_path, irc as installed
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+
+
+def test_a_generated_module_runs_on_its_own_under_the_interpreter(tmp_path: Path) -> None:
+    (tmp_path / "k.py").write_text(triton_source(irc.parse(PROGRAM), "f.ir"))
+    proc = run_standalone(tmp_path, STANDALONE, True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_a_generated_module_imports_without_the_interpreter(tmp_path: Path) -> None:
+    (tmp_path / "k.py").write_text(triton_source(irc.parse(PROGRAM), "f.ir"))
+    script = """
+import torch
+import k
+from triton.runtime.jit import JITFunction
+assert k.DEVICE == ("cuda" if torch.cuda.is_available() else "cpu")
+assert isinstance(k._irc_to_bf16, JITFunction) and "f" in k.FUNCTIONS
+print("ok")
+"""
+    proc = run_standalone(tmp_path, script, False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
