@@ -95,7 +95,7 @@ def _irc_pow(a, b):
     b_int = tl.floor(b) == b
     b_odd = b_int & (tl.floor(b * 0.5) * 2.0 != b)
     neg = (a < 0) | ((a == 0) & (1.0 / a < 0))  # -0.0 too: pow(-0.0, -3) is -inf
-    r = tl.where(neg & b_odd, -r, r)
+    r = tl.where(neg & b_odd, r * -1.0, r)  # Triton's -r is 0 - r: -(+0.0) would be +0.0
     # A negative finite base to a non-integer power is NaN; -inf's powers are not.
     r = tl.where((a < 0) & (a > float("-inf")) & (b_int == 0), float("nan"), r)
     # IEEE (and torch): pow(1, y) and pow(-1, +-inf) are 1, NaN exponents included.
