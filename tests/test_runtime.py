@@ -416,3 +416,33 @@ print("ok")
 """
     proc = run_standalone(tmp_path, script, False)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+# --- the interpreter patches ---------------------------------------------------------
+
+COUNT_POSITIVE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def count_positive(x, out, N: tl.constexpr):
+    tl.store(out, tl.sum(tl.load(x + tl.arange(0, N)) > 0, 0))  # tl.sum of i1 widens to i32
+
+
+def count(x):
+    out = torch.zeros(1, dtype=torch.int32, device=x.device)
+    count_positive[(1,)](x, out, x.numel())
+    return out
+
+
+FUNCTIONS = {"count": count}
+"""
+
+
+def test_a_library_function_runs_again_after_the_namespaces_are_put_back() -> None:
+    count = load_source(COUNT_POSITIVE, DEVICE).FUNCTIONS["count"]
+    for seed in range(3):  # each call puts Triton's namespaces back when it ends
+        x = torch.randn(16, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+        assert count(x).item() == (x > 0).sum().item()

@@ -18,7 +18,9 @@ for that mix; each patch below names the Triton behaviour it works around:
 3. The interpreter patches `tl`, `tl.core` and the rest for every
    device-function call (`_patch_lang`) and never undoes it, which breaks the
    next GPU compile in the process ("'ir.value' object has no attribute
-   'dtype'"): those namespaces are put back as they were afterwards.
+   'dtype'"): those namespaces are put back as they were afterwards. The
+   names it added stay with the run: its cached rewrites of functions read
+   them, so they are put back in while kernels run again (`_ADDED`).
 4. The interpreter computes some things differently from the compiled code
    and from torch: bf16 rounding and bf16 dots (`INTERPRETED_FORMS`).
 """
@@ -29,6 +31,7 @@ import functools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import triton.language as tl
@@ -142,11 +145,30 @@ def _restore(snapshot: Snapshot) -> None:
     for owner, held, whole in snapshot:
         now = dict(vars(owner))
         added = now.keys() - held.keys() if whole else set()
+        if added and isinstance(owner, ModuleType):
+            _ADDED[owner] = {name: now[name] for name in added}
         for name in added:
             delattr(owner, name)
         for name, value in held.items():
             if now.get(name, _MISSING) is not value:
                 setattr(owner, name, value)
+
+
+_ADDED: dict[ModuleType, dict[str, Any]] = {}
+"""Names the interpreter added to Triton's modules in the last run, taken out after it.
+
+The interpreter rewrites a function once (`InterpretedFunction.rewritten_fn`)
+into one that may read names it adds to the function's module, such as
+`interpreter_semantic`. Taken out, they would be missing in the next run
+(`tl.sum` of an i1 block failed with a NameError): they are put back while
+kernels run (`_put_back_added`) and taken out again after."""
+
+
+def _put_back_added() -> None:
+    for module, names in _ADDED.items():
+        for name, value in names.items():
+            if name not in vars(module):
+                setattr(module, name, value)
 
 
 _MISSING = object()
@@ -174,6 +196,7 @@ def interpreting(on: bool) -> Iterator[None]:
     snapshot = _snapshot() if on and _DEPTH == 0 else None
     _DEPTH += on
     if on:
+        _put_back_added()
         _install_twins()
     try:
         yield
