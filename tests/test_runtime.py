@@ -8,6 +8,7 @@ tensors and stand-in kernels; a generated module runs on its own, as
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -234,6 +235,20 @@ def test_a_module_for_the_interpreter_gets_interpreted_helpers(kernels: ModuleTy
     # ...and the helpers module holds the compiled ones again, for the GPU.
     for name in helpers.__all__:
         assert isinstance(getattr(helpers, name), JITFunction), name
+
+
+def test_the_prologue_imports_every_helper() -> None:
+    """A helper added to irc.runtime.helpers is one the generated modules can call."""
+    from irc.lowering.tile_to_triton import HEADER
+
+    imported = {
+        alias.name
+        for node in ast.parse(HEADER).body
+        if isinstance(node, ast.ImportFrom) and node.module == "irc.runtime.helpers"
+        for alias in node.names
+    }
+    jitted = {name for name, value in vars(helpers).items() if isinstance(value, JITFunction)}
+    assert imported == set(helpers.__all__) == jitted
 
 
 # --- host functions ------------------------------------------------------------------
