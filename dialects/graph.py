@@ -345,6 +345,16 @@ _MAX_NAN = "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"
 _MIN_NAN = "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"
 
 
+def _round_half_even(c: str) -> str:
+    """rint without libdevice, which Triton's interpreter lacks: below `c` (2**23 for
+    f32, 2**52 for f64) adding and subtracting `c` rounds a magnitude to an integer,
+    halves to even, as the FPU rounds; from `c` on every float is an integer. Zeros,
+    NaN and inf pass as they are, and -0.3 becomes -0.0, as in torch."""
+    magnitude = f"((tl.abs({{0}}) + {c}) - {c})"
+    sign = "tl.where({0} < 0, -1.0, 1.0)"
+    return f"tl.where((tl.abs({{0}}) < {c}) & ({{0}} != 0), {sign} * {magnitude}, {{0}})"
+
+
 NegOp = _unary(
     "neg", "-x", reference="torch.neg", float_only=False, cost=CHEAP,
     # Triton's unary minus is `0 - x`, which makes +0.0 of +0.0; torch gives -0.0.
@@ -412,6 +422,26 @@ SiluOp = _unary(
 ReciprocalOp = _unary(
     "reciprocal", "1 / x", reference="torch.reciprocal", triton="1.0 / {0}",
     cost=TRANSCENDENTAL, fuzz=Fuzz(domain="positive", bound=1.0, scale="unit"),
+)
+
+ErfOp = _unary(
+    "erf", "error function", reference="torch.special.erf", triton="tl.erf({0})",
+    cost=TRANSCENDENTAL, fuzz=Fuzz(scale="unit"),
+)
+# floor, ceil and round give integers: exact, and cheap (one instruction), but they
+# jump, so an ulp of difference in their operand can change the result by 1.
+FloorOp = _unary(
+    "floor", "largest integer <= x", reference="torch.floor", triton="tl.floor({0})",
+    cost=CHEAP, exact=True, fuzz=Fuzz(domain="exact"),
+)
+CeilOp = _unary(
+    "ceil", "smallest integer >= x", reference="torch.ceil", triton="tl.ceil({0})",
+    cost=CHEAP, exact=True, fuzz=Fuzz(domain="exact"),
+)
+RoundOp = _unary(
+    "round", "nearest integer, halves to even (torch.round)", reference="torch.round",
+    triton={"f64": _round_half_even("4503599627370496.0"), "float": _round_half_even("8388608.0")},
+    cost=CHEAP, exact=True, fuzz=Fuzz(domain="exact"),
 )
 
 
@@ -973,7 +1003,7 @@ Graph = Dialect(
     "graph",
     [
         NegOp, AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp, SinOp, CosOp, TanhOp, SigmoidOp,
-        ReluOp, GeluOp, SiluOp, ReciprocalOp,
+        ReluOp, GeluOp, SiluOp, ReciprocalOp, ErfOp, FloorOp, CeilOp, RoundOp,
         AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp,
         EqOp, NeOp, LtOp, LeOp, GtOp, GeOp,
         WhereOp, CastOp, ConstantOp, ReshapeOp, BroadcastOp, TransposeOp,

@@ -115,6 +115,9 @@ COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
 # sign-symmetric (neg, abs), or a choice (where), so op(round(x)) == round(op(x)).
 # They take their operands before rounding and round once after (see apply_op).
 ROUNDING_COMMUTES = frozenset(op.FN for op in graph.ELEMENTWISE_OPS if op.ROUNDING_COMMUTES)
+EXACT = frozenset(op.FN for op in graph.ELEMENTWISE_OPS if op.EXACT)
+"""Functions whose result is exactly representable (floor, max, eq...): every value of a
+half type is one (rounded when made), so such a result needs no rounding of its own."""
 PREDICATES = graph.PREDICATE_FUNCTIONS | {"and", "or"}
 """Functions whose result is `i1`: comparisons, and the mask logic of this level."""
 
@@ -612,6 +615,9 @@ class KernelTranslator:
             # differ (relu of a negative that rounds to -0.0). In a bf16 GEMM's epilogue
             # the round trip cost 2% of the kernel.
             args = [self.unrounded(a, result) for a in args]
+        elif fn in EXACT:
+            # floor(x) of a half value is a half value: there is nothing to round.
+            return self.apply(fn, args, compute_type(result))
         return self.round_to(self.apply(fn, args, compute_type(result)), result)
 
     @staticmethod

@@ -39,7 +39,8 @@ LARK_NAMES = re.compile(
 )
 
 OPS = (
-    "neg abs exp log sqrt rsqrt sin cos tanh sigmoid relu gelu silu reciprocal add sub mul div "
+    "neg abs exp log sqrt rsqrt sin cos tanh sigmoid relu gelu silu reciprocal erf floor ceil "
+    "round add sub mul div "
     "maximum minimum pow eq ne lt le gt ge where cast constant reduce_sum reduce_max reduce_min "
     "reduce_mean matmul transpose reshape broadcast softmax layer_norm fused yield"
 ).split()

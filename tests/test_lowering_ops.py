@@ -171,6 +171,10 @@ UNARY: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": lambda x: F.gelu(x, approximate="none"),
     "silu": F.silu,
     "reciprocal": torch.reciprocal,
+    "erf": torch.erf,
+    "floor": torch.floor,
+    "ceil": torch.ceil,
+    "round": torch.round,
 }
 NEEDS_POSITIVE = {"log", "sqrt", "rsqrt"}
 # Ragged shapes of every rank; a unary test cycles through them.
@@ -199,6 +203,82 @@ def test_unary_on_scalar_and_size_one() -> None:
         [("a", (), "f32"), ("b", (1, 1, 1, 1), "f32")],
     )
     check(text, lambda s, o: (torch.exp(s), torch.tanh(o)))
+
+
+# --- floor, ceil, round: exact, ties and signed zeros -----------------------------------
+
+INTEGER_ROUNDING = {"floor": torch.floor, "ceil": torch.ceil, "round": torch.round}
+# Ties of both signs (round takes them to even), values just off a tie, zeros and
+# values that round to a zero of either sign, the last fractions below 2**23 (from
+# there on every f32 is an integer), a tie past f16's 1024, NaN, inf and a subnormal.
+ROUNDING_VALUES = [
+    0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, -3.5, 4.5, 0.49999997, 0.50000006, -0.3, 0.3,
+    -0.0, 0.0, 7.7, -7.7, 1023.5, 1024.5, 2047.0, 8388607.5, -8388607.5, 8388609.0,
+    1e30, float("nan"), float("inf"), float("-inf"), 1e-40, -1e-40, 255.5, 127.5,
+]  # fmt: skip
+
+
+def assert_same_bits(got: Tensor, want: Tensor) -> None:
+    """Equal values, NaN where NaN, and the same sign of every zero."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(0.0), want.nan_to_num(0.0)), (got, want)
+    assert torch.equal(got.signbit() & ~got.isnan(), want.signbit() & ~want.isnan()), (got, want)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+@pytest.mark.parametrize("el", FLOATS)
+@pytest.mark.parametrize("op", sorted(INTEGER_ROUNDING))
+def test_integer_rounding_is_exact(op: str, el: str, fuse: bool) -> None:
+    """Bit for bit as torch, alone and fused with an add that reads the result."""
+    n = len(ROUNDING_VALUES)
+    text = func_text(
+        "f",
+        [("x", (n,), el), ("z", (n,), el)],
+        [f"%r = graph.{op} %x : {ty((n,), el)}", f"%s = graph.add %r, %z : {ty((n,), el)}"],
+        [("r", (n,), el), ("s", (n,), el)],
+    )
+    module = irc.parse(text, "test.ir")
+    irc.verify(module)
+    compiled = irc.compile(module, device=DEVICE, fuse=fuse)
+    assert compiled.kernel_count == (1 if fuse else 2)
+    x = torch.tensor(ROUNDING_VALUES, dtype=torch.float64).to(DTYPES[el]).to(DEVICE)
+    z = torch.zeros_like(x)
+    r, s = compiled.run("f", [x, z])
+    want = INTEGER_ROUNDING[op](x)
+    assert_same_bits(r, want)
+    assert_same_bits(s, want + z)
+
+
+@pytest.mark.parametrize("el", FLOATS)
+def test_round_takes_halves_to_even_in_a_fused_chain(el: str) -> None:
+    """round(x * 0.5) for whole x: every odd x makes a tie, computed in the kernel."""
+    t = ty((17,), el)
+    text = func_text(
+        "f",
+        [("x", (17,), el)],
+        [
+            f"%h = graph.constant {{value = 0.5}} : {ty((), el)}",
+            f"%m = graph.mul %x, %h : {t}",
+            f"%r = graph.round %m : {t}",
+            f"%f = graph.floor %m : {t}",
+            f"%c = graph.ceil %m : {t}",
+            f"%e = graph.erf %m : {t}",
+        ],
+        [("r", (17,), el), ("f", (17,), el), ("c", (17,), el), ("e", (17,), el)],
+    )
+    module = irc.parse(text, "test.ir")
+    irc.verify(module)
+    compiled = irc.compile(module, device=DEVICE, fuse=True)
+    assert compiled.kernel_count == 1
+    x = torch.arange(-8, 9, dtype=DTYPES[el], device=DEVICE)
+    r, f, c, e = compiled.run("f", [x])
+    m = x * 0.5
+    assert_same_bits(r, torch.round(m))
+    assert r.tolist()[5:12] == [-2.0, -1.0, -0.0, 0.0, 0.0, 1.0, 2.0]  # -1.5 .. 1.5, ties to even
+    assert_same_bits(f, torch.floor(m))
+    assert_same_bits(c, torch.ceil(m))
+    assert_close(e, torch.erf(m))
 
 
 # --- binary, with broadcasting ------------------------------------------------------------

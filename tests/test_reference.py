@@ -12,6 +12,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
+from irc.dialects import graph
 from irc.frontend import op_classes, parse
 from irc.reference import (
     EVALUATORS,
@@ -117,7 +118,15 @@ UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": lambda x: F.gelu(x, approximate="none"),
     "silu": F.silu,
     "reciprocal": torch.reciprocal,
+    "erf": torch.erf,
+    "floor": torch.floor,
+    "ceil": torch.ceil,
+    "round": torch.round,
 }
+
+
+def test_every_unary_op_is_checked() -> None:
+    assert set(UNARY) == {op.FN for op in graph.UNARY_OPS}
 
 
 @pytest.mark.parametrize("el", ["f32", "f16", "bf16", "f64"])
