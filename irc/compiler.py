@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
@@ -30,6 +30,9 @@ from irc.gcpause import paused_gc
 from irc.pipeline import module_levels, run_pipeline
 from irc.target import Target, cuda_target
 from irc.verifier import verify
+
+if TYPE_CHECKING:
+    import torch
 
 LOWERING = ("decompose", "graph-to-loop", "split-reduction", "tile", "loop-to-tile")
 """Passes from the graph level down to tile kernels, in order."""
@@ -112,6 +115,58 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def resolve_device(device: object) -> str:
+    """`"cpu"` or `"cuda"` for `compile`'s `device`, checked before any work.
+
+    Anything else would compile and fail only at the first call (Triton's "0
+    active drivers"), or fail inside torch with a bare AssertionError.
+    """
+    import torch
+
+    if device is None:
+        return default_device()
+    if isinstance(device, torch.device):
+        parsed = device
+    elif isinstance(device, str):
+        try:
+            parsed = torch.device(device)
+        except RuntimeError:
+            raise ValueError(
+                f'irc.compile: unknown device {device!r}; irc runs on "cpu" or "cuda"'
+            ) from None
+    else:
+        raise TypeError(
+            'irc.compile: device is "cpu", "cuda" or a torch.device, '
+            f"got {type(device).__name__}"
+        )
+    if parsed.type not in ("cpu", "cuda"):
+        raise ValueError(f'irc.compile: irc runs on "cpu" or "cuda", not {str(parsed)!r}')
+    if parsed.index is not None:
+        raise ValueError(
+            f"irc.compile: irc runs on the current {parsed.type} device; pass "
+            f'device="{parsed.type}", not {str(parsed)!r} (torch.cuda.set_device picks the GPU)'
+        )
+    if parsed.type == "cuda":
+        if _library_is_interpreted():
+            raise _interpreted_triton_error(parsed.type)
+        if not torch.cuda.is_available():
+            why = (
+                "this PyTorch build has no CUDA support"
+                if torch.version.cuda is None
+                else "PyTorch finds no CUDA device"
+            )
+            raise IrcError(Diagnostic(None, f'device="cuda": {why}; use device="cpu"'))
+    return parsed.type
+
+
+def _interpreted_triton_error(device: str) -> RuntimeError:
+    return RuntimeError(
+        f"irc: cannot compile for {device}: Triton was imported with TRITON_INTERPRET=1, "
+        "so in this process its kernels can only be interpreted; compile with "
+        'device="cpu", or unset TRITON_INTERPRET before triton is imported'
+    )
+
+
 def load_source(text: str, device: str) -> ModuleType:
     """Imports generated source; on CPU its kernels are built for the interpreter."""
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
@@ -126,11 +181,7 @@ def load_source(text: str, device: str) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     mod.DEVICE = device  # the header derives the rest from it (a CPU module on a GPU machine)
     if device != "cpu" and _library_is_interpreted():
-        raise RuntimeError(
-            f"irc: cannot compile for {device}: Triton was imported with TRITON_INTERPRET=1, "
-            "so in this process its kernels can only be interpreted; compile with "
-            'device="cpu", or unset TRITON_INTERPRET before triton is imported'
-        )
+        raise _interpreted_triton_error(device)
     from irc.runtime import interpreter
 
     with interpreter.interpreting(device == "cpu"):
@@ -166,11 +217,15 @@ class GraphedFunction:
         self.fn = fn
         self.graphs: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
-    def __call__(self, *args: Any) -> Any:
-        key = tuple((a.data_ptr(), a.shape, a.dtype) for a in args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            key = tuple((a.data_ptr(), a.shape, a.dtype) for a in args)
+            key += tuple((k, a.data_ptr(), a.shape, a.dtype) for k, a in kwargs.items())
+        except AttributeError:  # not tensors: the function itself says what is wrong
+            return self.fn(*args, **kwargs)
         entry = self.graphs.pop(key, None)
         if entry is None:
-            entry = self._capture(args)
+            entry = self._capture(args, kwargs)
         self.graphs[key] = entry  # most recently used last
         if len(self.graphs) > self.MAX_GRAPHS:
             del self.graphs[next(iter(self.graphs))]
@@ -178,25 +233,29 @@ class GraphedFunction:
         graph.replay()
         return outputs
 
-    def _capture(self, args: tuple[Any, ...]) -> tuple[Any, Any]:
+    def _capture(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         import torch
 
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            self.fn(*args)  # compiles the kernels and warms the fast launch path
+            self.fn(*args, **kwargs)  # compiles the kernels and warms the fast launch path
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            outputs = self.fn(*args)
+            outputs = self.fn(*args, **kwargs)
         return graph, outputs
 
 
 class CompiledModule:
     """The compiled functions of one IR module, callable on torch tensors.
 
-    `compiled.softmax(x)` or `compiled["softmax"](x)`; every function returns a
-    tensor, or a tuple of tensors when it has several results.
+    `compiled.softmax(x)` or `compiled["softmax"](x)` (for names that are not
+    Python identifiers, like `@def-1`, or that `CompiledModule` itself uses,
+    like `@run`). Arguments go by position or by their IR names, `f(x=t)` or
+    `f(**{"x.y": t})`, and wrong calls are reported with the IR's names
+    (`irc.runtime.binding`). Every function returns a tensor, or a tuple of
+    tensors when it has several results.
     """
 
     def __init__(
@@ -220,21 +279,36 @@ class CompiledModule:
         self.path = self._py.__file__
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
+        name = name.removeprefix("@")
         try:
             return self.functions[name]
         except KeyError:
-            known = ", ".join(f"@{n}" for n in self.functions) or "none"
-            raise KeyError(f"no function @{name} (functions: {known})") from None
+            raise KeyError(f"no function @{name} (functions: {self._known()})") from None
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name.startswith("_") or name not in self.__dict__.get("functions", {}):
-            raise AttributeError(name)
-        return self.functions[name]
+        functions = self.__dict__.get("functions")
+        if functions is None or name.startswith("__"):
+            raise AttributeError(name)  # not built yet (copy, pickle) or a protocol probe
+        if name in functions:
+            return functions[name]
+        raise AttributeError(
+            f"the compiled module has no function @{name} (its functions: {self._known()})",
+            name=name,
+            obj=self,
+        )
 
-    def __call__(self, *args: Any) -> Any:
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *(n for n in self.functions if n.isidentifier())})
+
+    def _known(self) -> str:
+        return ", ".join(f"@{n}" for n in self.functions) or "none"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if len(self.functions) != 1:
-            raise TypeError("the module has several functions: call one by name")
-        return next(iter(self.functions.values()))(*args)
+            raise TypeError(
+                f"the module has several functions ({self._known()}): call one by name"
+            )
+        return next(iter(self.functions.values()))(*args, **kwargs)
 
     def run(self, name: str, inputs: Sequence[Any]) -> list[Any]:
         """Calls `name` and always returns a list of outputs."""
@@ -245,7 +319,7 @@ class CompiledModule:
 def compile(
     program: str | os.PathLike[str] | ModuleOp,
     *,
-    device: str | None = None,
+    device: str | torch.device | None = None,
     fuse: bool = True,
     autotune: bool = False,
     tf32: bool = False,
@@ -258,7 +332,10 @@ def compile(
     tensor cores; by default they compute in full f32, as torch does.
     `cuda_graphs` replays each function as one CUDA graph (see `GraphedFunction`:
     outputs are reused by the next call with the same inputs).
+    `device` is "cpu", "cuda" or a torch.device of either (default: CUDA when
+    torch has it); it is checked before anything is compiled.
     """
+    device = resolve_device(device)
     if isinstance(program, ModuleOp):
         # xDSL's clone re-validates name hints and rejects the spec's `%0`: copy them as set.
         mapping: dict[SSAValue, SSAValue] = {}
@@ -274,7 +351,6 @@ def compile(
         verify(module)
     if fuse and "graph" in module_levels(module):  # lower levels are past fusion
         run_pipeline(module, "fuse")
-    device = device or default_device()
     if autotune and device != "cuda":
         raise IrcError(
             Diagnostic(None, "autotuning measures kernels on a CUDA GPU; none is in use")

@@ -10,15 +10,23 @@ and IR names appear only inside string literals and comments.
 
 from __future__ import annotations
 
+import ast
+import builtins
+import functools
+import keyword
 import math
+import operator
+import re
 from collections.abc import Callable
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, MemRefType, ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from irc.diagnostics import IrcError, op_location
 from irc.dialects import graph, loop, tile
 from irc.dialects.graph import Template
+from irc.names import kernel_name_problem, quoted
 from irc.types import ELEMENTS, FLOAT_NAMES, FLOAT_TYPES, I1, element_name, format_type
 
 TL_DTYPE = {n: f"tl.{e.triton}" for n, e in ELEMENTS.items()}
@@ -50,7 +58,10 @@ _check, _launch, _persistent_grid, _ensure_allocator = host_functions(DEVICE)
 
 def _number(value: float | int, element: str) -> str:
     if element in FLOAT_NAMES:
-        v = float(value)
+        try:
+            v = float(value)
+        except OverflowError:  # an integer beyond every float: it rounds to infinity
+            v = math.copysign(math.inf, value)
         if math.isnan(v):
             text = 'float("nan")'
         elif math.isinf(v):
@@ -60,7 +71,7 @@ def _number(value: float | int, element: str) -> str:
         return text
     if element == "i1":
         return "1" if value else "0"
-    return str(int(value))
+    return str(operator.index(value))
 
 
 def _attr_number(attr: Attribute) -> float | int:
@@ -70,13 +81,19 @@ def _attr_number(attr: Attribute) -> float | int:
     return attr.value.data
 
 
+def _int(attr: Attribute) -> int:
+    """An integer attribute as an `int`: its text in the source is only digits."""
+    assert isinstance(attr, IntegerAttr), f"tile-to-triton: {attr} is not an integer"
+    return operator.index(attr.value.data)
+
+
 def _elem(v: SSAValue) -> str:
     t = v.type
     return element_name(t.element_type if isinstance(t, TensorType) else t)
 
 
 def _shape(v: SSAValue) -> tuple[int, ...]:
-    return tuple(v.type.get_shape()) if isinstance(v.type, TensorType) else ()
+    return tuple(map(operator.index, v.type.get_shape())) if isinstance(v.type, TensorType) else ()
 
 
 # The functions of tile.apply that are no graph op: index arithmetic and mask logic.
@@ -106,11 +123,16 @@ def template_for(template: Template, element: str) -> str:
     return template["float" if element in FLOAT_NAMES else "int"]
 
 
+REDUCE_COMBINE = {"sum": "sum", "max": "_irc_max", "min": "_irc_min"}
+"""tile.reduce kinds -> the combine function of tl.reduce (tl.sum for sums)."""
+
+
 class KernelPrinter:
     """One @triton.jit function from one tile.kernel."""
 
-    def __init__(self, kernel: tile.KernelOp):
+    def __init__(self, kernel: tile.KernelOp, identifier: str):
         self.kernel = kernel
+        self.identifier = identifier  # from kernel_identifiers: a checked kernel name
         self.names: dict[SSAValue, str] = {}
         self.lines: list[str] = []
         self.counter = 0
@@ -125,12 +147,15 @@ class KernelPrinter:
         args = self.kernel.body.block.args
         for i, a in enumerate(args):
             self.names[a] = f"ptr{i}"
-        head = f"def {self.kernel.kernel_name.data}({', '.join(self.names[a] for a in args)}):"
+        head = f"def {self.identifier}({', '.join(self.names[a] for a in args)}):"
         self.descriptors()
         if self.kernel.pdl is not None:
             self.emit(1, "_irc_wait_for_previous_kernel()")
         self.block(self.kernel.body.block, 1)
-        return "@triton.jit\n" + head + "\n" + "\n".join(self.lines)
+        text = "@triton.jit\n" + head + "\n" + "\n".join(self.lines)
+        if self.identifier != self.kernel.kernel_name.data:
+            text = f"# tile.kernel {quoted(self.kernel.kernel_name.data)}\n" + text
+        return text
 
     def block(self, block: Block, depth: int) -> None:
         for op in block.ops:
@@ -147,7 +172,7 @@ class KernelPrinter:
             key = (op.ptr, box)
             if key not in made:
                 made[key] = f"d{len(made)}"
-                rows, cols = (d.value.data for d in op.shape.data)  # type: ignore[attr-defined]
+                rows, cols = (_int(d) for d in op.shape.data)
                 self.emit(
                     1,
                     f"{made[key]} = tl.make_tensor_descriptor({self.name(op.ptr)}, "
@@ -164,11 +189,11 @@ class KernelPrinter:
     def op(self, op: Operation, depth: int) -> None:
         n = self.name
         if isinstance(op, tile.ProgramIdOp):
-            self.assign(op, depth, f"tl.program_id({op.axis.value.data})")
+            self.assign(op, depth, f"tl.program_id({_int(op.axis)})")
         elif isinstance(op, tile.ArangeOp):
-            self.assign(op, depth, f"tl.arange(0, {op.size.value.data})")
+            self.assign(op, depth, f"tl.arange(0, {_int(op.size)})")
         elif isinstance(op, tile.ExpandDimsOp):
-            self.assign(op, depth, f"tl.expand_dims({n(op.input)}, {op.axis.value.data})")
+            self.assign(op, depth, f"tl.expand_dims({n(op.input)}, {_int(op.axis)})")
         elif isinstance(op, tile.BroadcastToOp):
             self.assign(op, depth, f"tl.broadcast_to({n(op.input)}, {_shape(op.result)})")
         elif isinstance(op, tile.ConstantOp):
@@ -186,7 +211,7 @@ class KernelPrinter:
             self.assign(op, depth, self.apply(op))
         elif isinstance(op, tile.LoadOp):
             ptr = f"{n(op.ptr)} + {n(op.offsets)}"
-            hint = f", eviction_policy='evict_{op.evict.data}'" if op.evict is not None else ""
+            hint = f", eviction_policy={'evict_' + op.evict.data!r}" if op.evict is not None else ""
             if op.mask:
                 other = _number(_attr_number(op.other), _elem(op.result)) if op.other else "0"
                 self.assign(op, depth, f"tl.load({ptr}, mask={n(op.mask[0])}, other={other}{hint})")
@@ -200,12 +225,12 @@ class KernelPrinter:
         elif isinstance(op, tile.BlockStoreOp):
             self.emit(depth, f"{self.descriptor[op]}.store([{n(op.row)}, {n(op.col)}], {n(op.value)})")
         elif isinstance(op, tile.ReduceOp):
-            axis = op.axis.value.data
-            kind = op.kind.data
-            if kind == "sum":
+            axis = _int(op.axis)
+            combine = REDUCE_COMBINE[op.kind.data]  # the verifier allows these kinds only
+            if combine == "sum":
                 self.assign(op, depth, f"tl.sum({n(op.input)}, {axis})")
             else:
-                self.assign(op, depth, f"tl.reduce({n(op.input)}, {axis}, _irc_{kind})")
+                self.assign(op, depth, f"tl.reduce({n(op.input)}, {axis}, {combine})")
         elif isinstance(op, tile.DotOp):
             precision = f", input_precision={op.precision.data!r}" if op.precision else ""
             if _elem(op.acc) == "f64":
@@ -221,7 +246,7 @@ class KernelPrinter:
             self.emit(
                 depth,
                 f"for {n(t)} in tl.range(tl.program_id(0), "
-                f"{op.count.value.data}, tl.num_programs(0), flatten=True):",
+                f"{_int(op.count)}, tl.num_programs(0), flatten=True):",
             )
             self.emit(depth + 1, f"{n(out)} = {n(out)} + tl.num_programs(0)")
             self.block(op.body.block, depth + 1)
@@ -244,8 +269,7 @@ class KernelPrinter:
             self.emit(depth, f"{self.name(arg)} = {self.name(init)}")
         self.emit(
             depth,
-            f"for {self.name(iv)} in range("
-            f"{op.lb.value.data}, {op.ub.value.data}, {op.step.value.data}):",
+            f"for {self.name(iv)} in range({_int(op.lb)}, {_int(op.ub)}, {_int(op.step)}):",
         )
         self.block(block, depth + 1)
 
@@ -274,10 +298,17 @@ class KernelPrinter:
 class HostPrinter:
     """The host function of one IR function: checks, allocations, launches."""
 
-    def __init__(self, fn: func.FuncOp, index: int, kernels: dict[str, tile.KernelOp]):
+    def __init__(
+        self,
+        fn: func.FuncOp,
+        index: int,
+        kernels: dict[str, tile.KernelOp],
+        identifiers: dict[tile.KernelOp, str],
+    ):
         self.fn = fn
         self.index = index
         self.kernels = kernels
+        self.identifiers = identifiers
         self.names: dict[SSAValue, str] = {}
 
     def text(self) -> str:
@@ -287,11 +318,27 @@ class HostPrinter:
             self.names[a] = name
         ir_name = self.fn.sym_name.data
         sig = ", ".join(format_type(a.type).replace("memref", "tensor", 1) for a in block.args)
-        lines = [f"def fn{self.index}({', '.join(args)}):", f"    # @{ir_name}({sig})"]
+        # Arguments by position cost nothing more; keywords (the IR's names) and wrong
+        # calls go through _irc_bind, which reports them with the IR's names.
+        params = "".join(f"{a}=_IRC_UNSET, " for a in args) + ("/, " if args else "")
+        lines = [
+            f"def fn{self.index}({params}*_irc_rest, **_irc_named):",
+            f"    # {_comment(f'@{ir_name}({sig})')}",
+        ]
+        listed = "".join(a + ", " for a in args)  # "arg0, arg1, "
+        names = tuple(a.name_hint for a in block.args)
+        bind = f"_irc_bind({'@' + ir_name!r}, {names!r}, ({listed}*_irc_rest,), _irc_named)"
+        unset = f" or {args[-1]} is _IRC_UNSET" if args else ""
+        lines.append(f"    if _irc_rest or _irc_named{unset}:")
+        lines.append(f"        {listed}= {bind}" if args else f"        {bind}")
         for i, a in enumerate(block.args):
-            shape = tuple(a.type.get_shape())  # type: ignore[attr-defined]
+            shape = tuple(map(operator.index, a.type.get_shape()))  # type: ignore[attr-defined]
             dtype = TORCH_DTYPE[element_name(a.type.element_type)]  # type: ignore[attr-defined]
-            lines.append(f"    arg{i} = _check(arg{i}, {shape}, {dtype}, {ir_name!r}, {i})")
+            # Errors name the function and the argument as the IR does: "@f: argument %x ...".
+            label = f"%{a.name_hint}" if a.name_hint is not None else i
+            lines.append(
+                f"    arg{i} = _check(arg{i}, {shape}, {dtype}, {'@' + ir_name!r}, {label!r})"
+            )
         n_bufs = 0
         for op in block.ops:
             if isinstance(op, loop.AllocOp):
@@ -300,7 +347,7 @@ class HostPrinter:
                 self.names[op.result] = name
                 t = op.result.type
                 assert isinstance(t, MemRefType)
-                shape = tuple(t.get_shape())
+                shape = tuple(map(operator.index, t.get_shape()))
                 dtype = TORCH_DTYPE[element_name(t.element_type)]
                 # Cheapest first (microseconds count in small calls): empty_like of a
                 # checked (contiguous) argument of the same type, else new_empty, which
@@ -314,18 +361,23 @@ class HostPrinter:
                     lines.append(f"    {name} = torch.empty({shape}, device=DEVICE, dtype={dtype})")
             elif isinstance(op, tile.LaunchOp):
                 kname = op.kernel.root_reference.data
-                k = self.kernels[kname]
-                grid = str(tuple(a.value.data for a in k.grid.data))  # type: ignore[attr-defined]
+                k = self.kernels.get(kname)
+                if k is None:  # the verifier reports it first; emit_triton may run alone
+                    raise IrcError.at(
+                        op_location(op), f"tile.launch: no tile.kernel is named {quoted(kname)}"
+                    )
+                grid = str(tuple(_int(a) for a in k.grid.data))
                 if k.persistent is not None:
-                    grid = f"_persistent_grid({k.grid.data[0].value.data})"  # type: ignore[attr-defined]
+                    grid = f"_persistent_grid({_int(k.grid.data[0])})"
                 if any(isinstance(o, tile.BlockLoadOp | tile.BlockStoreOp) for o in k.walk()):
                     lines.append("    _ensure_allocator()")
-                warps = k.warps.value.data if k.warps is not None else 4
-                stages = f", {k.stages.value.data}" if k.stages is not None else ""
+                warps = _int(k.warps) if k.warps is not None else 4
+                stages = f", {_int(k.stages)}" if k.stages is not None else ""
                 if k.pdl is not None:
                     stages += ", pdl=True"
                 call_args = "".join(self.names[a] + ", " for a in op.args)
-                lines.append(f"    _launch({kname}, {grid}, ({call_args}), {warps}{stages})")
+                kernel = self.identifiers[k]
+                lines.append(f"    _launch({kernel}, {grid}, ({call_args}), {warps}{stages})")
             elif isinstance(op, func.ReturnOp):
                 outs = [self.names[v] for v in op.operands]
                 if len(outs) == 1:
@@ -339,17 +391,92 @@ class HostPrinter:
 
 def emit_triton(module: ModuleOp, source: str = "irc") -> str:
     """The Python module for a tile-level `module`."""
-    kernels = {op.kernel_name.data: op for op in module.body.ops if isinstance(op, tile.KernelOp)}
+    kernels: dict[str, tile.KernelOp] = {}
+    for op in module.body.ops:
+        if isinstance(op, tile.KernelOp):
+            if op.kernel_name.data in kernels:
+                name = quoted(op.kernel_name.data)
+                raise IrcError.at(
+                    op_location(op), f"tile.kernel: a kernel above is named {name} too"
+                )
+            kernels[op.kernel_name.data] = op
     funcs = [op for op in module.body.ops if isinstance(op, func.FuncOp)]
+    identifiers = kernel_identifiers(list(kernels.values()))
     parts = [
-        f"# Generated by irc from {source}: {len(kernels)} kernel(s), {len(funcs)} function(s).",
+        f"# Generated by irc from {_comment(source)}: {len(kernels)} kernel(s), "
+        f"{len(funcs)} function(s).",
         HEADER,
+        BINDING,
     ]
-    parts += [KernelPrinter(k).text() + "\n" for k in kernels.values()]
-    parts += [HostPrinter(f, i, kernels).text() + "\n" for i, f in enumerate(funcs)]
+    parts += [KernelPrinter(k, identifiers[k]).text() + "\n" for k in kernels.values()]
+    parts += [HostPrinter(f, i, kernels, identifiers).text() + "\n" for i, f in enumerate(funcs)]
     table = ", ".join(f"{f.sym_name.data!r}: fn{i}" for i, f in enumerate(funcs))
     parts.append(f"FUNCTIONS = {{{table}}}\n")
     return "\n\n".join(parts)
+
+
+# --- names: which IR names may become Python identifiers ------------------------------
+
+BINDING = "from irc.runtime.binding import UNSET as _IRC_UNSET, bind as _irc_bind\n"
+"""What host functions call for keyword arguments and wrong calls (irc.runtime.binding)."""
+
+GENERATED = re.compile(r"(?:fn|arg|buf|v|ptr|d)[0-9]+")
+"""The identifiers the printers make: host functions, their arguments and buffers,
+kernel values, kernel arguments and TMA descriptors."""
+
+
+@functools.cache
+def reserved_identifiers() -> frozenset[str]:
+    """Global names of the generated module that a kernel must not rebind.
+
+    What the header binds at module level (`torch`, `tl`, `DEVICE`, `_launch`...),
+    Python's builtins (kernels call `range` and `float`), and `FUNCTIONS`.
+    """
+    names = set(dir(builtins)) | set(keyword.kwlist) | {"FUNCTIONS"}
+    for node in ast.parse(HEADER + BINDING).body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return frozenset(names)
+
+
+def _is_reserved(name: str) -> bool:
+    return (
+        name in reserved_identifiers()
+        or GENERATED.fullmatch(name) is not None
+        or name.startswith(("__", "_irc", "_IRC"))
+    )
+
+
+def kernel_identifiers(kernels: list[tile.KernelOp]) -> dict[tile.KernelOp, str]:
+    """The Python name of each kernel's @triton.jit function.
+
+    A kernel keeps its IR name (which profilers then show), verified to be an
+    ASCII identifier and not a keyword; one that would shadow a name the module
+    uses, or another kernel's new name, gets `k_` in front until it does not.
+    """
+    out: dict[tile.KernelOp, str] = {}
+    taken = {k.kernel_name.data for k in kernels}
+    for k in kernels:
+        name = k.kernel_name.data
+        problem = kernel_name_problem(name)
+        if problem is not None:  # the verifier reports it first; emit_triton may run alone
+            raise IrcError.at(op_location(k), f"tile.kernel: {problem}")
+        identifier = name
+        while _is_reserved(identifier) or (identifier != name and identifier in taken):
+            identifier = "k_" + identifier
+        taken.add(identifier)
+        out[k] = identifier
+    return out
+
+
+def _comment(text: str) -> str:
+    """`text` for a comment: nothing in it ends the line."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 Emitter = Callable[[ModuleOp], str]

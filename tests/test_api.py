@@ -374,3 +374,157 @@ def test_a_cpu_module_on_a_gpu_machine_runs_on_the_cpu(monkeypatch: pytest.Monke
     s, t = m.on_cpu(x)
     torch.testing.assert_close(s, torch.softmax(x, 1))
     torch.testing.assert_close(t, x.sum())
+
+
+# --- the Python API's edges: devices, arguments, names -------------------------------------------
+
+TWO_ARGS = """\
+func @softmax(%x: tensor<4x8xf32>, %x.y: tensor<8xf32>) -> tensor<4x8xf32> {
+  %a = graph.add %x, %x.y : tensor<4x8xf32>
+  %y = graph.softmax %a {dim = 1} : tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+func @other(%q: tensor<3xf32>) -> tensor<3xf32> {
+  %y = graph.neg %q : tensor<3xf32>
+  return %y : tensor<3xf32>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def two_args() -> irc.CompiledModule:
+    return irc.compile(irc.parse(TWO_ARGS), device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("device", "error", "message"),
+    [
+        ("banana", ValueError, "irc.compile: unknown device 'banana'; irc runs on \"cpu\" or \"cuda\""),
+        ("meta", ValueError, "irc.compile: irc runs on \"cpu\" or \"cuda\", not 'meta'"),
+        ("cuda:1", ValueError, 'pass device="cuda", not \'cuda:1\''),
+        (3, TypeError, 'irc.compile: device is "cpu", "cuda" or a torch.device, got int'),
+    ],
+)
+def test_compile_checks_the_device_first(device: object, error: type, message: str) -> None:
+    """Before this check "banana" compiled and failed at the first call ("0 active drivers")."""
+    with pytest.raises(error) as info:
+        irc.compile(ROOT / "examples" / "nope.ir", device=device)  # type: ignore[arg-type]
+    assert message in str(info.value)  # and not a missing file: nothing else was looked at
+
+
+def test_compile_on_cuda_without_cuda_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It was a bare AssertionError from inside torch on a CPU-only build."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cuda", torch.device("cuda")):
+        with pytest.raises(irc.IrcError) as info:
+            irc.compile(irc.parse(SOFTMAX), device=device)
+        (d,) = info.value.diagnostics
+        assert d.location is None
+        assert d.message.startswith('device="cuda": ') and d.message.endswith('use device="cpu"')
+
+
+def test_compile_takes_a_torch_device() -> None:
+    import torch
+
+    m = irc.compile(irc.parse(SOFTMAX), device=torch.device("cpu"))
+    assert m.device == "cpu"
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(m.softmax(x), torch.softmax(x, 1))
+
+
+def test_arguments_by_position_and_by_ir_name(two_args: irc.CompiledModule) -> None:
+    import torch
+
+    x, b = torch.randn(4, 8), torch.randn(8)
+    want = torch.softmax(x + b, 1)
+    f = two_args.softmax
+    torch.testing.assert_close(f(x, b), want)
+    torch.testing.assert_close(f(x=x, **{"x.y": b}), want)
+    torch.testing.assert_close(f(x, **{"%x.y": b}), want)
+    torch.testing.assert_close(two_args["@softmax"](x, b), want)
+    torch.testing.assert_close(two_args.run("softmax", [x, b])[0], want)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda f, x, b: f(x), TypeError, "@softmax takes 2 arguments (%x, %x.y); %x.y is missing"),
+        (lambda f, x, b: f(), TypeError, "@softmax takes 2 arguments (%x, %x.y); %x, %x.y are missing"),
+        (lambda f, x, b: f(x, b, b), TypeError, "@softmax takes 2 arguments (%x, %x.y), got 3"),
+        (lambda f, x, b: f(x, b, y=b), TypeError, "@softmax has no argument %y (its arguments: %x, %x.y)"),
+        (lambda f, x, b: f(b, x=x), TypeError, "@softmax got %x twice, by position and by name"),
+        (lambda f, x, b: f(x, 1.0), TypeError, "@softmax: argument %x.y must be a torch.Tensor, got float"),
+        (lambda f, x, b: f(x, x), ValueError,
+         "@softmax: argument %x.y must be a torch.float32 tensor of shape [8], got torch.float32 of "
+         "shape [4, 8]"),
+        (lambda f, x, b: f(x.double(), b), ValueError,
+         "@softmax: argument %x must be a torch.float32 tensor of shape [4, 8], got torch.float64"),
+    ],
+    ids=["missing", "none", "extra", "unknown-keyword", "twice", "not-a-tensor", "shape", "dtype"],
+)  # fmt: skip
+def test_wrong_calls_name_the_ir_function_and_arguments(
+    two_args: irc.CompiledModule, call: object, error: type, message: str
+) -> None:
+    """Not `fn0() missing 1 required positional argument: 'arg1'`."""
+    import torch
+
+    x, b = torch.randn(4, 8), torch.randn(8)
+    with pytest.raises(error) as info:
+        call(two_args.softmax, x, b)  # type: ignore[operator]
+    assert str(info.value).startswith(message)
+    assert "fn0" not in str(info.value) and "arg0" not in str(info.value)
+
+
+def test_an_unknown_function_lists_the_known_ones(two_args: irc.CompiledModule) -> None:
+    with pytest.raises(AttributeError) as info:
+        two_args.nope  # noqa: B018
+    assert str(info.value) == (
+        "the compiled module has no function @nope (its functions: @softmax, @other)"
+    )
+    assert not hasattr(two_args, "nope") and hasattr(two_args, "other")
+    with pytest.raises(KeyError, match="no function @nope"):
+        two_args["nope"]
+    with pytest.raises(TypeError, match=r"several functions \(@softmax, @other\)"):
+        two_args()
+    assert {"softmax", "other"} <= set(dir(two_args))
+
+
+def test_a_module_of_one_function_is_callable_with_keywords() -> None:
+    import torch
+
+    m = irc.compile(irc.parse(SOFTMAX), device="cpu")
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(m(x=x), torch.softmax(x, 1))
+    with pytest.raises(TypeError, match=r"@softmax has no argument %y"):
+        m(y=x)
+
+
+def test_a_function_without_arguments_takes_none() -> None:
+    import torch
+
+    text = "func @c() -> tensor<2xf32> {\n  %c = graph.constant {value = 1.5} : tensor<2xf32>\n"
+    m = irc.compile(irc.parse(text + "  return %c : tensor<2xf32>\n}\n"), device="cpu")
+    torch.testing.assert_close(m.c(), torch.full((2,), 1.5))
+    with pytest.raises(TypeError, match=r"^@c takes 0 arguments \(none\), got 1$"):
+        m.c(torch.ones(2))
+    with pytest.raises(TypeError, match=r"^@c has no argument %x \(its arguments: none\)$"):
+        m.c(x=torch.ones(2))
+
+
+@pytest.mark.gpu
+def test_cuda_graphs_take_keywords_and_report_wrong_calls() -> None:
+    import torch
+
+    m = irc.compile(irc.parse(TWO_ARGS), device="cuda", cuda_graphs=True)
+    x, b = torch.randn(4, 8, device="cuda"), torch.randn(8, device="cuda")
+    want = torch.softmax(x + b, 1)
+    torch.testing.assert_close(m.softmax(x, b).clone(), want)
+    torch.testing.assert_close(m.softmax(x=x, **{"x.y": b}).clone(), want)
+    assert len(m.functions["softmax"].graphs) == 2  # by position and by name: two captures
+    with pytest.raises(TypeError, match=r"^@softmax takes 2 arguments \(%x, %x.y\); %x.y is"):
+        m.softmax(x)
+    with pytest.raises(TypeError, match=r"^@softmax: argument %x.y must be a torch.Tensor"):
+        m.softmax(x, 2.0)

@@ -1,27 +1,41 @@
-"""Names in IR never become code: the verifier's side.
+"""Names in IR never become code.
 
 Kernel names are the one kind of IR name that becomes a Python identifier (the
 name of a `@triton.jit` function): the verifier holds them to ASCII identifiers
-that are not keywords. Each hostile input here would once have run code, or
-failed with an internal error; now it is a located error (exit 1) and nothing
-runs."""
+that are not keywords, and the emitter renames those that would shadow a name
+of the generated module. Every other name (functions, arguments) reaches the
+generated Python only through `repr`. Each hostile input here would once have
+run code, or failed with an internal error; now it is a located error (exit 1)
+and nothing runs.
+"""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
+import keyword
 import os
 from pathlib import Path
 
 import pytest
-from xdsl.dialects.builtin import StringAttr
+import torch
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 
 import irc
 import irc.opt
 from irc import run as run_cli
 from irc.diagnostics import IrcError
-from irc.dialects import graph
+from irc.dialects import graph, tile
+from irc.frontend import set_value_name
+from irc.lowering.tile_to_triton import (
+    GENERATED,
+    emit_triton,
+    kernel_identifiers,
+    reserved_identifiers,
+)
 from irc.printer import format_string
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
@@ -170,6 +184,12 @@ def test_a_kernel_name_set_in_python_is_checked_before_anything_runs(tmp_path: P
     fused.kernel = StringAttr(payload(marker))
     with pytest.raises(IrcError, match="graph.fused: kernel name .* is not an identifier"):
         irc.compile(module, device=DEVICE)
+    # The emitter checks on its own too: tile IR that skipped the verifier.
+    tile_module = irc.parse(tile_program('"good2"'), "api.ir")
+    kernel = next(op for op in tile_module.walk() if isinstance(op, tile.KernelOp))
+    kernel.kernel_name = StringAttr(payload(marker))
+    with pytest.raises(IrcError, match="tile.kernel: kernel name .* is not an identifier"):
+        emit_triton(tile_module)
     assert not marker.exists()
 
 
@@ -259,3 +279,122 @@ def test_enum_like_strings_are_checked_before_the_emitter(
     status, _, err = run_quietly(irc.opt.run, [str(path), "--emit", "triton"])
     assert status == 1
     assert message in err.split("\n")[0] and "Traceback" not in err
+
+
+# --- names that are legal but would collide: renamed by the emitter ---------------------------
+
+COLLIDING = [
+    "torch", "tl", "triton", "range", "float", "len", "DEVICE", "FUNCTIONS", "fn0", "arg0",
+    "buf0", "v0", "ptr0", "d0", "_check", "_launch", "_irc_max", "_irc_bind", "_IRC_UNSET",
+    "host_functions", "__builtins__", "__name__", "k_torch",
+]  # fmt: skip
+
+
+def chain_program(names: list[str]) -> str:
+    """Kernel i adds 1; @f launches them in order, so it returns x + len(names) only if
+    every launch starts its own kernel."""
+    kernels = "".join(tile_kernel(format_string(n), "add") + "\n" for n in names)
+    body = ["func @f(%x: memref<4xf32>) -> memref<4xf32> {"]
+    prev = "%x"
+    for i, n in enumerate(names):
+        body.append(f"  %b{i} = loop.alloc : memref<4xf32>")
+        body.append(f"  tile.launch {prev}, %b{i} {{kernel = @{n}}}")
+        prev = f"%b{i}"
+    body += [f"  return {prev} : memref<4xf32>", "}", ""]
+    return kernels + "\n".join(body)
+
+
+def test_kernel_names_that_would_shadow_module_names_are_renamed() -> None:
+    text = chain_program(COLLIDING)
+    module = irc.parse(text, "chain.ir")
+    irc.verify(module)
+    compiled = irc.compile(module, device=DEVICE, fuse=False)
+    x = torch.randn(4, device=DEVICE)
+    torch.testing.assert_close(compiled.f(x), x + len(COLLIDING))
+
+    tree = ast.parse(compiled.source)
+    defs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    kernels = [d for d in defs if d != "fn0" and not d.startswith("_")]  # not the helpers
+    assert len(kernels) == len(COLLIDING) == len(set(kernels))
+    reserved = reserved_identifiers()
+    for name in kernels:
+        assert name not in reserved and not GENERATED.fullmatch(name), name
+        assert not name.startswith(("__", "_irc", "_IRC")), name
+    assert "k_torch" in kernels and "k_k_torch" in kernels  # torch -> k_k_torch: k_torch is taken
+    assert "# tile.kernel \"torch\"\n@triton.jit\ndef k_k_torch(" in compiled.source
+    # A name that shadows nothing keeps its spelling (profilers show it).
+    names = kernel_identifiers([tile.KernelOp.create(properties={"name": StringAttr("triton_x")})])
+    assert list(names.values()) == ["triton_x"]
+
+
+def test_reserved_names_are_what_the_module_binds() -> None:
+    reserved = reserved_identifiers()
+    assert {"torch", "triton", "tl", "DEVICE", "_check", "_launch", "FUNCTIONS"} <= reserved
+    assert {"range", "float", "print"} <= reserved and set(keyword.kwlist) <= reserved
+    assert "triton_poi_exp_0" not in reserved
+
+
+# --- function and argument names: strings only -----------------------------------------------
+
+WEIRD_FUNCTION = "f'\"\\\n)import os#"
+WEIRD_ARGUMENT = "x'\n\"\\y"
+
+
+def weird_module() -> ModuleOp:
+    """A module whose names the parser would never give: quotes, newlines, backslashes."""
+    module = irc.parse(
+        "func @f(%x: tensor<4xf32>, %w: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "  %y = graph.add %x, %w : tensor<4xf32>\n"
+        "  return %y : tensor<4xf32>\n"
+        "}\n"
+    )
+    f = next(op for op in module.body.ops if isinstance(op, func.FuncOp))
+    f.sym_name = StringAttr(WEIRD_FUNCTION)
+    set_value_name(f.body.block.args[0], WEIRD_ARGUMENT)
+    return module
+
+
+def test_function_and_argument_names_reach_python_as_strings_only() -> None:
+    compiled = irc.compile(weird_module(), device=DEVICE)
+    tree = ast.parse(compiled.source)
+    # Only imports, assignments and definitions at the top: nothing runs on import but
+    # the header's own setup.
+    kinds = {type(node).__name__ for node in tree.body}
+    assert kinds <= {"Import", "ImportFrom", "Assign", "FunctionDef"}, kinds
+    identifiers = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    identifiers |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    assert not any("import" in i or "\n" in i or "'" in i for i in identifiers)
+    # The names come back as they were.
+    assert list(compiled.functions) == [WEIRD_FUNCTION]
+    x, w = torch.randn(4, device=DEVICE), torch.randn(4, device=DEVICE)
+    f = compiled[WEIRD_FUNCTION]
+    torch.testing.assert_close(f(x, w), x + w)
+    torch.testing.assert_close(f(w=w, **{WEIRD_ARGUMENT: x}), x + w)
+    with pytest.raises(ValueError) as info:
+        f(x[:2], w)
+    assert str(info.value).startswith(f"@{WEIRD_FUNCTION}: argument %{WEIRD_ARGUMENT} must be")
+    # Comments stay comments: the header line and the signature line have no line breaks.
+    assert f"# @{WEIRD_FUNCTION}" not in compiled.source
+    assert "# @f'\"\\?)import os#(" in compiled.source
+
+
+def test_odd_but_legal_names_run_and_are_keywords() -> None:
+    """`@import(%class, %x.y, %def-1)`: the spec allows them; none is an identifier."""
+    text = (
+        "func @import(%class: tensor<3xf32>, %x.y: tensor<3xf32>, %def-1: tensor<3xf32>)"
+        " -> tensor<3xf32> {\n"
+        "  %a = graph.add %class, %x.y : tensor<3xf32>\n"
+        "  %b = graph.mul %a, %def-1 : tensor<3xf32>\n"
+        "  return %b : tensor<3xf32>\n"
+        "}\n"
+    )
+    compiled = irc.compile(irc.parse(text), device=DEVICE)
+    c, xy, d = (torch.randn(3, device=DEVICE) for _ in range(3))
+    f = getattr(compiled, "import")
+    torch.testing.assert_close(f(c, xy, d), (c + xy) * d)
+    torch.testing.assert_close(f(**{"x.y": xy, "def-1": d, "class": c}), (c + xy) * d)
+    torch.testing.assert_close(f(c, **{"%def-1": d, "x.y": xy}), (c + xy) * d)
+    tree = ast.parse(compiled.source)
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert not names & {"import", "class", "x.y", "def-1"}
+    assert "FUNCTIONS = {'import': fn0}" in compiled.source
