@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -276,12 +276,12 @@ def _check_loop_access(op: Operation, intervals: LoopIntervals, out: list[Diagno
 # --- tile level ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Info:
+class Info(NamedTuple):
     """What is known of an integer tile value: its interval and its width.
 
     `bits` is 1 for booleans, 32 or 64 when Triton's type is certain, and 0
     when it could be either (arithmetic then must stay in i32 to be exact).
+    A named tuple: one is made per value and evaluation, and these are cheap.
     """
 
     lo: int
