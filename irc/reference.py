@@ -339,7 +339,9 @@ def _permutation(n: int, device: torch.device) -> Tensor | None:
         return None
     if k == 1:
         return torch.arange(n - 1, -1, -1, device=device)
-    return torch.randperm(n, generator=torch.Generator().manual_seed(k)).to(device)
+    # Drawn on the CPU (the generator's device), the same on every device.
+    shuffle = torch.randperm(n, generator=torch.Generator().manual_seed(k), device="cpu")
+    return shuffle.to(device)
 
 
 def _reordered(x: Tensor, dims: Sequence[int]) -> Tensor:

@@ -279,7 +279,11 @@ def test_gelu_and_swiglu_mlps_pass(kind: str, dt: str, tmp_path: Path) -> None:
         status, lines = _check(path, "--seed", str(seed))
         assert status == 0 and len(lines) == 1 and lines[0].startswith("out 0: ok: "), lines
         weighed += "from f64" in lines[0]
-    assert weighed >= 1  # the f64 leg was needed at least once: the test can fail
+    if DEVICE == "cpu":
+        # On the CPU torch rounds f16/bf16 products and f32 sums otherwise than irc:
+        # assert_close alone rejected at least one seed, so the test can fail. (On a
+        # GPU cuBLAS and irc's tl.dot often agree within assert_close.)
+        assert weighed >= 1
 
 
 def long_sum_program(seed: int, ops: int = 25) -> str:
