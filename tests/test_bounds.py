@@ -445,3 +445,44 @@ def test_division_and_remainder_cover_floor_and_truncation(
                 values = [{"add": a + b, "sub": a - b, "mul": a * b,
                            "minimum": min(a, b), "maximum": max(a, b)}[fn]]  # fmt: skip
             assert all(r[0] <= v <= r[1] for v in values), (fn, (a0, a1), (b0, b1), a, b, r)
+
+
+SHIFTED = """
+tile.kernel {{name = "k", grid = [2], warps = 4}} (%p0: ptr<f32>, %p1: ptr<f32>) {{
+  %b = tile.constant {{value = 64}} : i32
+  %eight = tile.constant {{value = 8}} : i32
+  %zero = tile.constant {{value = 0}} : i32
+  %n = tile.constant {{value = 100}} : i32
+  %pid = tile.program_id {{axis = 0}} : i32
+  %base = tile.apply %pid, %b {{fn = "mul"}} : i32
+  %r = tile.arange {{size = 64}} : tensor<64xi32>
+  %x = tile.apply %base, %r {{fn = "add"}} : tensor<64xi32>
+  %s = tile.apply %x, %eight {{fn = "sub"}} : tensor<64xi32>
+  %wide = tile.apply %s {{fn = "cast"}} : tensor<64xi64>
+  %lo = tile.apply %s, %zero {{fn = "ge"}} : tensor<64xi1>
+  %hi = tile.apply %x, %n {{fn = "lt"}} : tensor<64xi1>
+  %m = tile.apply {mask} {{fn = "and"}} : tensor<64xi1>
+  %v = tile.load %p0, %wide, %m {{other = 0.0}} : tensor<64xf32>
+  tile.store %p1, %x, %v, %hi
+}}
+
+func @f(%x: memref<100xf32>) -> memref<100xf32> {{
+  %y = loop.alloc : memref<100xf32>
+  tile.launch %x, %y {{kernel = @k}}
+  return %y : memref<100xf32>
+}}
+"""
+
+
+def test_masks_bound_from_below_and_through_casts() -> None:
+    # x - 8 >= 0 and x < 100: the shifted, widened offsets lie in [0, 91].
+    assert errors(SHIFTED.format(mask="%lo, %hi")) == []
+    # Without the lower bound the first eight lanes read below the buffer.
+    text = SHIFTED.format(mask="%hi, %hi")
+    assert errors(text) == [
+        (
+            line_of(text, "tile.load"),
+            "tile.load offsets may reach [-8, 91] in lanes where the mask holds, but the "
+            "buffer launched as %x (memref<100xf32>) holds 100 elements",
+        )
+    ]
