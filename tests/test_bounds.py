@@ -486,3 +486,58 @@ def test_masks_bound_from_below_and_through_casts() -> None:
             "buffer launched as %x (memref<100xf32>) holds 100 elements",
         )
     ]
+
+
+GATHER = """
+tile.kernel {{name = "k", grid = [1], warps = 4}} (%p0: ptr<f32>, %p1: ptr<i32>, %p2: ptr<f32>) {{
+  %r = tile.arange {{size = 64}} : tensor<64xi32>
+  %i = tile.load %p1, %r : tensor<64xi32>
+  %v = tile.load %p0, {offsets} : tensor<64xf32>
+  tile.store %p2, %r, %v
+}}
+
+func @f(%x: memref<64xf32>, %idx: memref<64xi32>) -> memref<64xf32> {{
+  %y = loop.alloc : memref<64xf32>
+  tile.launch %x, %idx, %y {{kernel = @k}}
+  return %y : memref<64xf32>
+}}
+"""
+
+
+def test_offsets_read_from_memory_cannot_be_proven() -> None:
+    assert errors(GATHER.format(offsets="%r")) == []
+    text = GATHER.format(offsets="%i")
+    ((line, message),) = errors(text)
+    assert line == line_of(text, "tile.load %p0")
+    assert message.startswith("cannot prove tile.load offsets in bounds")
+    assert message.endswith("the buffer launched as %x (memref<64xf32>) holds 64 elements")
+
+
+def test_masks_are_one_boolean_block() -> None:
+    text = GATHER.format(offsets="%r, %ok, %ok {other = 0.0}").replace(
+        "  %v = ", "  %ok = tile.apply %r, %r {fn = \"eq\"} : tensor<64xi1>\n  %v = "
+    )  # fmt: skip
+    assert errors(text) == [(line_of(text, "tile.load %p0"), "tile.load takes at most one mask")]
+    text = GATHER.format(offsets="%r, %r {other = 0.0}")
+    assert errors(text) == [
+        (
+            line_of(text, "tile.load %p0"),
+            "tile.load: the mask must be booleans (i1), not tensor<64xi32>",
+        )
+    ]
+
+
+def test_a_tile_access_outside_a_kernel_is_rejected() -> None:
+    text = """
+func @f(%p: ptr<f32>) -> ptr<f32> {
+  %z = tile.constant {value = 0} : i32
+  %v = tile.load %p, %z : f32
+  return %p : ptr<f32>
+}
+"""
+    found = errors(text)
+    assert found, "verified"
+    assert (
+        line_of(text, "tile.load"),
+        "cannot prove tile.load in bounds: it is outside any tile.kernel",
+    ) in found
