@@ -515,12 +515,10 @@ def m_lines(rng: random.Random, text: str) -> str:
 
 
 def m_nest(rng: random.Random, text: str) -> str:
-    """Wraps a run of op lines inside a kernel in a new loop region, or nests it deeply."""
+    """Wraps a store inside a kernel in new loop regions, one or many deep (a value-defining
+    op would hide its result from the ops after it)."""
     lines = text.split("\n")
-    body = [
-        k for k, line in enumerate(lines)
-        if line.startswith("    ") and " = " in line and not line.rstrip().endswith("{")
-    ]  # fmt: skip
+    body = [k for k, line in enumerate(lines) if re.match(r"\s+(loop|tile)\.store ", line)]
     if not body:
         return text
     k = rng.choice(body)
@@ -712,6 +710,16 @@ class OutOfBounds(Exception):
     """A load or store outside every buffer the running launch passed."""
 
 
+def out_of_bounds(error: BaseException) -> OutOfBounds | None:
+    """The guard's error behind `error` (Triton's interpreter wraps what a kernel raises)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OutOfBounds):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 MAX_RUN_BYTES = 1 << 24
 MAX_RUN_PROGRAMS = 4096
 
@@ -828,9 +836,9 @@ def execute_guarded(path: str) -> str | None:
             inputs.append(_random_tensor(t.get_shape(), element_name(t.element_type), generator))
         try:
             compiled.run(op.sym_name.data, inputs)
-        except OutOfBounds as e:
-            return f"out-of-bounds access at run time: {e}"
         except Exception as e:  # noqa: BLE001 - the finding
+            if (oob := out_of_bounds(e)) is not None:
+                return f"out-of-bounds access at run time: {oob}"
             return f"running @{op.sym_name.data} raised {type(e).__name__}: {str(e)[:300]}"
     return None
 
@@ -861,6 +869,46 @@ def sandbox_env(root: Path) -> dict[str, str]:
     return env
 
 
+def problem_class(problem: str) -> str:
+    """`problem` with names, strings and numbers blanked out: one key a kind of failure."""
+    blank = re.sub(r"'[^']*'|\"[^\"]*\"|%[\w.$-]+|@[\w.$-]+", "_", problem)
+    return re.sub(r"\d+", "N", blank)[:160]
+
+
+def shrink(text: str, budget: int = 400) -> tuple[str, str | None]:
+    """The smallest variant of `text` (whole lines removed) that fails the static oracle the
+    same way, and its problem; run in a scratch folder (it writes the candidates there)."""
+    folder = Path(tempfile.mkdtemp(prefix="irc-shrink-"))
+    path = folder / "case.ir"
+
+    def problem(candidate: str) -> str | None:
+        path.write_text(candidate)
+        return check_case(Case(0, candidate, "shrink", (), False, str(path))).problem
+
+    try:
+        want = problem(text)
+        if want is None:
+            return text, None
+        key = problem_class(want)
+        lines = text.split("\n")
+        chunk = max(1, len(lines) // 2)
+        while chunk >= 1 and budget > 0:
+            i, progress = 0, False
+            while i < len(lines) and budget > 0:
+                candidate = lines[:i] + lines[i + chunk :]
+                budget -= 1
+                got = problem("\n".join(candidate))
+                if got is not None and problem_class(got) == key:
+                    lines, want, progress = candidate, got, True
+                else:
+                    i += chunk
+            if not progress:
+                chunk //= 2
+        return "\n".join(lines), want
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @dataclass
 class Report:
     cases: list[Case]
@@ -874,10 +922,7 @@ class Report:
         groups: dict[str, list[tuple[Case, Outcome]]] = {}
         for case, outcome in self.failures():
             assert outcome.problem is not None
-            key = re.sub(
-                r"\d+", "N", re.sub(r"'[^']*'|\"[^\"]*\"|%[\w.$-]+|@[\w.$-]+", "_", outcome.problem)
-            )
-            groups.setdefault(key[:160], []).append((case, outcome))
+            groups.setdefault(problem_class(outcome.problem), []).append((case, outcome))
         return groups
 
     def summary(self) -> str:
@@ -938,10 +983,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-examples", action="store_true", help="seed from random graphs only")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds one case may take")
     ap.add_argument("--show", metavar="SEED:CASE", help="print one case and exit")
+    ap.add_argument(
+        "--shrink", action="store_true", help="with --show: the smallest failing variant"
+    )
     ap.add_argument("--save", metavar="DIR", help="write one input of each failure class here")
     args = ap.parse_args(argv)
     if args.show:
-        print(_show(args.show, args.graphs, not args.no_examples))
+        text = _show(args.show, args.graphs, not args.no_examples)
+        if args.shrink:
+            with tempfile.TemporaryDirectory() as root:
+                cwd = Path(root, "cwd")
+                cwd.mkdir()
+                os.environ.update(sandbox_env(Path(root)))
+                with contextlib.chdir(cwd):
+                    text, problem = shrink(text)
+            text = f"// {problem}\n{text}"
+        print(text)
         return 0
     report = campaign(
         args.seed, args.count, args.graphs, args.execute, not args.no_examples, args.timeout
