@@ -38,6 +38,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
     StringAttr,
+    SymbolRefAttr,
     TensorType,
 )
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
@@ -750,7 +751,10 @@ def _check_launch(
     op: tile.LaunchOp, kernels: dict[str, KernelCheck], out: list[Diagnostic]
 ) -> None:
     """One memref of the pointee type per pointer argument of an existing kernel."""
-    name = op.kernel.root_reference.data
+    symbol = op.properties.get("kernel")
+    if not isinstance(symbol, SymbolRefAttr):
+        return  # IRDL has reported it
+    name = symbol.root_reference.data
     found = kernels.get(name)
     if found is None:
         out.append(Diagnostic(op_location(op), f"tile.launch: no tile.kernel named @{name}"))
@@ -885,6 +889,13 @@ def _check_tile_access(
 TILE_ACCESSES = (tile.LoadOp, tile.StoreOp, tile.BlockLoadOp, tile.BlockStoreOp)
 
 
+def _in_loop_kernel(op: Operation) -> bool:
+    parent = op.parent_op()
+    while parent is not None and type(parent) is not loop.KernelOp:
+        parent = parent.parent_op()
+    return parent is not None
+
+
 def _kernel_of(op: Operation) -> tile.KernelOp | None:
     parent = op.parent_op()
     while parent is not None and type(parent) is not tile.KernelOp:
@@ -899,7 +910,10 @@ def check_bounds(module: ModuleOp) -> list[Diagnostic]:
     kernels: dict[str, KernelCheck] = {}
     for op in module.body.ops:
         if type(op) is tile.KernelOp:
-            name = op.kernel_name.data
+            attr = op.properties.get("name")
+            if not isinstance(attr, StringAttr):
+                continue  # IRDL has reported it
+            name = attr.data
             if name in kernels:
                 out.append(
                     Diagnostic(
@@ -920,7 +934,13 @@ def check_bounds(module: ModuleOp) -> list[Diagnostic]:
             continue
         kind = type(op)
         if kind is loop.LoadOp or kind is loop.StoreOp:
-            _check_loop_access(op, loops, out)
+            if _in_loop_kernel(op):
+                _check_loop_access(op, loops, out)
+            else:
+                message = (
+                    f"{op.name} is outside any loop.kernel: loads and stores belong in kernels"
+                )
+                out.append(Diagnostic(op_location(op), message))
         elif kind is tile.LaunchOp:
             _check_launch(op, kernels, out)  # type: ignore[arg-type]
         elif kind in TILE_ACCESSES:

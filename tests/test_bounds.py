@@ -541,3 +541,20 @@ func @f(%p: ptr<f32>) -> ptr<f32> {
         line_of(text, "tile.load"),
         "cannot prove tile.load in bounds: it is outside any tile.kernel",
     ) in found
+
+
+def test_a_loop_access_outside_a_kernel_is_rejected() -> None:
+    text = """
+func @f(%x: memref<4xf32>) -> memref<4xf32> {
+  %y = loop.alloc : memref<4xf32>
+  %c = loop.constant {value = 2} : index
+  %v = loop.load %x, %c : f32
+  loop.store %v, %y, %c
+  return %y : memref<4xf32>
+}
+"""
+    outside = "is outside any loop.kernel: loads and stores belong in kernels"
+    assert errors(text) == [
+        (line_of(text, "loop.load"), f"loop.load {outside}"),
+        (line_of(text, "loop.store"), f"loop.store {outside}"),
+    ]

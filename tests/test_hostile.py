@@ -86,10 +86,6 @@ KNOWN_FAILING: dict[tuple[str, str], str] = {
         for tool in TOOLS
     },
     **{
-        ("loop_store_outside_kernel.ir", tool): "F6: host-level loop.load/store are accepted"
-        for tool in TOOLS
-    },
-    **{
         ("tile_kernel_name_symbol.ir", tool): "F7: name = @k is an internal AttributeError"
         for tool in TOOLS
     },
