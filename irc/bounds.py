@@ -18,7 +18,8 @@ in bounds (sound, not complete: "cannot prove" is an error too).
   intervals fail, scalars that depend on one program or tile index are
   enumerated exactly (grouped GEMM tile orders are not interval-friendly).
   TMA block accesses must declare their buffer's real shape: the copy engine
-  clips to it. Launches must pass one memref of the pointee type per pointer.
+  clips to it. Launches must pass one memref of the pointee type per pointer;
+  a mask is one i1 block; an access must sit in a kernel and use its pointers.
 
 Every evaluation is memoized per value and iterative (no recursion), so the
 check is linear in the size of the IR and deep chains cannot overflow the stack.
@@ -910,7 +911,7 @@ def check_bounds(module: ModuleOp) -> list[Diagnostic]:
     kernels: dict[str, KernelCheck] = {}
     for op in module.body.ops:
         if type(op) is tile.KernelOp:
-            attr = op.properties.get("name")
+            attr = op.properties.get("sym_name")
             if not isinstance(attr, StringAttr):
                 continue  # IRDL has reported it
             name = attr.data
