@@ -355,6 +355,17 @@ def _round_half_even(c: str) -> str:
     return f"tl.where((tl.abs({{0}}) < {c}) & ({{0}} != 0), {sign} * {magnitude}, {{0}})"
 
 
+_RINT_F32 = _round_half_even("8388608.0")
+
+
+def _floor_f32(x: str = "{0}") -> str:
+    """floor as rint, minus 1 where that rounded up: tl.floor goes through libdevice,
+    which Triton builds flushing f32 subnormals to zero (floor(-1e-40) would be -0.0;
+    torch gives -1.0). Adds, compares and selects keep subnormals."""
+    r = _RINT_F32.replace("{0}", x)
+    return f"tl.where({r} > {x}, {r} - 1.0, {r})"
+
+
 NegOp = _unary(
     "neg", "-x", reference="torch.neg", float_only=False, cost=CHEAP,
     # Triton's unary minus is `0 - x`, which makes +0.0 of +0.0; torch gives -0.0.
@@ -431,16 +442,19 @@ ErfOp = _unary(
 # floor, ceil and round give integers: exact, and cheap (one instruction), but they
 # jump, so an ulp of difference in their operand can change the result by 1.
 FloorOp = _unary(
-    "floor", "largest integer <= x", reference="torch.floor", triton="tl.floor({0})",
-    cost=CHEAP, exact=True, fuzz=Fuzz(domain="exact"),
+    "floor", "largest integer <= x", reference="torch.floor", cost=CHEAP,
+    triton={"f64": "tl.floor({0})", "float": _floor_f32()},
+    exact=True, fuzz=Fuzz(domain="exact"),
 )
 CeilOp = _unary(
-    "ceil", "smallest integer >= x", reference="torch.ceil", triton="tl.ceil({0})",
-    cost=CHEAP, exact=True, fuzz=Fuzz(domain="exact"),
+    "ceil", "smallest integer >= x", reference="torch.ceil", cost=CHEAP,
+    # -floor(-x); `* -1.0` keeps the sign of a zero (ceil(-0.5) is -0.0).
+    triton={"f64": "tl.ceil({0})", "float": f"{_floor_f32('({0} * -1.0)')} * -1.0"},
+    exact=True, fuzz=Fuzz(domain="exact"),
 )
 RoundOp = _unary(
     "round", "nearest integer, halves to even (torch.round)", reference="torch.round",
-    triton={"f64": _round_half_even("4503599627370496.0"), "float": _round_half_even("8388608.0")},
+    triton={"f64": _round_half_even("4503599627370496.0"), "float": _RINT_F32},
     cost=CHEAP, exact=True, fuzz=Fuzz(domain="exact"),
 )
 
