@@ -38,6 +38,14 @@ from xdsl.irdl import (
 from xdsl.traits import IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from irc.kernel_kind import (
+    KINDS,
+    KernelKind,
+    RowGeometry,
+    kind_of_ops,
+    parse_kind,
+    row_geometry,
+)
 from irc.names import kernel_name_problem
 from irc.types import (
     FLOAT_TYPES,
@@ -45,6 +53,7 @@ from irc.types import (
     MAX_ELEMENTS,
     broadcast_shapes,
     format_type,
+    int_array,
     numel,
     tensor,
 )
@@ -907,6 +916,11 @@ class FusedOp(IRDLOperation):
     outputs = var_result_def(TensorType)
     kernel = opt_prop_def(Attribute)
     kind = opt_prop_def(Attribute)
+    """The kernel's kind (irc.kernel_kind), as `fuse` decided it."""
+    space = opt_prop_def(Attribute)
+    """A reduction kernel's row space: its reductions' input shape..."""
+    dims = opt_prop_def(Attribute)
+    """...and the dims they reduce (`irc.kernel_kind.RowGeometry`)."""
     body = region_def("single_block")
 
     def verify_(self) -> None:
@@ -976,16 +990,80 @@ class FusedOp(IRDLOperation):
                 raise GraphVerifyError(f"graph.fused: {op.name} in the region is not a graph op")
         from irc.passes.fuse import FusionGraph, Rejected, kernel_schema
 
+        written = self._written_kind()
         g = FusionGraph(self.body.block)
         try:
-            kind = kernel_schema(g, g.compute, None, costs=False).kind
+            schema = kernel_schema(g, g.compute, None, costs=False)
         except Rejected as e:
             raise GraphVerifyError(
                 f"graph.fused: one kernel cannot compute this group: {e}"
             ) from None
-        if self.kind is not None and self.kind != StringAttr(kind):
-            written = self.kind.data if isinstance(self.kind, StringAttr) else str(self.kind)
-            raise GraphVerifyError(f'graph.fused: kind "{written}", but the group is a "{kind}" kernel')
+        if written is not None and written != schema.kind:
+            raise GraphVerifyError(
+                f'graph.fused: kind "{written}", but the group is a "{schema.kind}" kernel'
+            )
+        geometry = self._written_geometry()
+        if geometry is not None and geometry != schema.geometry:
+            rows = schema.geometry
+            why = (
+                f"its reductions have space = {list(rows.space)}, dims = {list(rows.dims)}"
+                if rows is not None
+                else f'a "{schema.kind}" kernel has no rows'
+            )
+            raise GraphVerifyError(
+                f"graph.fused: space = {list(geometry.space)}, dims = {list(geometry.dims)}, "
+                f"but {why}"
+            )
+
+    def _written_kind(self) -> KernelKind | None:
+        """The `kind` written on the op (by `fuse` or by hand), checked to be one."""
+        if self.kind is None:
+            return None
+        kind = parse_kind(self.kind.data) if isinstance(self.kind, StringAttr) else None
+        if kind is None:
+            raise GraphVerifyError(f"graph.fused: kind must be one of {KINDS}")
+        return kind
+
+    def _written_geometry(self) -> RowGeometry | None:
+        """The rows written on the op: `space` and `dims` go together, on a reduction."""
+        props = dict(self.properties)
+        if self.space is None and self.dims is None:
+            return None
+        if self.space is None or self.dims is None:
+            raise GraphVerifyError(
+                "graph.fused: 'space' and 'dims' (a reduction kernel's rows) go together"
+            )
+        space = _int_list(self.name, props, "space")
+        dims = _int_list(self.name, props, "dims")
+        if any(s < 1 for s in space) or sorted(set(dims)) != dims or any(
+            not 0 <= d < len(space) for d in dims
+        ):
+            raise GraphVerifyError(
+                "graph.fused: 'space' must be positive sizes and 'dims' increasing dims of it"
+            )
+        return RowGeometry(tuple(space), tuple(dims))
+
+    def kernel_kind(self) -> KernelKind:
+        """The kernel's kind: as written, else what `fuse` would decide for the group."""
+        written = self._written_kind()
+        return written if written is not None else kind_of_ops(self.body.block.ops)
+
+    def row_geometry(self) -> RowGeometry:
+        """A reduction kernel's rows: as written, else from its reductions (the one
+        helper fusion legality used). The verifier has checked the two agree."""
+        written = self._written_geometry()
+        if written is not None:
+            return written
+        return row_geometry([op for op in self.body.block.ops if isinstance(op, ReduceOp)])
+
+
+def kind_properties(kind: KernelKind, geometry: RowGeometry | None) -> dict[str, Attribute]:
+    """The properties that record a kernel's kind (and rows) on graph.fused."""
+    props: dict[str, Attribute] = {"kind": StringAttr(kind)}
+    if geometry is not None:
+        props["space"] = int_array(geometry.space)
+        props["dims"] = int_array(geometry.dims)
+    return props
 
 
 @irdl_op_definition

@@ -53,8 +53,9 @@ from irc.dialects.attrs import (
     check_int_list,
     check_number,
 )
+from irc.kernel_kind import KINDS, KernelKind, parse_kind
 from irc.names import check_kernel_name
-from irc.types import format_type
+from irc.types import ELEMENT_TYPES, F32, format_type
 
 REDUCE_KINDS = ("sum", "max", "min")
 
@@ -134,19 +135,34 @@ class KernelOp(IRDLOperation):
     stages = opt_prop_def(IntegerAttr)
     persistent = opt_prop_def(IntegerAttr)
     """Contractions: 1 when one program an SM walks the output tiles (set by `tile`)."""
+    kind = opt_prop_def(Attribute)
+    """The kernel's kind (irc.kernel_kind) as fusion decided it, carried by
+    graph-to-loop; read through `kernel_kind`. The printer leaves it out where
+    the body shows it (always, once verified), so hand-written IR need not say it."""
     body = region_def("single_block")
     traits = traits_def(NoTerminator())
 
     def verify_(self) -> None:
         check_kernel_name(self.name, self.kernel_name.data)
         _check_bounds(self, self.bounds)
+        self._check_kind()
         self._check_tiling()
+
+    def _check_kind(self) -> None:
+        """A written kind is a kind, and the one the body computes."""
+        if self.kind is None:
+            return
+        kind = parse_kind(self.kind.data) if isinstance(self.kind, StringAttr) else None
+        if kind is None:
+            raise VerifyException(f"loop.kernel: kind must be one of {KINDS}")
+        body = body_kind(self)
+        if kind != body:
+            raise VerifyException(f'loop.kernel: kind "{kind}", but the body is a "{body}" kernel')
 
     def _check_tiling(self) -> None:
         """The `tile` pass's choice, or a hand-written one, must be one Triton takes."""
         if self.block is not None:
-            kind = _kernel_kind(self)
-            want = {"pointwise": 1, "reduction": 2, "contraction": 3}[kind]
+            want = {"pointwise": 1, "reduction": 2, "contraction": 3}[kernel_kind(self)]
             check_int_list(
                 self, "block", self.block, 1, MAX_BLOCK, lengths=(want,), power_of_two=True
             )
@@ -159,15 +175,33 @@ class KernelOp(IRDLOperation):
     def parallel_bounds(self) -> list[int]:
         return int_list(self.bounds)
 
+    def elided_properties(self) -> tuple[str, ...]:
+        """irc's printer leaves out a kind that the body shows (as MLIR leaves out
+        default-valued attributes): loop IR reads as before, and reads back the same."""
+        if self.kind is not None and kernel_kind(self) == body_kind(self):
+            return ("kind",)
+        return ()
 
-def _kernel_kind(kernel: KernelOp) -> str:
-    """`contraction`, `reduction` or `pointwise`: what its `block` sizes tile."""
-    kind = "pointwise"
+
+def kernel_kind(kernel: KernelOp) -> KernelKind:
+    """The kernel's kind: the one recorded on it (by graph-to-loop, from fusion),
+    else, for loop IR written by hand, the one its body computes."""
+    if kernel.kind is not None:
+        kind = parse_kind(kernel.kind.data) if isinstance(kernel.kind, StringAttr) else None
+        if kind is not None:
+            return kind
+    return body_kind(kernel)
+
+
+def body_kind(kernel: KernelOp) -> KernelKind:
+    """The kind a kernel's body computes: a contracting `loop.reduce` makes a
+    contraction, any other reduction loop (or an epilogue over one) a reduction."""
+    kind = KernelKind.POINTWISE
     for op in kernel.body.walk():
         if isinstance(op, ReduceOp) and op.contract is not None:
-            return "contraction"
-        if isinstance(op, ReduceOp | ForeachOp):
-            kind = "reduction"
+            return KernelKind.CONTRACTION
+        if isinstance(op, ReduceOp | SoftmaxReduceOp | ForeachOp):
+            kind = KernelKind.REDUCTION
     return kind
 
 
@@ -199,6 +233,48 @@ class ReduceOp(IRDLOperation):
                 f"loop.reduce yields {format_type(last.values[0].type)} but produces "
                 f"{format_type(self.result.type)}"
             )
+
+
+@irdl_op_definition
+class SoftmaxReduceOp(IRDLOperation):
+    """The two reductions of a softmax row in one loop: `maximum` is the max of the
+    values its region yields over `bounds`, `sum_exp` the sum of exp(value - maximum).
+
+    Made by the `online-softmax` pass from a max `loop.reduce` and the sum of
+    exps that reads it, so that a row too long for registers is read once for
+    both (each lane keeps a running max and a sum rescaled to it). f32 and f64
+    only: a half-precision exp is rounded before the sum, which this op does not do.
+
+        %m, %s = loop.softmax_reduce {bounds = [20000]} (%j: index) {
+          %v = loop.load %x, %i, %j : f32
+          loop.yield %v
+        } : f32, f32
+    """
+
+    name = "loop.softmax_reduce"
+    bounds = prop_def(ArrayAttr)
+    maximum = result_def()
+    sum_exp = result_def()
+    body = region_def("single_block")
+
+    def verify_(self) -> None:
+        _check_bounds(self, self.bounds)
+        last = self.body.block.last_op
+        if not isinstance(last, YieldOp) or len(last.values) != 1:
+            raise VerifyException(
+                "loop.softmax_reduce: the region must end in loop.yield of one value"
+            )
+        t = last.values[0].type
+        if t not in (F32, ELEMENT_TYPES["f64"]):
+            raise VerifyException(
+                f"loop.softmax_reduce: the yielded value must be f32 or f64, got {format_type(t)}"
+            )
+        for r in (self.maximum, self.sum_exp):
+            if r.type != t:
+                raise VerifyException(
+                    f"loop.softmax_reduce yields {format_type(t)} but produces "
+                    f"{format_type(r.type)}"
+                )
 
 
 @irdl_op_definition
@@ -290,6 +366,9 @@ class ConstantOp(IRDLOperation):
 
 Loop = Dialect(
     "loop",
-    [AllocOp, KernelOp, ReduceOp, ForeachOp, YieldOp, LoadOp, StoreOp, ApplyOp, ConstantOp],
+    [
+        AllocOp, KernelOp, ReduceOp, SoftmaxReduceOp, ForeachOp, YieldOp, LoadOp, StoreOp,
+        ApplyOp, ConstantOp,
+    ],
     [],
-)
+)  # fmt: skip

@@ -155,8 +155,12 @@ class _Printer:
         parts.append(op.name)
         if op.operands:
             parts.append(" " + ", ".join(self.names[v] for v in op.operands))
-        if op.properties:
-            entries = ", ".join(f"{k} = {format_attr(v)}" for k, v in op.properties.items())
+        # An op may leave out properties its text shows already (`elided_properties`).
+        elided = op.elided_properties() if hasattr(op, "elided_properties") else ()
+        props = {k: v for k, v in op.properties.items() if k not in elided}
+        if props:
+            spelled = {v: k for k, v in getattr(op, "TEXT_KEYS", {}).items()}
+            entries = ", ".join(f"{spelled.get(k, k)} = {format_attr(v)}" for k, v in props.items())
             parts.append(" {" + entries + "}")
         tail = ""
         if op.results:

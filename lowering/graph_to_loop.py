@@ -35,6 +35,7 @@ from xdsl.passes import ModulePass
 from irc.diagnostics import IrcError, op_location
 from irc.dialects import graph, loop
 from irc.frontend import set_value_name
+from irc.kernel_kind import NAME_PREFIX, KernelKind, RowGeometry, kind_of_ops
 from irc.types import F32, HALF_TYPES, I1, element_of, int_array, shape_of
 
 INDEX = IndexType()
@@ -339,15 +340,6 @@ def _not_decomposed(op: Operation) -> IrcError:
     )
 
 
-def kernel_kind(ops: Sequence[Operation]) -> str:
-    """`mm`, `red` or `poi`: the kind part of a kernel name, as in Inductor."""
-    if any(isinstance(o, graph.MatmulOp) for o in ops):
-        return "mm"
-    if any(isinstance(o, graph.ReduceOp) for o in ops):
-        return "red"
-    return "poi"
-
-
 class FunctionLowering:
     """Lowers one graph function into a loop function over memrefs."""
 
@@ -407,27 +399,32 @@ class FunctionLowering:
         if not outputs:
             return  # a group of dead ops: nothing to compute, no kernel
         name = op.kernel.data if isinstance(op.kernel, StringAttr) else None
-        if any(isinstance(o, graph.ReduceOp) for o in members):
-            self.rows_kernel(members, outputs, name)
+        kind = op.kernel_kind()  # as fuse decided it
+        if kind is KernelKind.REDUCTION:
+            self.rows_kernel(members, outputs, name, op.row_geometry())
         else:
-            self.kernel(members, outputs, name)
+            self.kernel(members, outputs, name, kind)
         for result, inner in zip(op.results, outputs, strict=True):
             self.access[result] = self.access[inner]
 
     def rows_kernel(
-        self, members: list[Operation], outputs: list[SSAValue], name: str | None
+        self,
+        members: list[Operation],
+        outputs: list[SSAValue],
+        name: str | None,
+        geometry: RowGeometry,
     ) -> None:
-        """A kernel over the rows of its reductions.
+        """A kernel over the rows of its reductions (`geometry`, the rows fusion
+        judged the group on).
 
         Reductions are computed first, once per row; row-shaped outputs are
         stored per row; full-shaped outputs in one `loop.foreach` over the
         reduced dims (the reduction epilogue).
         """
         reductions = [o for o in members if isinstance(o, graph.ReduceOp)]
-        full = shape_of(reductions[0].input.type)
-        dims = sorted(reductions[0].reduced_dims())
-        rows = [s for d, s in enumerate(full) if d not in dims]
-        row_keep = tuple(1 if d in dims else s for d, s in enumerate(full))
+        full, dims = geometry.space, geometry.dims
+        rows = list(geometry.row)
+        row_keep = geometry.row_keep
         body = Block(arg_types=[INDEX] * len(rows))
         kb = KernelBuilder(self, body, set(members))
         pivs = list(body.args)
@@ -450,7 +447,7 @@ class FunctionLowering:
             else:
                 full_outputs.append((v, buf))
         if full_outputs:
-            reduced = [full[d] for d in dims]
+            reduced = list(geometry.reduced)
             with kb.region(len(reduced)) as (fblock, rivs):
                 pit, rit = iter(pivs), iter(rivs)
                 idx = [next(rit) if d in dims else next(pit) for d in range(len(full))]
@@ -461,7 +458,7 @@ class FunctionLowering:
                     properties={"bounds": int_array(reduced)}, regions=[Region(fblock)]
                 )
             )
-        self.add_kernel(members, body, rows, name)
+        self.add_kernel(members, body, rows, name, KernelKind.REDUCTION)
         for v, buf in zip(outputs, bufs, strict=True):
             self.access[v] = Buffer(buf)
 
@@ -471,15 +468,26 @@ class FunctionLowering:
         return alloc.result
 
     def add_kernel(
-        self, members: list[Operation], body: Block, bounds: Sequence[int], name: str | None
+        self,
+        members: list[Operation],
+        body: Block,
+        bounds: Sequence[int],
+        name: str | None,
+        kind: KernelKind,
     ) -> None:
+        """Adds the loop.kernel, with the kind decided for it (by fuse, or for an
+        unfused op by the same `kind_of_ops`) carried on for the passes after."""
         if name is None:
             ops_named = [
                 o.name.removeprefix("graph.").removeprefix("reduce_") for o in members
             ] or ["copy"]
-            name = f"{kernel_kind(members)}_{'_'.join(ops_named)}_{next(self.counter)}"
+            name = f"{NAME_PREFIX[kind]}_{'_'.join(ops_named)}_{next(self.counter)}"
         kernel = loop.KernelOp.create(
-            properties={"name": StringAttr(name), "bounds": int_array(bounds)},
+            properties={
+                "name": StringAttr(name),
+                "bounds": int_array(bounds),
+                "kind": StringAttr(kind),
+            },
             regions=[Region(body)],
         )
         kernel.location = members[-1].location if members else self.fn.location
@@ -496,9 +504,14 @@ class FunctionLowering:
         return access.memref
 
     def kernel(
-        self, members: list[Operation], outputs: list[SSAValue], name: str | None = None
+        self,
+        members: list[Operation],
+        outputs: list[SSAValue],
+        name: str | None = None,
+        kind: KernelKind | None = None,
     ) -> None:
-        """One loop.kernel computing `outputs` over their (common) shape."""
+        """One loop.kernel computing `outputs` over their (common) shape; `kind`
+        is the group's, else that of `members` (one unfused op, or a copy)."""
         shape = shape_of(outputs[0].type)
         for v in outputs[1:]:
             # Stored over another output's space, it would be written out of bounds.
@@ -513,7 +526,7 @@ class FunctionLowering:
         idx = list(body.args)
         for v, buf in zip(outputs, bufs, strict=True):
             kb.add(loop.StoreOp.create(operands=[kb.value_at(v, idx), buf, *idx]))
-        self.add_kernel(members, body, shape, name)
+        self.add_kernel(members, body, shape, name, kind or kind_of_ops(members))
         for v, buf in zip(outputs, bufs, strict=True):
             self.access[v] = Buffer(buf)
 

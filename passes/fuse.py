@@ -13,7 +13,8 @@ and so on until no pair saves anything. Legality (`kernel_schema`) asks
 whether one loop nest can compute the group:
 
 - pointwise: every value is computed at the index of one output shape;
-- rows: reductions share one input shape and reduced dims, every other value
+- reduction: reductions share one input shape and reduced dims (their rows:
+  `irc.kernel_kind.row_geometry`, which graph-to-loop lowers by), every other value
   lives on that full space or on its rows (reduction prologue and epilogue:
   softmax and layer norm are one kernel);
 - contraction: one matmul, element-wise epilogue on its output, and a guarded
@@ -43,6 +44,7 @@ from xdsl.passes import ModulePass
 
 from irc.diagnostics import Diagnostic, IrcError
 from irc.dialects import graph
+from irc.kernel_kind import NAME_PREFIX, GeometryMismatch, KernelKind, RowGeometry, row_geometry
 from irc.passes import check_option
 from irc.types import element_bytes, element_of, numel, shape_of
 
@@ -246,9 +248,11 @@ def group_bytes(g: FusionGraph, ops: Sequence[Operation]) -> int:
 
 @dataclass(frozen=True)
 class Schema:
-    """How one loop nest computes a group (see the module docstring)."""
+    """How one loop nest computes a group (see the module docstring): its kind and,
+    for a reduction, the rows it was judged on (written on graph.fused, lowered by)."""
 
-    kind: str  # "pointwise", "rows" or "contraction"
+    kind: KernelKind
+    geometry: RowGeometry | None = None
 
 
 class Rejected(Exception):
@@ -301,7 +305,7 @@ def kernel_schema(
     space = numel(next(iter(out_shapes))) if out_shapes else 0
     if costs:
         _check_recompute(ops, space)
-    return Schema("pointwise")
+    return Schema(KernelKind.POINTWISE)
 
 
 def _check_no_reindexing(g: FusionGraph, ops: Sequence[Operation], members: set[Operation]) -> None:
@@ -347,16 +351,11 @@ def _rows_schema(
     writes: list[SSAValue],
     costs: bool = True,
 ) -> Schema:
-    first = reductions[0]
-    assert isinstance(first, graph.ReduceOp)
-    full = shape_of(first.input.type)
-    dims = sorted(first.reduced_dims())
-    for r in reductions[1:]:
-        assert isinstance(r, graph.ReduceOp)
-        if shape_of(r.input.type) != full or sorted(r.reduced_dims()) != dims:
-            raise Rejected("reductions over different shapes or dims")
-    row_keep = tuple(1 if d in dims else s for d, s in enumerate(full))
-    row = tuple(s for d, s in enumerate(full) if d not in dims)
+    try:
+        geometry = row_geometry(reductions)
+    except GeometryMismatch as e:
+        raise Rejected(str(e)) from None
+    full, row_keep, row = geometry.space, geometry.row_keep, geometry.row
     for op in ops:
         shape = shape_of(op.results[0].type)
         if shape in (full, row_keep, row):
@@ -396,7 +395,7 @@ def _rows_schema(
                     raise Rejected(
                         f"{op.name} broadcasts a row value without keepdim into the full space"
                     )
-    return Schema("rows")
+    return Schema(KernelKind.REDUCTION, geometry)
 
 
 def _contraction_schema(
@@ -440,7 +439,7 @@ def _contraction_schema(
     for v in writes:
         if shape_of(v.type) != out:
             raise Rejected("an output of the contraction kernel is not of the matmul's shape")
-    return Schema("contraction")
+    return Schema(KernelKind.CONTRACTION)
 
 
 def _moving_view(op: Operation, producers: set[Operation]) -> Operation | None:
@@ -773,12 +772,13 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     )
     for gr in groups:
         before = sum(single_cost[op] for op in gr.ops)
-        kind = kernel_schema(g, gr.ops, len(gr.ops), (gr.reads, gr.writes)).kind
+        schema = kernel_schema(g, gr.ops, len(gr.ops), (gr.reads, gr.writes))
+        kind = schema.kind
         name = _kernel_name(gr.ops, kind, counter)
         report.groups.append(
             GroupRecord(name, kind, [_op_label(g, o) for o in gr.ops], before, cost[gr.id])
         )
-        materialize(g, gr.ops, name, kind)
+        materialize(g, gr.ops, name, schema)
     _drop_unread_views(fn.body.block)
     _restore_order(fn.body.block)
     return report
@@ -825,8 +825,8 @@ def _restore_order(block: Block) -> None:
         block.add_op(op)
 
 
-def _kernel_name(ops: Sequence[Operation], kind: str, counter: list[int]) -> str:
-    prefix = {"pointwise": "poi", "rows": "red", "contraction": "mm"}[kind]
+def _kernel_name(ops: Sequence[Operation], kind: KernelKind, counter: list[int]) -> str:
+    prefix = NAME_PREFIX[kind]
     names: list[str] = []
     for op in ops:
         n = op_short_name(op)
@@ -841,8 +841,11 @@ def _kernel_name(ops: Sequence[Operation], kind: str, counter: list[int]) -> str
 # --- rewriting a group into graph.fused ---------------------------------------------
 
 
-def materialize(g: FusionGraph, ops: Sequence[Operation], name: str, kind: str) -> graph.FusedOp:
-    """Moves a group's ops (and the views between them) into one graph.fused op."""
+def materialize(
+    g: FusionGraph, ops: Sequence[Operation], name: str, schema: Schema
+) -> graph.FusedOp:
+    """Moves a group's ops (and the views between them) into one graph.fused op,
+    which records the kernel's kind and rows (`schema`) for the passes after."""
     members = set(ops)
     fn_block = g.block
     # Views of values made in the group (chains of them too) that the group reads go
@@ -909,7 +912,10 @@ def materialize(g: FusionGraph, ops: Sequence[Operation], name: str, kind: str) 
     fused = graph.FusedOp.create(
         operands=external,
         result_types=[v.type for v in outputs],
-        properties={"kernel": StringAttr(name), "kind": StringAttr(kind)},
+        properties={
+            "kernel": StringAttr(name),
+            **graph.kind_properties(schema.kind, schema.geometry),
+        },
         regions=[Region(block)],
     )
     fused.location = inner[-1].location

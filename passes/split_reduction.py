@@ -41,6 +41,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import loop
+from irc.kernel_kind import KernelKind
 from irc.passes import check_option
 from irc.types import F32, HALF_TYPES, int_array, numel
 
@@ -82,7 +83,7 @@ def _the_reduction(kernel: loop.KernelOp) -> loop.ReduceOp | None:
 
 def split_kernel(kernel: loop.KernelOp, threshold: int, splits: int, min_chunk: int = 1) -> bool:
     """Splits one kernel in place (before it: the partials buffer and stage 1)."""
-    if kernel.parallel_bounds():
+    if kernel.parallel_bounds() or loop.kernel_kind(kernel) is not KernelKind.REDUCTION:
         return False
     red = _the_reduction(kernel)
     if red is None:
@@ -152,7 +153,11 @@ def split_kernel(kernel: loop.KernelOp, threshold: int, splits: int, min_chunk: 
     body1.erase_op(red1)
     body1.add_op(loop.StoreOp.create(operands=[partial.result, partials.result, gi]))
     new_stage1 = loop.KernelOp.create(
-        properties={"name": StringAttr(kernel.kernel_name.data + "_split"), "bounds": int_array([g])},
+        properties={
+            "name": StringAttr(kernel.kernel_name.data + "_split"),
+            "bounds": int_array([g]),
+            "kind": StringAttr(KernelKind.REDUCTION),
+        },
         regions=[Region(body1)],
     )
     new_stage1.location = kernel.location

@@ -42,6 +42,7 @@ from xdsl.passes import ModulePass
 
 from irc.dialects import loop
 from irc.dialects.attrs import MAX_BLOCK, MAX_WARPS
+from irc.kernel_kind import KernelKind
 from irc.passes import check_option
 from irc.types import HALF_TYPES, int_array, numel
 
@@ -57,7 +58,7 @@ def next_pow2(n: int) -> int:
 class KernelShape:
     """What the tiling depends on: the kind and the iteration space."""
 
-    kind: str  # "pointwise", "reduction" or "contraction"
+    kind: KernelKind
     parallel: tuple[int, ...]
     reduction: tuple[int, ...]
     half: bool = False
@@ -65,18 +66,21 @@ class KernelShape:
 
 
 def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
+    """The kernel's kind as recorded (`loop.kernel_kind`) and the sizes of its loops."""
+    kind = loop.kernel_kind(kernel)
     parallel = tuple(kernel.parallel_bounds())
-    for op in kernel.body.walk():
-        if isinstance(op, loop.ReduceOp) and op.contract is not None:
-            half = op.result.type in HALF_TYPES
-            return KernelShape("contraction", parallel, tuple(loop.int_list(op.bounds)), half)
-    for op in kernel.body.walk():
-        if isinstance(op, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp):
-            epilogue = any(isinstance(o, loop.ForeachOp) for o in kernel.body.walk())
-            return KernelShape(
-                "reduction", parallel, tuple(loop.int_list(op.bounds)), False, epilogue
-            )
-    return KernelShape("pointwise", parallel, ())
+    if kind is KernelKind.CONTRACTION:
+        for op in kernel.body.walk():
+            if isinstance(op, loop.ReduceOp) and op.contract is not None:
+                half = op.result.type in HALF_TYPES
+                return KernelShape(kind, parallel, tuple(loop.int_list(op.bounds)), half)
+    if kind is KernelKind.REDUCTION:
+        for op in kernel.body.walk():
+            if isinstance(op, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp):
+                epilogue = any(isinstance(o, loop.ForeachOp) for o in kernel.body.walk())
+                return KernelShape(kind, parallel, tuple(loop.int_list(op.bounds)), False, epilogue)
+    assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
+    return KernelShape(kind, parallel, ())
 
 
 @dataclass(frozen=True)

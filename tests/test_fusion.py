@@ -145,7 +145,7 @@ def test_fusion_report_in_words(tmp_path: Path) -> None:
     lines = err.strip().splitlines()
     assert lines[0] == "fusion report for @softmax_small:"
     (kernel,) = [line for line in lines if line.strip().startswith("kernel ")]
-    assert "red_fused_amax_sub_exp_sum_div_0 (rows)" in kernel
+    assert "red_fused_amax_sub_exp_sum_div_0 (reduction)" in kernel
     assert "reduce_max" in kernel and "exp %e" in kernel and "div %y" in kernel
     before, after = _softmax_bytes(64, 96)
     assert f"-> {after / 1024:.1f} KiB fused" in kernel
@@ -160,7 +160,7 @@ def test_fusion_report_as_data(tmp_path: Path) -> None:
     (report,) = json.loads(err)
     assert report["function"] == "softmax_small"
     (group,) = report["groups"]
-    assert group["kind"] == "rows"
+    assert group["kind"] == "reduction"
     assert group["kernel"] == "red_fused_amax_sub_exp_sum_div_0"
     assert [op.split()[0] for op in group["ops"]] == [
         "reduce_max",
