@@ -32,12 +32,16 @@ class Thin:
 
 # "file.py::function" (or "file.py::*" for every parametrized test of the file)
 # -> the fast subset. Seeds and corpus entries are sampled; op x dtype grids are
-# covered (every op and every dtype at least once).
+# covered (every op and every dtype at least once); Thin(cover=False) with no
+# `every` makes the whole family slow.
 THINNED: dict[str, Thin] = {
     "test_differential.py::test_random_graph_matches_reference_fused_and_unfused": Thin(
         every=10, cover=False
     ),
     "test_lowering_ops.py::*": Thin(),
+    # Two 2**24-element full reductions, each about a minute in the
+    # interpreter; tests/test_split_reduction.py covers the split in the fast run.
+    "test_lowering_ops.py::test_large_full_reduction": Thin(cover=False),
     "test_reference.py::*": Thin(),
     "test_hostile.py::test_hostile_file": Thin(every=6, cover=False),
     "test_hostile.py::test_generated_hostile_input": Thin(),
