@@ -15,10 +15,10 @@ Host functions stay at the loop level (`loop.alloc`) and start kernels with
 
 from __future__ import annotations
 
-from typing import TypeGuard
+from typing import ClassVar
 
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr, TensorType
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, TypeAttribute
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -33,7 +33,14 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.traits import IsTerminator, NoTerminator, Pure
+from xdsl.traits import (
+    IsTerminator,
+    NoTerminator,
+    Pure,
+    SymbolOpInterface,
+    SymbolTable,
+    SymbolUserOpInterface,
+)
 from xdsl.utils.exceptions import VerifyException
 
 from irc.dialects.attrs import (
@@ -67,12 +74,24 @@ class PtrType(ParametrizedAttribute, TypeAttribute):
     pointee: Attribute = param_def()
 
 
+class _LaunchUsesKernel(SymbolUserOpInterface):
+    """`tile.launch @name` names a `tile.kernel` of the module, with as many buffers."""
+
+    def verify(self, op: Operation) -> None:
+        assert isinstance(op, LaunchOp)
+        op.verify_kernel()
+
+
 @irdl_op_definition
 class KernelOp(IRDLOperation):
-    """One Triton kernel; `grid` is the number of programs along each axis."""
+    """One Triton kernel; `grid` is the number of programs along each axis.
+
+    A symbol (`sym_name`), so that `tile.launch @name` resolves through the
+    module's symbol table in MLIR tools too; irc's text spells it `name`.
+    """
 
     name = "tile.kernel"
-    kernel_name = prop_def(StringAttr, prop_name="name")
+    sym_name = prop_def(StringAttr)
     grid = prop_def(ArrayAttr)
     warps = opt_prop_def(IntegerAttr)
     stages = opt_prop_def(IntegerAttr)
@@ -82,7 +101,18 @@ class KernelOp(IRDLOperation):
     """1: launched as a dependent of the kernel before it (programmatic dependent
     launch, on GPUs that have it): it starts early and first waits for that kernel."""
     body = region_def("single_block")
-    traits = traits_def(NoTerminator())
+    traits = traits_def(NoTerminator(), SymbolOpInterface())
+
+    TEXT_KEYS: ClassVar[dict[str, str]] = {"name": "sym_name"}
+    """irc's text names for properties (`{name = "..."}` is `sym_name`)."""
+
+    @property
+    def kernel_name(self) -> StringAttr:
+        return self.sym_name
+
+    @kernel_name.setter
+    def kernel_name(self, value: StringAttr) -> None:
+        self.sym_name = value
 
     def verify_(self) -> None:
         name = self.kernel_name.data
@@ -117,27 +147,28 @@ class LaunchOp(IRDLOperation):
     name = "tile.launch"
     kernel = prop_def(SymbolRefAttr)
     args = var_operand_def()
+    traits = traits_def(_LaunchUsesKernel())
 
     def verify_(self) -> None:
-        name = self.kernel.root_reference.data
         if self.kernel.nested_references.data:
             raise VerifyException("tile.launch: kernel is one name, like @triton_poi_exp_0")
-        fn = self.parent_op()
-        top = fn.parent_block() if fn is not None else None
-        if top is None:
+
+    def verify_kernel(self) -> None:
+        """Resolves `@kernel` through the nearest symbol table (the module)."""
+        name = self.kernel.root_reference.data
+        if self.kernel.nested_references.data:
+            return  # verify_ reports it
+        try:
+            kernel = SymbolTable.lookup_symbol(self, self.kernel)
+        except ValueError:
             return  # not in a module (yet): nothing to look the kernel up in
-        kernel = next((k for k in top.ops if _is_kernel_named(k, name)), None)
-        if kernel is None:
+        if not isinstance(kernel, KernelOp):
             raise VerifyException(f"tile.launch: no tile.kernel is named {quoted(name)}")
         want = len(kernel.body.block.args)
         if len(self.args) != want:
             raise VerifyException(
                 f"tile.launch: kernel {quoted(name)} takes {want} buffers, got {len(self.args)}"
             )
-
-
-def _is_kernel_named(op: object, name: str) -> TypeGuard[KernelOp]:
-    return isinstance(op, KernelOp) and op.kernel_name.data == name
 
 
 def _kernels_before(kernel: KernelOp) -> list[KernelOp]:

@@ -864,7 +864,9 @@ class _Builder(_SyntaxErrors):
     # -- attributes and types --
 
     def _attrs(self, cls: type[Operation], node: Tree) -> dict[str, Attribute]:
-        known = _property_names(cls)
+        text_keys: dict[str, str] = getattr(cls, "TEXT_KEYS", {})
+        spelled = {v: k for k, v in text_keys.items()}
+        known = {spelled.get(k, k) for k in _property_names(cls)}
         props: dict[str, Attribute] = {}
         for entry in node.children:
             if entry is None:
@@ -876,9 +878,9 @@ class _Builder(_SyntaxErrors):
                 raise self.error(
                     key_tok, f"{cls.name} has no attribute '{key}' (its attributes: {allowed})"
                 )
-            if key in props:
+            if text_keys.get(key, key) in props:
                 raise self.error(key_tok, f"attribute '{key}' is given twice")
-            props[key] = self._attr_value(value, 0)
+            props[text_keys.get(key, key)] = self._attr_value(value, 0)
         return props
 
     def _attr_value(self, node: Tree | Token, depth: int) -> Attribute:

@@ -402,7 +402,7 @@ class KernelTranslator:
                 self.layout_contraction()
             self.statements(self.kernel.body.block)
         props: dict[str, Attribute] = {
-            "name": StringAttr(self.name),
+            "sym_name": StringAttr(self.name),
             "grid": int_array(self.grid),
             "warps": IntegerAttr(self.tiling.warps, i64),
         }

@@ -323,7 +323,7 @@ def test_kernel_names_that_would_shadow_module_names_are_renamed() -> None:
     assert "k_torch" in kernels and "k_k_torch" in kernels  # torch -> k_k_torch: k_torch is taken
     assert "# tile.kernel \"torch\"\n@triton.jit\ndef k_k_torch(" in compiled.source
     # A name that shadows nothing keeps its spelling (profilers show it).
-    names = kernel_identifiers([tile.KernelOp.create(properties={"name": StringAttr("triton_x")})])
+    names = kernel_identifiers([tile.KernelOp.create(properties={"sym_name": StringAttr("triton_x")})])
     assert list(names.values()) == ["triton_x"]
 
 
