@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import re
 import sys
 import traceback
@@ -22,12 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
 from irc.diagnostics import Diagnostic, IrcError, Location, SourceManager
-from irc.frontend import decode_source, parse, set_value_name
+from irc.frontend import decode_source
 from irc.gcpause import paused_gc
+from irc.mlir_input import INPUT_FORMATS, parse_input, quote_sources
+from irc.mlir_input import emit_mlir as emit_mlir_with
 from irc.passes import PASSES
 from irc.pipeline import PassFailure, build_pipeline, run_pipeline
 from irc.printer import print_module
@@ -37,28 +37,8 @@ SPLIT_MARKER = re.compile(r"^// -----", re.MULTILINE)
 
 
 def emit_mlir(module: ModuleOp) -> str:
-    """MLIR generic syntax through xDSL's printer, for xdsl-opt and mlir-opt.
-
-    Names MLIR cannot take as written (`%0` is MLIR's own numbering) are left
-    to xDSL's printer to number, so that no name is defined twice.
-    """
-    from xdsl.printer import Printer
-
-    renamed: list[tuple[SSAValue, str]] = []
-    for op in module.walk():
-        values = [*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)]
-        for value in values:
-            name = value.name_hint
-            if name is not None and not SSAValue.is_valid_name(name):
-                renamed.append((value, name))
-                set_value_name(value, None)
-    try:
-        out = io.StringIO()
-        Printer(stream=out, print_generic_format=True).print_op(module)
-    finally:
-        for value, name in renamed:
-            set_value_name(value, name)
-    return out.getvalue() + "\n"
+    """MLIR generic syntax with locations, for xdsl-opt and mlir-opt (irc.mlir_input)."""
+    return emit_mlir_with(module)
 
 
 def emit_triton(module: ModuleOp) -> str:
@@ -125,6 +105,19 @@ def make_arg_parser() -> argparse.ArgumentParser:
         )
     ap.add_argument(
         "--emit", default="ir", choices=sorted(EMITTERS), help="output form (default: ir)"
+    )
+    ap.add_argument(
+        "--input",
+        dest="input_format",
+        default="auto",
+        choices=INPUT_FORMATS,
+        help="input form: irc text or MLIR as xdsl-opt/mlir-opt print it (default: told apart)",
+    )
+    ap.add_argument(
+        "--mlir-print-debuginfo",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--emit mlir: write loc(\"FILE\":LINE:COL) on every op and argument (default: on)",
     )
     ap.add_argument(
         "--split-input-file", action="store_true", help="treat '// -----' lines as separate inputs"
@@ -204,7 +197,8 @@ class Driver:
     def process(self, chunk: Chunk) -> str:
         """Text for one chunk; raises IrcError on bad input."""
         self.sources.add(self.filename, chunk.text, chunk.first_line)
-        module = parse(chunk.text, self.filename, chunk.first_line)
+        module = parse_input(chunk.text, self.filename, chunk.first_line, self.args.input_format)
+        quote_sources(module, self.sources)
         verify(module)
         run_pipeline(
             module,
@@ -218,6 +212,8 @@ class Driver:
             raise IrcError(
                 Diagnostic(None, "--autotune chooses kernel tilings: use it with --emit triton")
             )
+        if self.args.emit == "mlir":
+            return emit_mlir_with(module, self.args.mlir_print_debuginfo)
         return EMITTERS[self.args.emit](module)
 
     def triton(self, module: ModuleOp) -> str:
