@@ -1,4 +1,9 @@
-"""Graphviz drawing of graph-level IR, one cluster per fusion group (`--emit dot`)."""
+"""Graphviz drawing of graph-level IR, one cluster per fusion group (`--emit dot`).
+
+A cluster is labelled with the Triton kernel(s) its group becomes, named as the
+emitted code, the fusion report and profilers name them: a copy of the module is
+lowered to learn the names (`per` or `red` depends on the tiling).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ def _quote(text: str) -> str:
 
 
 class _Drawing:
-    def __init__(self) -> None:
+    def __init__(self, kernels: dict[str, list[str]]) -> None:
+        self.kernels = kernels  # graph.fused name -> its Triton kernels
         self.lines: list[str] = []
         self.node_of: dict[SSAValue, str] = {}
         self.count = 0
@@ -42,11 +48,10 @@ class _Drawing:
             return
         if isinstance(op, graph.FusedOp):
             name = op.kernel.data if isinstance(op.kernel, StringAttr) else "fused"
+            label = " + ".join(self.kernels.get(name, [name]))
             self.lines.append(f"{indent}subgraph cluster_{self.count} {{")
             self.count += 1
-            self.lines.append(
-                f"{indent}  label={_quote('triton_' + name)}; style=rounded; color=blue;"
-            )
+            self.lines.append(f"{indent}  label={_quote(label)}; style=rounded; color=blue;")
             for arg, operand in zip(op.body.block.args, op.inputs, strict=True):
                 self.node_of[arg] = self.node_of[operand]
             self.block(op.body.block, indent + "  ")
@@ -69,16 +74,32 @@ class _Drawing:
             self.lines.append(f"{indent}{self.node_of[v]} -> {target};")
 
 
+def triton_names(module: ModuleOp) -> dict[str, list[str]]:
+    """graph.fused kernel name -> the names of the Triton kernels it becomes."""
+    from irc.compiler import lower_to_tile
+    from irc.passes.fuse import launched_kernels
+
+    if not any(isinstance(op, graph.FusedOp) for op in module.walk()):
+        return {}
+    out: dict[str, list[str]] = {}
+    for launches in launched_kernels(lower_to_tile(module.clone())).values():
+        for origin, name in launches:
+            out.setdefault(origin, []).append(name)
+    return out
+
+
 def emit_dot(module: ModuleOp) -> str:
     """One digraph per function; fused groups are drawn as clusters."""
-    d = _Drawing()
-    d.lines.append("digraph irc {")
-    d.lines.append("  rankdir=TB; node [fontname=monospace];")
+    functions = [fn for fn in module.body.ops if isinstance(fn, func.FuncOp)]
     for fn in module.body.ops:
         if not isinstance(fn, func.FuncOp) or not all(
             isinstance(o, graph.GraphOp | graph.FusedOp | func.ReturnOp) for o in fn.body.block.ops
         ):
             raise IrcError(Diagnostic(None, "--emit dot draws graph-level IR only"))
+    d = _Drawing(triton_names(module))
+    d.lines.append("digraph irc {")
+    d.lines.append("  rankdir=TB; node [fontname=monospace];")
+    for fn in functions:
         d.lines.append(f"  subgraph cluster_fn{d.count} {{")
         d.count += 1
         d.lines.append(f"    label={_quote('@' + fn.sym_name.data)}; style=dashed;")

@@ -30,6 +30,24 @@ def kernel_name_problem(name: str) -> str | None:
     return None
 
 
+def tile_kernel_name(loop_name: str, persistent: bool) -> str:
+    """The tile.kernel (and Triton function) name of a loop.kernel named `loop_name`:
+    `triton_` in front and, as in Inductor, `per_` for `red_` when the whole row is
+    held in registers. loop-to-tile adds `_` to tell equal names apart."""
+    name = "triton_" + loop_name
+    if persistent:
+        name = name.replace("triton_red_", "triton_per_", 1)
+    return name
+
+
+def loop_kernel_name(tile_name: str) -> str:
+    """The loop.kernel name a tile.kernel name was made from (`tile_kernel_name`
+    undone, with the `_`s loop-to-tile adds to tell equal names apart)."""
+    name = tile_name.rstrip("_") or tile_name
+    name = name.removeprefix("triton_")
+    return "red_" + name[len("per_") :] if name.startswith("per_") else name
+
+
 def quoted(name: str, limit: int = 60) -> str:
     """`name` as an IR string literal on one line, shortened when long."""
     from irc.printer import format_string

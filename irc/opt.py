@@ -1,35 +1,51 @@
 """`irc-opt`: parse, verify, run passes, print. The mlir-opt of irc.
 
     irc-opt FILE.ir --decompose              # one flag per registered pass
-    irc-opt FILE.ir -p 'decompose'           # or a pipeline string
+    irc-opt FILE.ir -p 'decompose,fuse'      # or a pipeline string,
+    irc-opt FILE.ir --pass-pipeline='builtin.module(decompose,fuse)'  # MLIR's too
     irc-opt FILE.ir --emit mlir | xdsl-opt   # MLIR generic syntax
 
-Exit status: 0 success, 1 the input has errors (printed as diagnostics),
-2 an internal error in irc (the failing pass is named; --debug shows the
-traceback).
+Debugging a run as in mlir-opt: --print-ir-before-all / --print-ir-after-all
+(every pass the run goes through, the lowering `--emit triton` adds included),
+--dump-pass-pipeline, --timing.
+
+Exit status: 0 success, 1 the input or the command line has errors (printed as
+diagnostics), 2 an internal error in irc (the failing pass is named; --debug
+shows the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
+import difflib
+import json
 import re
 import sys
+import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
+from irc.cli import ArgumentParser, add_version
 from irc.diagnostics import Diagnostic, IrcError, Location, SourceManager
 from irc.frontend import decode_source
 from irc.gcpause import paused_gc
 from irc.mlir_input import INPUT_FORMATS, parse_input, quote_sources
 from irc.mlir_input import emit_mlir as emit_mlir_with
 from irc.passes import PASSES
-from irc.pipeline import PassFailure, build_pipeline, run_pipeline
+from irc.pipeline import (
+    PassFailure,
+    PassInstrumentation,
+    build_pipeline,
+    instrumented,
+    pipeline_text,
+    run_pipeline,
+)
 from irc.printer import print_module
 from irc.verifier import verify
 
@@ -79,20 +95,40 @@ class _AppendPass(argparse.Action):
         ns.pipeline_items = items
 
 
+@dataclass(frozen=True)
+class ReportSpec:
+    """`--fusion-report[=text|json][=FILE]`: the form, and the file it goes to."""
+
+    mode: str
+    path: str | None = None
+
+
+def report_spec(value: str) -> ReportSpec:
+    mode, eq, path = value.partition("=")
+    if mode not in ("text", "json") or (eq and not path):
+        raise argparse.ArgumentTypeError(
+            f"expected text, json, text=FILE or json=FILE, got '{value}'"
+        )
+    return ReportSpec(mode, path or None)
+
+
 def make_arg_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="irc-opt",
         description="Parse, verify, transform and print irc IR.",
     )
+    add_version(ap)
     ap.add_argument("input", nargs="?", default="-", help="input .ir file ('-' for stdin)")
     ap.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
     ap.add_argument(
         "-p",
+        "--pass-pipeline",
         "--pipeline",
         action=_AppendPass,
         dest="pipeline_items",
         metavar="PIPELINE",
-        help="comma-separated passes with options, e.g. 'decompose'",
+        help="passes with options, 'decompose,tile{block=512}', or as in mlir-opt "
+        "'builtin.module(decompose,tile{block=512})'",
     )
     for name in PASSES:
         ap.add_argument(
@@ -117,7 +153,7 @@ def make_arg_parser() -> argparse.ArgumentParser:
         "--mlir-print-debuginfo",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="--emit mlir: write loc(\"FILE\":LINE:COL) on every op and argument (default: on)",
+        help='--emit mlir: write loc("FILE":LINE:COL) on every op and argument (default: on)',
     )
     ap.add_argument(
         "--split-input-file", action="store_true", help="treat '// -----' lines as separate inputs"
@@ -128,14 +164,38 @@ def make_arg_parser() -> argparse.ArgumentParser:
         help="check diagnostics against '// expected-error@+N {{...}}' annotations",
     )
     ap.add_argument(
-        "--print-ir-after-all", action="store_true", help="print the IR to stderr after each pass"
+        "--print-ir-before-all",
+        "--mlir-print-ir-before-all",
+        action="store_true",
+        help="print the IR to stderr before each pass the run goes through",
+    )
+    ap.add_argument(
+        "--print-ir-after-all",
+        "--mlir-print-ir-after-all",
+        action="store_true",
+        help="print the IR to stderr after each pass the run goes through",
+    )
+    ap.add_argument(
+        "--dump-pass-pipeline",
+        action="store_true",
+        help="print the passes the run went through, with every option, to stderr "
+        "(in a form -p takes back)",
+    )
+    ap.add_argument(
+        "--timing",
+        "--mlir-timing",
+        action="store_true",
+        help="print the wall time of parsing, verifying, each pass and the output to stderr",
     )
     ap.add_argument(
         "--fusion-report",
         nargs="?",
-        const="text",
-        choices=["text", "json"],
-        help="print every fusion group and rejected candidate to stderr (with --fuse)",
+        const=ReportSpec("text"),
+        type=report_spec,
+        metavar="{text,json}[=FILE]",
+        help="with --fuse: every kernel the module launches (named as in the emitted "
+        "code) and every pair of kernels not fused, with the reason; text goes to "
+        "stderr, json alone to stdout (the IR then only to -o), =FILE to a file",
     )
     ap.add_argument(
         "--autotune",
@@ -177,49 +237,86 @@ class Driver:
     """Runs one irc-opt invocation; kept separate from argv handling for tests."""
 
     def __init__(self, args: argparse.Namespace, filename: str):
+        from irc.passes.fuse import FusePass
+
         self.args = args
         self.filename = filename
         self.sources = SourceManager()
-        self.passes: list[ModulePass] = build_pipeline(",".join(args.pipeline_items or []))
-        if getattr(args, "fusion_report", None):
-            self.passes = self._with_fusion_report(args.fusion_report)
-
-    def _with_fusion_report(self, mode: str) -> list[ModulePass]:
-        from irc.passes.fuse import FusePass
-
-        if not any(isinstance(p, FusePass) for p in self.passes):
-            raise IrcError(Diagnostic(None, "--fusion-report describes the fuse pass: add --fuse"))
-        return [
-            dataclasses.replace(p, report=mode) if isinstance(p, FusePass) else p
-            for p in self.passes
+        self.passes: list[ModulePass] = [
+            p for item in args.pipeline_items or [] for p in build_pipeline(item)
         ]
+        report: ReportSpec | None = getattr(args, "fusion_report", None)
+        fuses = [p for p in self.passes if isinstance(p, FusePass)]
+        if report is not None and not fuses:
+            raise IrcError(Diagnostic(None, "--fusion-report describes the fuse pass: add --fuse"))
+        if report is None and any(p.report for p in fuses):
+            report = ReportSpec(next(p.report for p in fuses if p.report))  # fuse{report=...}
+        self.report = report
+        self.reports: list[Any] = []  # FusionReport, named after each chunk's run
+        self.timing = Timing(verify=not args.no_verify) if getattr(args, "timing", False) else None
+        self.dumped: str | None = None
+
+    def instruments(self) -> list[PassInstrumentation]:
+        out: list[PassInstrumentation] = []
+        if getattr(self.args, "print_ir_before_all", False) or self.args.print_ir_after_all:
+            out.append(
+                PrintIR(
+                    getattr(self.args, "print_ir_before_all", False), self.args.print_ir_after_all
+                )
+            )
+        if self.timing is not None:
+            out.append(self.timing)
+        return out
+
+    def phase(self, label: str) -> contextlib.AbstractContextManager[None]:
+        return self.timing.phase(label) if self.timing is not None else contextlib.nullcontext()
 
     def process(self, chunk: Chunk) -> str:
         """Text for one chunk; raises IrcError on bad input."""
+        from irc.passes.fuse import collecting_reports
+
         self.sources.add(self.filename, chunk.text, chunk.first_line)
-        module = parse_input(chunk.text, self.filename, chunk.first_line, self.args.input_format)
-        quote_sources(module, self.sources)
-        verify(module)
-        run_pipeline(
-            module,
-            self.passes,
-            verify_each=not self.args.no_verify,
-            after_pass=self._dump if self.args.print_ir_after_all else None,
-        )
-        if self.args.emit == "triton":
-            return self.triton(module)
-        if getattr(self.args, "autotune", False):
-            raise IrcError(
-                Diagnostic(None, "--autotune chooses kernel tilings: use it with --emit triton")
+        if self.timing is not None:
+            self.timing.start_chunk()
+        with self.phase("Parser"):
+            module = parse_input(
+                chunk.text, self.filename, chunk.first_line, self.args.input_format
             )
-        if self.args.emit == "mlir":
-            return emit_mlir_with(module, self.args.mlir_print_debuginfo)
-        return EMITTERS[self.args.emit](module)
+            quote_sources(module, self.sources)
+        with self.phase("Verifier"):
+            verify(module)
+        record = Record()
+        reports = contextlib.nullcontext([]) if self.report is None else collecting_reports()
+        try:
+            with instrumented(module, record, *self.instruments()), reports as made:
+                run_pipeline(module, self.passes, verify_each=not self.args.no_verify)
+                if self.args.emit == "triton":
+                    text = self.triton(module)
+                else:
+                    if getattr(self.args, "autotune", False):
+                        raise IrcError(
+                            Diagnostic(
+                                None, "--autotune chooses kernel tilings: use it with --emit triton"
+                            )
+                        )
+                    with self.phase("Output"):
+                        if self.args.emit == "mlir":
+                            text = emit_mlir_with(module, self.args.mlir_print_debuginfo)
+                        else:
+                            text = EMITTERS[self.args.emit](module)
+        finally:
+            if getattr(self.args, "dump_pass_pipeline", False):
+                self.dump_pipeline(record.passes)
+        if self.report is not None:
+            with self.phase("Fusion report"):
+                self.name_kernels(made, module)
+        return text
 
     def triton(self, module: ModuleOp) -> str:
         """The Triton module, its header naming the input file; with --autotune the
-        kernels' tilings are measured on the GPU first, from the GPU's own defaults."""
-        from irc.compiler import triton_source
+        kernels' tilings are measured on the GPU first, from the GPU's own defaults.
+        The lowering runs here, inside the run's instrumentation."""
+        from irc.compiler import lower_to_tile, triton_source
         from irc.target import cuda_target
 
         autotune, target = None, None
@@ -231,21 +328,143 @@ class Driver:
                     Diagnostic(None, "--autotune measures kernels on a CUDA GPU; none is available")
                 )
             autotune, target = "cuda", cuda_target()
-        return triton_source(module, self.filename, autotune=autotune, target=target)
+        lower_to_tile(module, verify_each=not self.args.no_verify, autotune=autotune, target=target)
+        with self.phase("Output"):
+            return triton_source(module, self.filename)
 
-    def _dump(self, p: ModulePass, module: ModuleOp) -> None:
-        sys.stderr.write(f"// -----// IR Dump After {p.name} //----- //\n")
-        sys.stderr.write(print_module(module))
+    def name_kernels(self, reports: list[Any], module: ModuleOp) -> None:
+        """Names the reported kernels as the emitted Triton does: from the module
+        itself when the run lowered it to tile kernels, else from a lowered copy."""
+        from irc.compiler import level_of, lower_to_tile
+        from irc.passes.fuse import resolve_reports
+
+        lowered = module if level_of(module) == "tile" else lower_to_tile(module.clone())
+        resolve_reports(reports, lowered)
+        self.reports += reports
+        if self.report is not None and self.report.mode == "text" and self.report.path is None:
+            sys.stderr.write("".join(r.text() + "\n" for r in reports))
+
+    def report_text(self) -> str:
+        """The whole run's report, for a file or stdout (text goes to stderr by chunk)."""
+        assert self.report is not None
+        if self.report.mode == "json":
+            return json.dumps([r.as_dict() for r in self.reports], indent=2) + "\n"
+        return "".join(r.text() + "\n" for r in self.reports)
+
+    def dump_pipeline(self, passes: Sequence[ModulePass]) -> None:
+        """MLIR's --dump-pass-pipeline: the passes this chunk went through (once per
+        run unless a later chunk goes through other ones)."""
+        text = f"Pass Manager with {len(passes)} passes:\n{pipeline_text(passes)}\n\n"
+        if text != self.dumped:
+            sys.stderr.write(text)
+            self.dumped = text
 
     def format(self, diag: Diagnostic) -> str:
         return format_diagnostic(self.sources, diag)
 
 
+# --- instrumentation ----------------------------------------------------------------
+
+
+class Record(PassInstrumentation):
+    """The passes a run goes through, in order (for --dump-pass-pipeline)."""
+
+    def __init__(self) -> None:
+        self.passes: list[ModulePass] = []
+
+    def before_pass(self, p: ModulePass, module: ModuleOp) -> None:
+        self.passes.append(p)
+
+
+class PrintIR(PassInstrumentation):
+    """--print-ir-before-all and --print-ir-after-all, in MLIR's format, on stderr."""
+
+    def __init__(self, before: bool, after: bool) -> None:
+        self.before, self.after = before, after
+
+    def before_pass(self, p: ModulePass, module: ModuleOp) -> None:
+        if self.before:
+            sys.stderr.write(f"// -----// IR Dump Before {p.name} //----- //\n")
+            sys.stderr.write(print_module(module))
+
+    def after_pass(self, p: ModulePass, module: ModuleOp) -> None:
+        if self.after:
+            sys.stderr.write(f"// -----// IR Dump After {p.name} //----- //\n")
+            sys.stderr.write(print_module(module))
+
+
+class Timing(PassInstrumentation):
+    """--timing: wall time by step, as mlir-opt's -mlir-timing reports it.
+
+    A step is parsing, verifying, each pass (with the verifier after it), the
+    output; the steps of every `// -----` chunk add up, position by position.
+    """
+
+    def __init__(self, verify: bool = True) -> None:
+        self.verify = verify
+        self.rows: dict[tuple[int, str], float] = {}
+        self.step = 0
+        self.started = time.perf_counter()
+        self.mark = self.started
+        self.applied = 0.0
+
+    def start_chunk(self) -> None:
+        self.step = 0
+
+    def add(self, label: str, seconds: float) -> None:
+        key = (self.step, label)
+        self.step += 1
+        self.rows[key] = self.rows.get(key, 0.0) + seconds
+
+    @contextlib.contextmanager
+    def phase(self, label: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(label, time.perf_counter() - start)
+
+    def before_pass(self, p: ModulePass, module: ModuleOp) -> None:
+        self.mark = time.perf_counter()
+
+    def after_apply(self, p: ModulePass, module: ModuleOp) -> None:
+        now = time.perf_counter()
+        self.applied = now - self.mark
+        self.mark = now
+
+    def after_pass(self, p: ModulePass, module: ModuleOp) -> None:
+        checked = time.perf_counter() - self.mark
+        self.add(p.name, self.applied + checked)  # a pass's row holds its verifier's
+        if self.verify:
+            self.add("  verifier", checked)
+
+    def report(self) -> str:
+        total = time.perf_counter() - self.started
+        rows = [(label, t) for (_, label), t in self.rows.items()]
+        rest = total - sum(t for label, t in rows if not label.startswith(" "))
+        rows += [("Rest", max(rest, 0.0)), ("Total", total)]
+        bar = "===" + "-" * 73 + "==="
+        lines = [
+            bar,
+            "... Execution time report ...".center(79).rstrip(),
+            bar,
+            f"  Total Execution Time: {total:.4f} seconds",
+            "",
+            "  ----Wall Time----  ----Name----",
+        ]
+        for label, t in rows:
+            share = 100.0 * t / total if total > 0 else 0.0
+            lines.append(f"  {t:8.4f} ({share:5.1f}%)  {label}")
+        return "\n".join(lines) + "\n"
+
+
 # --- --verify-diagnostics ---------------------------------------------------
 
-_EXPECT = re.compile(
-    r"//\s*expected-(error|note|warning)\s*(?:@([+-]\d+|above|below))?\s*\{\{(.*?)\}\}"
-)
+_ANNOTATION = re.compile(r"//\s*(expected-[\w-]*)")
+"""A comment that starts with `expected-`: an annotation, to be well formed."""
+_OFFSET = re.compile(r"\s*@(\S*?)(?=\s|\{\{|$)")
+_MESSAGE = re.compile(r"\s*\{\{(.*?)\}\}")
+KINDS = {"expected-error": "error", "expected-note": "note", "expected-warning": "warning"}
 
 
 @dataclass
@@ -257,23 +476,59 @@ class Expectation:
     matched: bool = False
 
 
-def expectations(chunk: Chunk, filename: str) -> list[Expectation]:
+def expectations(chunk: Chunk, filename: str) -> tuple[list[Expectation], list[Diagnostic]]:
+    """The `// expected-error@+N {{...}}` annotations of a chunk, and an error at each
+    malformed one (an annotation silently ignored would let a test pass unchecked)."""
     out: list[Expectation] = []
-    for i, line in enumerate(chunk.text.split("\n")):
-        for m in _EXPECT.finditer(line):
-            lineno = chunk.first_line + i
-            offset = m.group(2)
-            if offset in (None, ""):
-                target = lineno
-            elif offset == "above":
-                target = lineno - 1
-            elif offset == "below":
-                target = lineno + 1
+    problems: list[Diagnostic] = []
+    lines = chunk.text.split("\n")
+    count = len(lines) - (len(lines) > 1 and lines[-1] == "")  # the last line's newline
+    span = (chunk.first_line, chunk.first_line + count - 1)
+    for i, line in enumerate(lines):
+        for m in _ANNOTATION.finditer(line):
+            found = _annotation(line, m, chunk.first_line + i, span, filename)
+            if isinstance(found, Expectation):
+                out.append(found)
             else:
-                target = lineno + int(offset)
-            where = Location(filename, lineno, m.start() + 1)
-            out.append(Expectation(m.group(1), target, m.group(3), where))
-    return out
+                problems.append(found)
+    return out, problems
+
+
+def _annotation(
+    line: str, m: re.Match[str], lineno: int, span: tuple[int, int], filename: str
+) -> Expectation | Diagnostic:
+    """The annotation `m` found on `line`, or the error that says what is wrong with it."""
+    kind = m.group(1)
+    if kind not in KINDS:
+        close = difflib.get_close_matches(kind, KINDS, n=1)
+        hint = f"did you mean {close[0]}?" if close else "write " + ", ".join(KINDS)
+        where = Location(filename, lineno, m.start(1) + 1)
+        return Diagnostic(where, f"unknown annotation '{kind}' ({hint})")
+    at, target = m.end(), lineno
+    offset = _OFFSET.match(line, at)
+    if offset is not None:
+        word = offset.group(1)
+        if word in ("above", "below") or re.fullmatch(r"[+-]\d+", word):
+            target += {"above": -1, "below": 1}.get(word) or int(word)
+        else:
+            where = Location(filename, lineno, line.index("@", at) + 1)
+            return Diagnostic(
+                where, f"bad line offset '@{word}' in {kind} (write @+N, @-N, @above or @below)"
+            )
+        at = offset.end()
+    message = _MESSAGE.match(line, at)
+    where = Location(filename, lineno, m.start(1) + 1)
+    if message is None:
+        why = "is not closed by }}" if "{{" in line[at:] else "is missing"
+        return Diagnostic(where, f"{kind}: its message in {{{{...}}}} {why}")
+    if not span[0] <= target <= span[1]:
+        return Diagnostic(
+            where,
+            f"{kind} points at line {target}, outside this input (lines {span[0]}-{span[1]})",
+        )
+    return Expectation(
+        KINDS[kind], target, message.group(1), Location(filename, lineno, m.start() + 1)
+    )
 
 
 def check_diagnostics(
@@ -313,8 +568,12 @@ def check_diagnostics(
 
 
 def run(argv: Sequence[str] | None = None, stdout: Any = None) -> int:
+    """The console script's work; returns the exit status (0, 1 or 2)."""
     ap = make_arg_parser()
-    args = ap.parse_args(argv)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a usage error (exit 1)
+        return e.code if isinstance(e.code, int) else 1
     out_stream = stdout or sys.stdout
     try:
         # One pause for the whole run: between stages the collector would otherwise
@@ -353,6 +612,7 @@ def _internal_error(e: BaseException, debug: bool) -> int:
 
 
 def _run(args: argparse.Namespace, out_stream: Any) -> int:
+    started = time.perf_counter()
     filename = args.input
     if filename == "-":
         data, filename = sys.stdin.buffer.read(), "<stdin>"
@@ -372,10 +632,21 @@ def _run(args: argparse.Namespace, out_stream: Any) -> int:
             sys.stderr.write(format_diagnostic(sources, d) + "\n")
         return 1
     driver = Driver(args, filename)
+    if driver.timing is not None:
+        driver.timing.started = started
+    try:
+        return _run_chunks(driver, text, out_stream)
+    finally:
+        if driver.timing is not None:
+            sys.stderr.write(driver.timing.report())
+
+
+def _run_chunks(driver: Driver, text: str, out_stream: Any) -> int:
+    args, filename = driver.args, driver.filename
     outputs: list[str] = []
     status = 0
     for chunk in split_chunks(text, args.split_input_file):
-        expected = expectations(chunk, filename) if args.verify_diagnostics else []
+        expected, malformed = expectations(chunk, filename) if args.verify_diagnostics else ([], [])
         try:
             outputs.append(driver.process(chunk))
             diags: list[Diagnostic] = []
@@ -383,15 +654,21 @@ def _run(args: argparse.Namespace, out_stream: Any) -> int:
             diags = e.diagnostics
             driver.sources.add(filename, chunk.text, chunk.first_line)
         if args.verify_diagnostics:
-            for problem in check_diagnostics(diags, expected, filename):
+            for problem in malformed + check_diagnostics(diags, expected, filename):
                 sys.stderr.write(driver.format(problem) + "\n")
                 status = 1
         elif diags:
             for d in diags:
                 sys.stderr.write(driver.format(d) + "\n")
             status = 1
+    report = driver.report
+    # `--fusion-report=json` alone: stdout holds the JSON document and nothing else.
+    json_to_stdout = report is not None and report.mode == "json" and report.path is None
     if status == 0 or not args.verify_diagnostics:
-        _write_output(args.output, "// -----\n".join(outputs), out_stream)
+        if not (json_to_stdout and args.output == "-"):
+            _write_output(args.output, "// -----\n".join(outputs), out_stream)
+    if report is not None and (report.path is not None or json_to_stdout):
+        _write_output(report.path or "-", driver.report_text(), out_stream)
     return status
 
 

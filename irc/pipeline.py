@@ -1,8 +1,10 @@
 """Pass pipelines: `decompose,NAME{opt=v}` strings to xDSL passes, run with checks.
 
 The spec syntax and option conversion are xDSL's (`parse_pipeline`,
-`ModulePass.from_pass_spec`); irc adds user-facing errors, the verifier after
-every pass, and a hook to print the IR after each one.
+`ModulePass.from_pass_spec`); irc adds MLIR's anchored form
+(`builtin.module(decompose,fuse)`), user-facing errors, the verifier after
+every pass, and instrumentation (MLIR's PassInstrumentation): hooks before and
+after every pass run on a module, whichever code runs the pipeline.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import dataclasses
 import re
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -51,13 +55,16 @@ def context() -> Context:
 
 
 def build_pipeline(spec: str) -> list[ModulePass]:
-    """`'decompose,tile{block=1024}'` -> pass instances; raises `IrcError`."""
+    """`'decompose,tile{block=1024}'` (or MLIR's `'builtin.module(decompose,...)'`)
+    -> pass instances; raises `IrcError`."""
+    whole = spec
+    spec, offset = _unanchored(spec)
     if not spec.strip():
         return []
     try:
         specs = list(parse_pipeline(spec))
     except (ArgSpecParseError, ValueError) as e:
-        raise IrcError(Diagnostic(None, _malformed(spec, e))) from None
+        raise IrcError(Diagnostic(None, _malformed(whole, e, offset))) from None
     _check_duplicate_options(spec)
     passes: list[ModulePass] = []
     for s in specs:
@@ -155,18 +162,106 @@ def _is_kind(value: object, kind: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _malformed(spec: str, e: BaseException) -> str:
-    """xDSL's multi-line pipeline syntax error as one line with the column."""
+def _malformed(spec: str, e: BaseException, offset: int = 0) -> str:
+    """xDSL's multi-line pipeline syntax error as one line with the column (in
+    `spec`: `offset` is where the part xDSL parsed starts)."""
     text = str(e)
     where = re.search(r"pass-pipeline:\d+:(\d+)", text)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     reason = lines[-1] if lines else type(e).__name__
     reason = reason[:1].lower() + reason[1:]
-    column = f" at column {where.group(1)}" if where else ""
+    column = f" at column {int(where.group(1)) + offset}" if where else ""
     return f"malformed pass pipeline '{spec}'{column}: {reason}"
 
 
+_ANCHOR = re.compile(r"\s*([A-Za-z_][\w.$-]*)\s*\(")
+_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
+
+
+def _unanchored(spec: str) -> tuple[str, int]:
+    """The pass list of MLIR's textual form `builtin.module(a,b{x=1})` and where it
+    starts in `spec`; any other spec is returned as it is. irc's passes all run on
+    the whole module, so a nested pass manager (`func.func(...)`) is refused."""
+    m = _ANCHOR.match(spec)
+    if m is None:
+        return spec, 0
+    if m.group(1) != "builtin.module":
+        raise IrcError(
+            Diagnostic(
+                None,
+                f"pass pipeline '{spec}' is anchored on '{m.group(1)}': irc's passes run on "
+                "the whole module, write builtin.module(PASS,...)",
+            )
+        )
+    end = len(spec.rstrip())
+    if not spec[:end].endswith(")"):
+        raise IrcError(
+            Diagnostic(
+                None,
+                f"malformed pass pipeline '{spec}': expected ')' at its end, closing "
+                "'builtin.module('",
+            )
+        )
+    inner = spec[m.end() : end - 1]
+    blanked = _STRING.sub(lambda s: " " * len(s.group(0)), inner)  # '(' in an option string
+    nested = re.search(r"([A-Za-z_][\w.$-]*)?\s*\(", blanked)
+    if nested is not None:
+        name = nested.group(1) or ""
+        raise IrcError(
+            Diagnostic(
+                None,
+                f"pass pipeline '{spec}' nests a pass manager '{name}(...)' at column "
+                f"{m.end() + nested.start() + 1}: irc's passes run on the whole module, "
+                "list them directly in builtin.module(...)",
+            )
+        )
+    start = m.end() + len(inner) - len(inner.lstrip())
+    return inner.strip(), start
+
+
+def pipeline_text(passes: Sequence[ModulePass]) -> str:
+    """`builtin.module(decompose,tile{block=1024 ...})`: the passes with every option's
+    value, in a form `build_pipeline` takes back (MLIR's --dump-pass-pipeline)."""
+    parts: list[str] = []
+    for p in passes:
+        spec = p.pipeline_pass_spec(include_default=True)
+        named = {k.replace("_", "-"): v for k, v in spec.parameters.items()}
+        parts.append(str(ArgSpec(spec.name, named)))
+    return f"builtin.module({','.join(parts)})"
+
+
 AfterPass = Callable[[ModulePass, ModuleOp], None]
+
+
+class PassInstrumentation:
+    """Hooks around each pass that `run_pipeline` runs on one module (MLIR's
+    PassInstrumentation). Installed with `instrumented(module, ...)`, they see every
+    pass run on that module, also those a caller's own pipeline adds (the lowering
+    of `--emit triton`), and none run on copies of it (autotuning's)."""
+
+    def before_pass(self, p: ModulePass, module: ModuleOp) -> None:
+        """Before `p` runs."""
+
+    def after_apply(self, p: ModulePass, module: ModuleOp) -> None:
+        """After `p` has run, before the verifier checks its output."""
+
+    def after_pass(self, p: ModulePass, module: ModuleOp) -> None:
+        """After `p` has run and its output is verified."""
+
+
+_INSTRUMENTS: ContextVar[tuple[tuple[ModuleOp, PassInstrumentation], ...]] = ContextVar(
+    "irc_pass_instruments", default=()
+)
+
+
+@contextmanager
+def instrumented(module: ModuleOp, *instruments: PassInstrumentation) -> Iterator[None]:
+    """Runs `instruments` around every pass run on `module` inside the block."""
+    token = _INSTRUMENTS.set((*_INSTRUMENTS.get(), *((module, i) for i in instruments)))
+    try:
+        yield
+    finally:
+        _INSTRUMENTS.reset(token)
 
 
 @paused_gc()
@@ -184,8 +279,11 @@ def run_pipeline(
     """
     passes = build_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
     ctx = context()
+    hooks = [i for m, i in _INSTRUMENTS.get() if m is module]
     for p in passes:
         check_level(p, module)
+        for hook in hooks:
+            hook.before_pass(p, module)
         encode_value_names(module)
         try:
             p.apply(ctx, module)
@@ -195,8 +293,12 @@ def run_pipeline(
             raise PassFailure(p.name, e) from e
         finally:
             decode_value_names(module)
+        for hook in hooks:
+            hook.after_apply(p, module)
         if verify_each:
             verify(module, context=p.name)
+        for hook in hooks:
+            hook.after_pass(p, module)
         if after_pass is not None:
             after_pass(p, module)
     return module

@@ -8,7 +8,7 @@ For each function and each of its outputs it prints the shape, the dtype and
 summary statistics, so that two runs (or a run and a compiled kernel) can be
 compared at a glance.
 
-Exit status: 0 success, 1 the input or the request has errors (printed as
+Exit status: 0 success, 1 the input, the command line or the request has errors (printed as
 diagnostics: a bad file, an unknown --fn, no CUDA, not enough memory), 2 an
 internal error in irc (one line; --debug shows the traceback).
 """
@@ -27,6 +27,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import SSAValue
 
+from irc.cli import ArgumentParser, add_version
 from irc.compiler import CompiledModule
 from irc.compiler import compile as compile_module
 from irc.diagnostics import Diagnostic, IrcError, SourceManager, op_location
@@ -57,11 +58,12 @@ the OOM killer gives no second chance."""
 
 def make_arg_parser() -> argparse.ArgumentParser:
     """The command line; later flags (`--check`, `--no-fuse`) are added here."""
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog=PROG,
         description="Run the functions of an .ir file on random inputs with the "
         "PyTorch reference semantics and summarize their outputs.",
     )
+    add_version(ap)
     ap.add_argument("input", help="input .ir file ('-' for stdin)")
     ap.add_argument("--fn", metavar="NAME", help="run only this function (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")

@@ -39,6 +39,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import graph, loop, tile
+from irc.names import tile_kernel_name
 from irc.passes.tile import KernelShape, kernel_shape, tiling_of
 from irc.types import (
     ELEMENT_TYPES,
@@ -1128,11 +1129,9 @@ def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list
     for op in list(fn.body.block.ops):
         if not isinstance(op, loop.KernelOp):
             continue
-        name = "triton_" + op.kernel_name.data
         shape, tiling = kernel_shape(op), tiling_of(op)
-        if shape.kind == "reduction" and tiling.block[1] >= numel(shape.reduction):
-            # Inductor's naming: "per" when the whole row is held in registers.
-            name = name.replace("triton_red_", "triton_per_", 1)
+        persistent = shape.kind == "reduction" and tiling.block[1] >= numel(shape.reduction)
+        name = tile_kernel_name(op.kernel_name.data, persistent)
         while name in names:
             name += "_"
         names.add(name)

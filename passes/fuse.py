@@ -24,16 +24,20 @@ Limits: at most `max_ops` compute ops a kernel, and work is never duplicated
 in a way that multiplies expensive ops (a transcendental op computed on a
 smaller tensor than the kernel's space is not pulled in). Views (transpose,
 reshape, broadcast) and constants are index maps and splats, never kernels:
-they go with their consumers. Each decision, taken or rejected, is recorded
-with its reason in a `FusionReport`.
+they go with their consumers. The groups made and the candidates turned down
+between them, with the reason, are recorded in a `FusionReport`, whose kernels
+`resolve_reports` names as the emitted Triton does once the module is lowered.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -484,15 +488,24 @@ def _downstream(g: FusionGraph, root: Operation, members: set[Operation]) -> set
 
 @dataclass
 class GroupRecord:
+    """One fusion group. `kernel` is its graph.fused name until `resolve_reports`
+    names it as the emitted Triton does; `kernels` are then all the Triton kernels
+    it launches, in order (two when split-reduction splits it)."""
+
     kernel: str
     kind: str
     ops: list[str]
     bytes_before: int
     bytes_after: int
+    kernels: list[str] = field(default_factory=list[str])
 
 
 @dataclass
 class Rejection:
+    """Two final groups that were not merged, and why (the last attempt's reason)."""
+
+    first_kernel: str
+    second_kernel: str
     first: list[str]
     second: list[str]
     saved: int
@@ -500,35 +513,141 @@ class Rejection:
 
 
 @dataclass
+class OtherKernel:
+    """A kernel the module launches that no fusion group made (a copy graph-to-loop adds)."""
+
+    kernel: str
+    why: str
+
+
+@dataclass
 class FusionReport:
-    """Every group made and every candidate turned down, with its reason."""
+    """The kernels of one function and the candidates turned down between them.
+
+    Only final decisions: a pair turned down while its groups were still growing,
+    and later fused or superseded by a bigger group, is not listed. After
+    `resolve_reports`, `launched` counts every kernel the function launches,
+    the copies in `other` included.
+    """
 
     function: str = ""
     groups: list[GroupRecord] = field(default_factory=list[GroupRecord])
     rejected: list[Rejection] = field(default_factory=list[Rejection])
+    other: list[OtherKernel] = field(default_factory=list[OtherKernel])
+    launched: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
             "function": self.function,
+            "kernels_launched": self.launched,
             "groups": [vars(gr) for gr in self.groups],
+            "other_kernels": [vars(o) for o in self.other],
             "rejected": [vars(r) for r in self.rejected],
         }
 
     def text(self) -> str:
-        lines = [f"fusion report for @{self.function}:"]
+        count = ""
+        if self.launched is not None:
+            count = f" {self.launched} kernel{'' if self.launched == 1 else 's'} launched"
+        lines = [f"fusion report for @{self.function}:{count}"]
         for gr in self.groups:
             saved = gr.bytes_before - gr.bytes_after
+            names, how = gr.kernel, gr.kind
+            if len(gr.kernels) > 1:
+                names, how = " + ".join(gr.kernels), f"{gr.kind}, split by split-reduction"
             lines.append(
-                f"  kernel {gr.kernel} ({gr.kind}): {', '.join(gr.ops)}; "
+                f"  kernel {names} ({how}): {', '.join(gr.ops)}; "
                 f"HBM bytes {_mb(gr.bytes_before)} unfused -> {_mb(gr.bytes_after)} fused "
                 f"(saves {_mb(saved)})"
             )
+        for o in self.other:
+            lines.append(f"  kernel {o.kernel} (copy): {o.why}")
         for r in self.rejected:
             lines.append(
-                f"  not fused: [{', '.join(r.first)}] with [{', '.join(r.second)}] "
+                f"  not fused: {r.first_kernel} [{', '.join(r.first)}] with "
+                f"{r.second_kernel} [{', '.join(r.second)}] "
                 f"(would save {_mb(r.saved)}): {r.reason}"
             )
         return "\n".join(lines)
+
+
+COPY_WHY = "graph-to-loop writes a returned view or constant into a buffer of its own"
+
+
+def launched_kernels(lowered: ModuleOp) -> dict[str, list[tuple[str, str]]]:
+    """Function name -> (graph.fused name it was made from, Python name) of each kernel
+    it launches, in order, in `lowered`: a module brought down to tile kernels.
+
+    loop-to-tile names a tile.kernel after its loop.kernel with
+    `irc.names.tile_kernel_name`, graph-to-loop a loop.kernel after its graph.fused
+    op, and split-reduction adds `_split` to its first stage; the Python name is the
+    emitted @triton.jit function's (what profilers show).
+    """
+    from irc.dialects import tile
+    from irc.lowering.tile_to_triton import kernel_identifiers
+    from irc.names import loop_kernel_name
+
+    kernels = [op for op in lowered.body.ops if isinstance(op, tile.KernelOp)]
+    python_name = {k.kernel_name.data: n for k, n in kernel_identifiers(kernels).items()}
+    out: dict[str, list[tuple[str, str]]] = {}
+    for fn in lowered.body.ops:
+        if isinstance(fn, func.FuncOp):
+            names = [
+                op.kernel.root_reference.data
+                for op in fn.body.block.ops
+                if isinstance(op, tile.LaunchOp)
+            ]
+            out[fn.sym_name.data] = [
+                (loop_kernel_name(n).removesuffix("_split"), python_name.get(n, n)) for n in names
+            ]
+    return out
+
+
+def resolve_reports(reports: Sequence[FusionReport], lowered: ModuleOp) -> None:
+    """Names the reports' kernels as the emitted Triton does, from `lowered` (the
+    fused module brought down to tile kernels, see `launched_kernels`); kernels made
+    from no group are listed apart, and every launch is counted. A group that
+    launches nothing (nothing reads it) is dropped with its rejections."""
+    launches = launched_kernels(lowered)
+    for report in reports:
+        launched = launches.get(report.function, [])
+        made: dict[str, list[str]] = {}
+        for origin, name in launched:
+            made.setdefault(origin, []).append(name)
+        final: dict[str, str] = {}
+        groups: list[GroupRecord] = []
+        for gr in report.groups:
+            names = made.pop(gr.kernel, [])
+            if not names:
+                continue
+            main = names[-1]  # split-reduction's final stage keeps the group's name
+            final[gr.kernel] = main
+            groups.append(dataclasses.replace(gr, kernel=main, kernels=names))
+        report.groups = groups
+        report.rejected = [
+            dataclasses.replace(
+                r, first_kernel=final[r.first_kernel], second_kernel=final[r.second_kernel]
+            )
+            for r in report.rejected
+            if r.first_kernel in final and r.second_kernel in final
+        ]
+        report.other = [OtherKernel(n, COPY_WHY) for names in made.values() for n in names]
+        report.launched = len(launched)
+
+
+_REPORT_SINK: ContextVar[list[FusionReport] | None] = ContextVar("irc_fusion_reports", default=None)
+
+
+@contextmanager
+def collecting_reports() -> Iterator[list[FusionReport]]:
+    """Inside the block the fuse pass hands its reports to the list instead of
+    printing them: irc-opt names their kernels once the run has lowered the module."""
+    reports: list[FusionReport] = []
+    token = _REPORT_SINK.set(reports)
+    try:
+        yield reports
+    finally:
+        _REPORT_SINK.reset(token)
 
 
 def _mb(n: int) -> str:
@@ -568,6 +687,7 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     cost: dict[int, int] = {gr.id: group_bytes(g, gr.ops) for gr in group_of.values()}
     single_cost = {gr.ops[0]: cost[gr.id] for gr in group_of.values()}
     rejected_pairs: set[tuple[int, int]] = set()
+    rejections: list[tuple[Group, Group, Rejection]] = []
 
     def candidates(gr: Group) -> set[Group]:
         """Groups connected to `gr` by a value, or reading one of its inputs
@@ -742,14 +862,10 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
             key = (a.id, b.id)
             if key not in rejected_pairs:
                 rejected_pairs.add(key)
-                report.rejected.append(
-                    Rejection(
-                        [_op_label(g, o) for o in a.ops],
-                        [_op_label(g, o) for o in b.ops],
-                        -neg,
-                        str(e),
-                    )
-                )
+                first = [_op_label(g, o) for o in a.ops]
+                second = [_op_label(g, o) for o in b.ops]
+                rejection = Rejection("", "", first, second, -neg, str(e))
+                rejections.append((a, b, rejection))
             continue
         new = Group(merged_ops, next_id)
         next_id += 1
@@ -770,15 +886,23 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     groups = sorted(
         {id(gr): gr for gr in group_of.values()}.values(), key=lambda gr: g.order[gr.ops[0]]
     )
+    name_of: dict[int, str] = {}
     for gr in groups:
         before = sum(single_cost[op] for op in gr.ops)
         schema = kernel_schema(g, gr.ops, len(gr.ops), (gr.reads, gr.writes))
         kind = schema.kind
-        name = _kernel_name(gr.ops, kind, counter)
+        name = name_of[gr.id] = _kernel_name(gr.ops, kind, counter)
         report.groups.append(
             GroupRecord(name, kind, [_op_label(g, o) for o in gr.ops], before, cost[gr.id])
         )
         materialize(g, gr.ops, name, schema)
+    # Only what was turned down between the final groups: a pair rejected while its
+    # groups were still growing is either inside one kernel now or superseded by the
+    # attempt between the groups they grew into.
+    for a, b, rejection in rejections:
+        if a.id in name_of and b.id in name_of:
+            rejection.first_kernel, rejection.second_kernel = name_of[a.id], name_of[b.id]
+            report.rejected.append(rejection)
     _drop_unread_views(fn.body.block)
     _restore_order(fn.body.block)
     return report
@@ -978,7 +1102,17 @@ class FusePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         reports = fuse_module(op, self.max_ops)
+        sink = _REPORT_SINK.get()
+        if sink is not None:
+            sink.extend(reports)  # irc-opt names the kernels after the whole run
+            return
+        if not self.report:
+            return
+        # Named as `irc-opt --emit triton` would name them: lower a copy.
+        from irc.compiler import lower_to_tile
+
+        resolve_reports(reports, lower_to_tile(op.clone()))
         if self.report == "json":
             sys.stderr.write(json.dumps([r.as_dict() for r in reports], indent=2) + "\n")
-        elif self.report:
+        else:
             sys.stderr.write("\n".join(r.text() for r in reports) + "\n")

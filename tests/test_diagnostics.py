@@ -665,6 +665,16 @@ PIPELINE_CASES = [
     ("fuse{max-ops=-1}", "fuse: 'max-ops' must be at least 1, got -1"),
     ("fuse{report=xml}", "fuse: 'report' must be text or json, got 'xml'"),
     ("tile{block=2097152}", "tile: 'block' must be at most 1048576 (Triton's largest block), got 2097152"),
+    # MLIR's anchored form: one builtin.module, no nested pass managers.
+    ("builtin.module(decompose{)",
+     "malformed pass pipeline 'builtin.module(decompose{)' at column 26: expected argument name here"),
+    ("builtin.module(decompose", "malformed pass pipeline 'builtin.module(decompose': expected ')' at its "
+     "end, closing 'builtin.module('"),
+    ("builtin.module(func.func(decompose))", "pass pipeline 'builtin.module(func.func(decompose))' nests a "
+     "pass manager 'func.func(...)' at column 16: irc's passes run on the whole module, list them "
+     "directly in builtin.module(...)"),
+    ("func.func(decompose)", "pass pipeline 'func.func(decompose)' is anchored on 'func.func': irc's "
+     "passes run on the whole module, write builtin.module(PASS,...)"),
 ]
 
 
@@ -683,6 +693,34 @@ def test_pipeline_errors(spec: str, message: str, extra_passes: None, tmp_path: 
     status, out, err, _ = _run_cli(tmp_path, fn(), "-p", spec)
     assert status == 1 and out == ""
     assert err == f"irc-opt: error: {info.value.diagnostics[0].message}\n"
+
+
+MALFORMED_ANNOTATIONS = [
+    ("  // expected-eror {{unknown op}}", "2:6",
+     "unknown annotation 'expected-eror' (did you mean expected-error?)"),
+    ("  // expected-somethingelseentirely {{unknown op}}", "2:6",
+     "unknown annotation 'expected-somethingelseentirely' (write expected-error, expected-note, "
+     "expected-warning)"),
+    ("  // expected-error@+x {{unknown op}}", "2:20",
+     "bad line offset '@+x' in expected-error (write @+N, @-N, @above or @below)"),
+    ("  // expected-error@+1 unknown op", "2:6", "expected-error: its message in {{...}} is missing"),
+    ("  // expected-error@+1 {{unknown op", "2:6",
+     "expected-error: its message in {{...}} is not closed by }}"),
+    ("  // expected-error@-5 {{unknown op}}", "2:6",
+     "expected-error points at line -3, outside this input (lines 1-5)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "where", "message"), MALFORMED_ANNOTATIONS, ids=[a for a, _, _ in MALFORMED_ANNOTATIONS]
+)
+def test_malformed_annotations_are_errors(annotation: str, where: str, message: str, tmp_path: Path) -> None:
+    """--verify-diagnostics: an annotation it cannot read is an error at the annotation,
+    not silently skipped (the test would then pass without checking anything)."""
+    source = H + annotation + "\n" + "  %y = graph.expp %x\n" + R
+    status, out, err, path = _run_cli(tmp_path, source, "--verify-diagnostics")
+    assert status == 1 and out == ""
+    assert err.split("\n")[0] == f"{path}:{where}: error: {message}", err
 
 
 def test_good_options_are_passed_on(extra_passes: None) -> None:
@@ -906,6 +944,9 @@ def _produced_messages(tmp_path: Path) -> list[str]:
             build_pipeline(spec)
         except IrcError as e:
             messages += [d.message for d in e.diagnostics]
+    for annotation, _, _ in MALFORMED_ANNOTATIONS:
+        err = _run_cli(tmp_path, H + annotation + "\n" + R, "--verify-diagnostics")[2]
+        messages += [m.split(": error: ", 1)[-1] for m in err.split("\n")]
     # Notes and the cases of the tests above that are not in the table.
     module_notes = parse_notes()
     messages += module_notes

@@ -22,6 +22,7 @@ import torch
 import irc
 from irc.graphgen import check_program
 from irc.opt import run as irc_opt
+from irc.passes import fuse as fuse_mod
 from irc.passes.fuse import FusePass, fuse_module
 from irc.reference import functions, random_inputs, run_function
 
@@ -143,9 +144,9 @@ def test_fusion_report_in_words(tmp_path: Path) -> None:
     status, _, err = _opt(tmp_path, CANONICAL["softmax_small"][0], "--fuse", "--fusion-report")
     assert status == 0
     lines = err.strip().splitlines()
-    assert lines[0] == "fusion report for @softmax_small:"
+    assert lines[0] == "fusion report for @softmax_small: 1 kernel launched"
     (kernel,) = [line for line in lines if line.strip().startswith("kernel ")]
-    assert "red_fused_amax_sub_exp_sum_div_0 (reduction)" in kernel
+    assert "kernel triton_per_fused_amax_sub_exp_sum_div_0 (reduction)" in kernel
     assert "reduce_max" in kernel and "exp %e" in kernel and "div %y" in kernel
     before, after = _softmax_bytes(64, 96)
     assert f"-> {after / 1024:.1f} KiB fused" in kernel
@@ -156,12 +157,15 @@ def test_fusion_report_as_data(tmp_path: Path) -> None:
     status, out, err = _opt(
         tmp_path, CANONICAL["softmax_small"][0], "--fuse", "--fusion-report=json"
     )
-    assert status == 0 and "graph.fused" in out  # the IR still goes to stdout
-    (report,) = json.loads(err)
+    assert status == 0 and err == ""  # the JSON alone on stdout, no IR
+    (report,) = json.loads(out)
     assert report["function"] == "softmax_small"
+    assert report["kernels_launched"] == 1 and report["other_kernels"] == []
     (group,) = report["groups"]
     assert group["kind"] == "reduction"
-    assert group["kernel"] == "red_fused_amax_sub_exp_sum_div_0"
+    # Named as the emitted code names it (the rows fit in registers: `per`).
+    assert group["kernel"] == "triton_per_fused_amax_sub_exp_sum_div_0"
+    assert group["kernels"] == [group["kernel"]]
     assert [op.split()[0] for op in group["ops"]] == [
         "reduce_max",
         "sub",
@@ -174,9 +178,9 @@ def test_fusion_report_as_data(tmp_path: Path) -> None:
 
 
 def test_fusion_report_lists_rejected_candidates_with_reasons(tmp_path: Path) -> None:
-    status, _, err = _opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--fusion-report=json")
+    status, out, _ = _opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--fusion-report=json")
     assert status == 0
-    (report,) = json.loads(err)
+    (report,) = json.loads(out)
     assert len(report["groups"]) == 2
     assert all(g["kind"] == "contraction" for g in report["groups"])
     reasons = {r["reason"] for r in report["rejected"]}
@@ -186,9 +190,13 @@ def test_fusion_report_lists_rejected_candidates_with_reasons(tmp_path: Path) ->
     two = next(r for r in report["rejected"] if r["reason"] == "two matmuls in one kernel")
     ops = " ".join(two["first"] + two["second"])
     assert ops.count("matmul") == 2
+    kernels = [g["kernel"] for g in report["groups"]]
+    assert [two["first_kernel"], two["second_kernel"]] == kernels
     _, _, text = _opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--fusion-report")
     assert re.search(
-        r"not fused: \[.*matmul.*\] with \[.*matmul.*\] \(would save .*\): two matmuls", text
+        r"not fused: triton_mm_fused_\w+ \[.*matmul.*\] with triton_mm_fused_\w+ "
+        r"\[.*matmul.*\] \(would save .*\): two matmuls",
+        text,
     )
 
 
@@ -196,6 +204,143 @@ def test_fusion_report_needs_the_fuse_pass(tmp_path: Path) -> None:
     status, _, err = _opt(tmp_path, CANONICAL["softmax_small"][0], "--fusion-report")
     assert status == 1
     assert "--fusion-report describes the fuse pass: add --fuse" in err
+
+
+def test_fusion_report_lists_only_final_rejections(tmp_path: Path) -> None:
+    """Layer norm is one kernel, though on the way pairs of its growing groups were
+    turned down (a cycle through another group, an rsqrt recomputed per element):
+    those are no reasons why anything is not fused, so the report has none."""
+    module = irc.parse(CANONICAL["layer_norm_f32_small"][0])
+    seen: list[str] = []
+    real = fuse_mod.Rejected.__init__
+
+    def record(self: Exception, reason: str) -> None:
+        seen.append(reason)
+        real(self, reason)
+
+    try:
+        fuse_mod.Rejected.__init__ = record  # type: ignore[method-assign]
+        (report,) = fuse_module(module)
+    finally:
+        fuse_mod.Rejected.__init__ = real  # type: ignore[method-assign]
+    assert seen and len(report.groups) == 1  # there were rejections on the way
+    assert report.rejected == []
+    status, out, _ = _opt(
+        tmp_path, CANONICAL["layer_norm_f32_small"][0], "--fuse", "--fusion-report=json"
+    )
+    assert status == 0
+    (data,) = json.loads(out)
+    assert data["rejected"] == [] and data["kernels_launched"] == 1
+    # Where two kernels remain, each rejection is between two of them.
+    (mlp,) = fuse_module(irc.parse(CANONICAL["mlp2_small"][0]))
+    names = {g.kernel for g in mlp.groups}
+    for r in mlp.rejected:
+        assert {r.first_kernel, r.second_kernel} <= names and r.first_kernel != r.second_kernel
+        first = next(g for g in mlp.groups if g.kernel == r.first_kernel)
+        assert set(r.first) <= set(first.ops)
+
+
+RETURNS_A_VIEW = """func @f(%x: tensor<8x4xf32>) -> (tensor<4x8xf32>, tensor<8x4xf32>) {
+  %t = graph.transpose %x {perm = [1, 0]} : tensor<4x8xf32>
+  %e = graph.exp %x : tensor<8x4xf32>
+  return %t, %e : tensor<4x8xf32>, tensor<8x4xf32>
+}
+"""
+
+
+def test_fusion_report_counts_every_kernel_launched(tmp_path: Path) -> None:
+    """A returned view gets a copy kernel from graph-to-loop, after fusion: it is
+    launched, so it is counted and listed, by the name the emitted code gives it."""
+    status, out, _ = _opt(tmp_path, RETURNS_A_VIEW, "--fuse", "--fusion-report=json")
+    assert status == 0
+    (report,) = json.loads(out)
+    source = _opt(tmp_path, RETURNS_A_VIEW, "--fuse", "--emit", "triton")[1]
+    launched = re.findall(r"_launch\((\w+),", source)
+    assert len(launched) == 2 and report["kernels_launched"] == len(launched)
+    listed = [g["kernel"] for g in report["groups"]] + [
+        o["kernel"] for o in report["other_kernels"]
+    ]
+    assert sorted(listed) == sorted(launched)
+    (copy,) = report["other_kernels"]
+    assert "copy" in copy["kernel"] and "returned view" in copy["why"]
+    _, _, text = _opt(tmp_path, RETURNS_A_VIEW, "--fuse", "--fusion-report")
+    assert text.startswith("fusion report for @f: 2 kernels launched\n")
+    assert f"  kernel {copy['kernel']} (copy): " in text
+
+
+def test_fusion_report_names_the_kernels_of_a_split_reduction(tmp_path: Path) -> None:
+    """split-reduction makes two kernels of the large MSE's group: both are its."""
+    text = CANONICAL["mse_large"][0]
+    status, out, _ = _opt(tmp_path, text, "--fuse", "--fusion-report=json")
+    assert status == 0
+    (report,) = json.loads(out)
+    (group,) = report["groups"]
+    source = _opt(tmp_path, text, "--fuse", "--emit", "triton")[1]
+    defined = re.findall(r"^def (triton_\w+)\(", source, re.MULTILINE)
+    assert group["kernels"] == defined and len(defined) == 2
+    assert group["kernel"] == defined[1] and defined[0] == defined[1] + "_split"
+    assert report["kernels_launched"] == 2 and report["other_kernels"] == []
+
+
+def test_fusion_report_names_follow_the_run(tmp_path: Path) -> None:
+    """`per` or `red` is the tile pass's choice: the report names the kernel as the
+    run's own tiling does, and the emitted code agrees."""
+    text = CANONICAL["softmax_small"][0]
+    run = "fuse,graph-to-loop,tile{persistent-rblock=64 rblock=32},loop-to-tile"
+    status, out, _ = _opt(tmp_path, text, "-p", run, "--fusion-report=json", "--emit", "triton")
+    assert status == 0
+    (report,) = json.loads(out)
+    assert report["groups"][0]["kernel"] == "triton_red_fused_amax_sub_exp_sum_div_0"
+    status, source, _ = _opt(tmp_path, text, "-p", run, "--emit", "triton")
+    assert re.findall(r"^def (triton_\w+)\(", source, re.MULTILINE) == [
+        "triton_red_fused_amax_sub_exp_sum_div_0"
+    ]
+
+
+def test_fusion_report_to_a_file_keeps_the_ir_on_stdout(tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    text = CANONICAL["softmax_small"][0]
+    status, out, err = _opt(tmp_path, text, "--fuse", f"--fusion-report=json={target}")
+    assert status == 0 and err == "" and "graph.fused" in out
+    (report,) = json.loads(target.read_text())
+    assert report["groups"][0]["kernel"] == "triton_per_fused_amax_sub_exp_sum_div_0"
+    words = tmp_path / "report.txt"
+    status, out, err = _opt(tmp_path, text, "--fuse", f"--fusion-report=text={words}")
+    assert status == 0 and err == "" and "graph.fused" in out
+    assert words.read_text().startswith("fusion report for @softmax_small: 1 kernel launched\n")
+    # With -o the IR goes to its file and stdout holds the JSON.
+    ir = tmp_path / "out.ir"
+    status, out, _ = _opt(tmp_path, text, "--fuse", "--fusion-report=json", "-o", str(ir))
+    assert status == 0 and json.loads(out)[0]["function"] == "softmax_small"
+    assert "graph.fused" in ir.read_text()
+
+
+def test_fusion_report_json_of_split_input_is_one_document(tmp_path: Path) -> None:
+    text = CANONICAL["softmax_small"][0] + "\n// -----\n" + CANONICAL["mlp2_small"][0]
+    status, out, _ = _opt(tmp_path, text, "--split-input-file", "--fuse", "--fusion-report=json")
+    assert status == 0
+    assert [r["function"] for r in json.loads(out)] == ["softmax_small", "mlp2_small"]
+
+
+@pytest.mark.parametrize("value", ["xml", "json=", "csv=out.txt"])
+def test_fusion_report_bad_form_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    status, out, err = _opt(
+        tmp_path, CANONICAL["softmax_small"][0], "--fuse", f"--fusion-report={value}"
+    )
+    assert status == 1 and out == ""
+    assert err.startswith("irc-opt: error: argument --fusion-report: expected text, json, ")
+
+
+def test_fuse_pass_report_option_names_kernels_as_emitted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`fuse{report=text}` run from Python (no irc-opt to lower the module) names the
+    kernels from a lowered copy: the names `--emit triton` gives them."""
+    module = irc.parse(CANONICAL["softmax_small"][0])
+    irc.run_pipeline(module, "fuse{report=text}")
+    err = capsys.readouterr().err
+    assert "kernel triton_per_fused_amax_sub_exp_sum_div_0 (reduction)" in err
+    assert "graph.fused" in irc.print_module(module)  # the module itself is not lowered
 
 
 def test_rejections_name_the_epilogue_that_reads_through_a_transpose() -> None:
@@ -235,6 +380,8 @@ def test_emit_dot_draws_one_cluster_per_kernel(tmp_path: Path) -> None:
     assert dot.startswith("digraph") and dot.count("{") == dot.count("}")
     kernels = re.findall(r'subgraph cluster_\w+ \{\s*label="(triton_\w+)"', dot)
     assert kernels == ["triton_mm_fused_matmul_add_0", "triton_mm_fused_relu_matmul_add_1"]
+    source = _opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--emit", "triton")[1]
+    assert re.findall(r"^def (triton_\w+)\(", source, re.MULTILINE) == kernels
     # Every op node sits in a cluster; the edge from the first kernel reaches the second.
     assert dot.count('[label="matmul') == 2
     unfused = _opt(tmp_path, CANONICAL["mlp2_small"][0], "--emit", "dot")[1]
@@ -246,9 +393,9 @@ def test_emit_dot_draws_one_cluster_per_kernel(tmp_path: Path) -> None:
 
 def test_max_ops_limits_kernel_size_with_a_reason(tmp_path: Path) -> None:
     text = CANONICAL["pointwise_chain_small"][0]
-    status, _, err = _opt(tmp_path, text, "-p", "fuse{max-ops=2}", "--fusion-report=json")
+    status, out, _ = _opt(tmp_path, text, "-p", "fuse{max-ops=2}", "--fusion-report=json")
     assert status == 0
-    (report,) = json.loads(err)
+    (report,) = json.loads(out)
     sizes = [len(g["ops"]) for g in report["groups"]]
     assert sizes == [2, 2, 1]
     assert {r["reason"] for r in report["rejected"]} == {"more than 2 ops in one kernel"}

@@ -199,13 +199,16 @@ def test_no_cuda(
     assert_one_line(err)
 
 
-def test_bad_device_name_is_an_argparse_error(
+def test_bad_device_name_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], program: str
 ) -> None:
+    """A bad command line exits 1, as bad input does: 2 means a bug in irc."""
     with pytest.raises(SystemExit) as e:
         main([program, "--device", "tpu"])
-    assert e.value.code == 2
-    assert "invalid choice" in capsys.readouterr().err
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("irc-run: error: argument --device: invalid choice: 'tpu'")
+    assert_one_line(err)
 
 
 def test_too_large_to_allocate(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
