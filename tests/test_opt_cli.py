@@ -266,3 +266,33 @@ def test_timing_without_verifier(tmp_path: Path) -> None:
     assert status == 0
     labels = re.findall(r"^  +[0-9.]+ \( *[0-9.]+%\)  (.+)$", err, re.MULTILINE)
     assert labels == ["Parser", "Verifier", "decompose", "Output", "Rest", "Total"]
+
+
+def test_autotune_runs_inside_the_instrumented_lowering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--autotune measures the tilings between `tile` and `loop-to-tile` on the module
+    the run dumps and times (the GPU parts stubbed: this runs on a CPU)."""
+    import torch
+
+    import irc.autotune
+    import irc.target
+
+    seen: list[str] = []
+
+    def fake_autotune(module: object, device: str) -> None:
+        seen.append(device)
+        print("// autotuned here", file=sys.stderr)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(irc.target, "cuda_target", lambda: irc.target.Target(block=512))
+    monkeypatch.setattr(irc.autotune, "autotune_module", fake_autotune)
+    status, out, err = opt(
+        tmp_path, "--fuse", "--emit", "triton", "--autotune", "--print-ir-after-all"
+    )
+    assert status == 0 and seen == ["cuda"] and out.startswith("#")
+    order = [line for line in err.splitlines() if "IR Dump" in line or "autotuned" in line]
+    at = order.index("// autotuned here")
+    assert order[at - 1].endswith("IR Dump After tile //----- //")
+    assert order[at + 1].startswith("// -----// IR Dump After ")
+    assert "loop-to-tile" in " ".join(order[at + 1 :])
