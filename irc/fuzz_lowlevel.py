@@ -631,6 +631,41 @@ def check_diagnostics(stderr: str, path: str, text: str) -> str | None:
     return None
 
 
+FORBIDDEN_NAMES = frozenset(
+    "__import__ eval exec open compile os sys subprocess builtins __builtins__ breakpoint".split()
+)
+"""Names generated code never uses: one of them in it means something came in from the input."""
+
+
+def check_generated(source: str) -> str | None:
+    """Why the Triton module `source` is not what irc writes: it must parse, hold only
+    imports of torch, triton and irc.runtime, assignments and functions at the top, and
+    call nothing that reaches the system."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        return f"the generated Python does not parse: {e}"
+    if not any(isinstance(node, ast.FunctionDef) for node in tree.body):
+        return "the generated Python defines no function"
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            modules = (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            )
+            if not all(m and m.split(".")[0] in ("torch", "triton", "irc") for m in modules):
+                return f"the generated Python imports {modules}"
+        elif not isinstance(node, ast.Assign | ast.FunctionDef):
+            return f"the generated Python has a top-level {type(node).__name__}: {ast.unparse(node)[:200]}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+            return f"the generated Python uses {node.id}"
+        if isinstance(node, ast.ImportFrom) and node.module == "os":
+            return "the generated Python imports from os"
+    return None
+
+
 def _first_line(text: str, containing: str) -> str:
     return next((line for line in text.splitlines() if containing in line), "")[:300]
 
@@ -672,7 +707,22 @@ def check_case(case: Case) -> Outcome:
     return outcome
 
 
+EXTRA_RUNS: list[list[str]] = [
+    ["--emit", "mlir"],
+    ["--emit", "dot"],
+    ["-p", f"{SMALL_SPLIT},{SMALL_TILING}", "--print-ir-after-all"],
+    ["--split-input-file", "--emit", "triton", "--no-verify"],
+]
+"""One more command line a case (by its index), which must also exit 0 or 1 and say
+nothing internal; `--no-verify` checks that the lowering's own checks hold without the
+verifier's help."""
+
+
 def _check_static(case: Case) -> Outcome:
+    extra = EXTRA_RUNS[case.index % len(EXTRA_RUNS)]
+    status, _, err = _opt([case.path, *extra])
+    if status not in (0, 1) or "Traceback" in err or "internal error" in err:
+        return Outcome(status, f"irc-opt {' '.join(extra)}: exit {status}: " + err[:300], err)
     status, out, err = _opt([case.path, "--emit", "triton"])
     if status not in (0, 1):
         return Outcome(status, f"irc-opt --emit triton: exit {status}: " + err[:300], err)
@@ -680,8 +730,8 @@ def _check_static(case: Case) -> Outcome:
         return Outcome(1, check_diagnostics(err, case.path, case.text), err)
     if err.strip():
         return Outcome(0, "exit 0 with output on stderr: " + err[:300], err)
-    if "def " not in out:
-        return Outcome(0, "--emit triton printed no Python function", err)
+    if (why := check_generated(out)) is not None:
+        return Outcome(0, why, out[-4000:])
     # Accepted: it prints as IR that parses back to the same text.
     status, printed, err = _opt([case.path])
     if status != 0:
@@ -875,15 +925,16 @@ def problem_class(problem: str) -> str:
     return re.sub(r"\d+", "N", blank)[:160]
 
 
-def shrink(text: str, budget: int = 400) -> tuple[str, str | None]:
-    """The smallest variant of `text` (whole lines removed) that fails the static oracle the
-    same way, and its problem; run in a scratch folder (it writes the candidates there)."""
+def shrink(text: str, budget: int = 400, execute: bool = True) -> tuple[str, str | None]:
+    """The smallest variant of `text` (whole lines removed) that fails the oracle the same
+    way, and its problem; run in a scratch folder (it writes the candidates there). With
+    `execute`, accepted variants are run too (the memory guard patches this process)."""
     folder = Path(tempfile.mkdtemp(prefix="irc-shrink-"))
     path = folder / "case.ir"
 
     def problem(candidate: str) -> str | None:
         path.write_text(candidate)
-        return check_case(Case(0, candidate, "shrink", (), False, str(path))).problem
+        return check_case(Case(0, candidate, "shrink", (), execute, str(path))).problem
 
     try:
         want = problem(text)
