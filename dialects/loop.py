@@ -55,7 +55,7 @@ from irc.dialects.attrs import (
 )
 from irc.kernel_kind import KINDS, KernelKind, parse_kind
 from irc.names import check_kernel_name
-from irc.types import ELEMENT_TYPES, F32, format_type
+from irc.types import ELEMENT_TYPES, F32, FLOAT_TYPES, I1, SCALAR_TYPES, format_type
 
 REDUCE_KINDS = ("sum", "max", "min")
 
@@ -74,6 +74,25 @@ def _apply_fns() -> dict[str, int]:
 
 INDEX_FNS: dict[str, int] = {"floordiv": 2, "mod": 2, "and": 2, "or": 2}
 """The functions of loop.apply that are no graph op: index arithmetic, mask logic."""
+
+
+def _element(t: Attribute) -> Attribute:
+    return t.element_type if isinstance(t, TensorType) else t
+
+
+def check_apply_types(op: IRDLOperation, fn: str, types: list[Attribute]) -> None:
+    """The operands suit `fn`: no float mixed with an `index`, integer-only
+    functions on integers, and a `where` on an i1 condition (Triton refuses the rest)."""
+    elements = [_element(t) for t in types]
+    values = elements[1:] if fn == "where" else elements
+    if fn == "where" and elements[0] != I1:
+        raise VerifyException(
+            f"{op.name}: the condition of 'where' must be i1, got {format_type(types[0])}"
+        )
+    if any(e in FLOAT_TYPES for e in values) and any(e == IndexType() for e in values):
+        raise VerifyException(f"{op.name}: '{fn}' mixes float and index operands")
+    if fn in INDEX_FNS and any(e in FLOAT_TYPES for e in elements):
+        raise VerifyException(f"{op.name}: '{fn}' takes integer, index or i1 operands, not floats")
 
 
 APPLY_FNS: dict[str, int] = _apply_fns()
@@ -121,6 +140,9 @@ class AllocOp(IRDLOperation):
     name = "loop.alloc"
     result = result_def(MemRefType)
 
+    def verify_(self) -> None:
+        _check_buffer_element(self, self.result.type)
+
 
 @irdl_op_definition
 class KernelOp(IRDLOperation):
@@ -143,8 +165,17 @@ class KernelOp(IRDLOperation):
     traits = traits_def(NoTerminator())
 
     def verify_(self) -> None:
+        if _enclosing_kernel(self) is not None:
+            raise VerifyException("loop.kernel: a loop.kernel cannot be inside another loop.kernel")
         check_kernel_name(self.name, self.kernel_name.data)
         _check_bounds(self, self.bounds)
+        if body_kind(self) == KernelKind.CONTRACTION and any(
+            isinstance(op, ForeachOp) for op in self.body.walk()
+        ):
+            raise VerifyException(
+                "loop.kernel: a contraction kernel has no loop.foreach (loop-to-tile lowers "
+                "a contraction as dots and a store)"
+            )
         self._check_kind()
         self._check_tiling()
 
@@ -181,6 +212,21 @@ class KernelOp(IRDLOperation):
         if self.kind is not None and kernel_kind(self) == body_kind(self):
             return ("kind",)
         return ()
+
+
+def _enclosing_kernel(op: IRDLOperation) -> KernelOp | None:
+    p = op.parent_op()
+    while p is not None and not isinstance(p, KernelOp):
+        p = p.parent_op()
+    return p
+
+
+def _check_in_kernel(op: IRDLOperation) -> None:
+    """Scalar code belongs in kernels: a host function only allocates and launches."""
+    if op.parent_op() is not None and _enclosing_kernel(op) is None:
+        raise VerifyException(
+            f"{op.name} is outside any loop.kernel: scalar code belongs in kernels"
+        )
 
 
 def kernel_kind(kernel: KernelOp) -> KernelKind:
@@ -323,8 +369,19 @@ class StoreOp(IRDLOperation):
         _check_access(self, self.buffer.type, len(self.indices), self.value.type)
 
 
+def _check_buffer_element(op: IRDLOperation, buffer: Attribute) -> None:
+    """Buffers hold the spec's element types: torch and Triton have no `index` dtype."""
+    assert isinstance(buffer, MemRefType)
+    if buffer.element_type not in ELEMENT_TYPES.values():
+        raise VerifyException(
+            f"{op.name}: buffers hold {' '.join(ELEMENT_TYPES)}, not "
+            f"{format_type(buffer.element_type)}"
+        )
+
+
 def _check_access(op: IRDLOperation, buffer: Attribute, n: int, element: Attribute) -> None:
     assert isinstance(buffer, MemRefType)
+    _check_buffer_element(op, buffer)
     rank = len(buffer.get_shape())
     if n != rank:
         raise VerifyException(f"{op.name}: {n} indices for a rank-{rank} buffer")
@@ -346,7 +403,14 @@ class ApplyOp(IRDLOperation):
     traits = traits_def(Pure())
 
     def verify_(self) -> None:
+        _check_in_kernel(self)
         check_apply(self, self.fn, len(self.args))
+        for a in self.args:
+            if a.type not in SCALAR_TYPES.values():
+                raise VerifyException(
+                    f"{self.name}: operands are scalars, got {format_type(a.type)}"
+                )
+        check_apply_types(self, self.fn.data, [a.type for a in self.args])
 
 
 @irdl_op_definition
@@ -359,6 +423,7 @@ class ConstantOp(IRDLOperation):
     traits = traits_def(Pure())
 
     def verify_(self) -> None:
+        _check_in_kernel(self)
         if isinstance(self.result.type, TensorType):
             raise VerifyException("loop.constant: the type must be a scalar, got a tensor")
         check_number(self, "value", self.value, self.result.type)

@@ -17,8 +17,16 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr, TensorType
-from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, TypeAttribute
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+)
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -54,7 +62,7 @@ from irc.dialects.attrs import (
     check_int_list,
     check_number,
 )
-from irc.dialects.loop import REDUCE_KINDS, check_apply
+from irc.dialects.loop import REDUCE_KINDS, check_apply, check_apply_types
 from irc.names import check_kernel_name, quoted
 from irc.types import format_type
 
@@ -64,6 +72,43 @@ DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 
 def _shape(t: Attribute) -> tuple[int, ...]:
     return t.get_shape() if isinstance(t, TensorType) else ()
+
+
+def _broadcast(op: Operation, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """NumPy's broadcast of block shapes, as Triton does it."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[int] = []
+    for i in range(rank):
+        sizes = {s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0} - {1}
+        if len(sizes) > 1:
+            raise VerifyException(
+                f"{op.name}: block shapes {', '.join(str(list(s)) for s in shapes)} do not broadcast"
+            )
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def check_kernel_values(op: Operation) -> None:
+    """Kernel ops stand in a tile.kernel, and hold no `index` values (Triton has none)."""
+    if not op.name.startswith("tile.") or isinstance(op, KernelOp | LaunchOp):
+        return
+    kernel = op.parent_op()
+    while kernel is not None and not isinstance(kernel, KernelOp):
+        kernel = kernel.parent_op()
+    if kernel is None:
+        if op.parent_op() is not None:
+            raise VerifyException(
+                f"{op.name} is outside any tile.kernel: a host function only allocates and launches"
+            )
+        return
+    values = [*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)]
+    for v in values:
+        t = v.type
+        if (t.element_type if isinstance(t, TensorType) else t) == IndexType():
+            raise VerifyException(
+                f"{op.name}: a tile kernel has no index values (Triton has no index type); "
+                "use i32 or i64"
+            )
 
 
 @irdl_attr_definition
@@ -126,6 +171,7 @@ class KernelOp(IRDLOperation):
             if not isinstance(a.type, PtrType):
                 raise VerifyException("tile.kernel: every argument is a pointer (ptr<T>)")
         self._check_launch()
+        _check_loads_unwritten(self)
 
     def _check_launch(self) -> None:
         """The launch parameters, as CUDA and Triton take them."""
@@ -168,6 +214,23 @@ class LaunchOp(IRDLOperation):
         if len(self.args) != want:
             raise VerifyException(
                 f"tile.launch: kernel {quoted(name)} takes {want} buffers, got {len(self.args)}"
+            )
+
+
+def _check_loads_unwritten(kernel: KernelOp) -> None:
+    """No buffer is both loaded and stored by one kernel: what makes loads `Pure`."""
+    loaded: set[SSAValue] = set()
+    stored: set[SSAValue] = set()
+    for op in kernel.body.walk():
+        if isinstance(op, LoadOp | BlockLoadOp):
+            loaded.add(op.ptr)
+        elif isinstance(op, StoreOp | BlockStoreOp):
+            stored.add(op.ptr)
+    for a in kernel.body.block.args:
+        if a in loaded and a in stored:
+            raise VerifyException(
+                f"tile.kernel: argument {a.index} is both loaded and stored (a kernel's "
+                "loads are pure: it may not write a buffer it reads)"
             )
 
 
@@ -257,6 +320,19 @@ class ApplyOp(IRDLOperation):
 
     def verify_(self) -> None:
         check_apply(self, self.fn, len(self.args))
+        for a in self.args:
+            if isinstance(a.type, PtrType):
+                raise VerifyException(
+                    f"{self.name}: operands are blocks or scalars, not pointers "
+                    f"({format_type(a.type)})"
+                )
+        check_apply_types(self, self.fn.data, [a.type for a in self.args])
+        shape = _broadcast(self, [_shape(a.type) for a in self.args])
+        if _shape(self.result.type) != shape:
+            raise VerifyException(
+                f"{self.name}: the operands broadcast to shape {list(shape)}, but the result "
+                f"is {format_type(self.result.type)}"
+            )
 
 
 @irdl_op_definition
@@ -274,7 +350,13 @@ class ConstantOp(IRDLOperation):
 
 @irdl_op_definition
 class LoadOp(IRDLOperation):
-    """`ptr[offsets]` where `mask` holds (`other` elsewhere); mask is optional."""
+    """`ptr[offsets]` where `mask` holds (`other` elsewhere); mask is optional.
+
+    Pure: a kernel never stores to a buffer it loads from (`tile.kernel`
+    checks), so a load gives the same block wherever it stands in the kernel;
+    `cse` shares equal loads (a persistent softmax reads its row once) and
+    `dce` drops unused ones.
+    """
 
     name = "tile.load"
     ptr = operand_def(PtrType)
@@ -284,12 +366,20 @@ class LoadOp(IRDLOperation):
     evict = opt_prop_def(StringAttr)
     """L2 eviction hint, "first" or "last" (Triton's eviction_policy)."""
     result = result_def()
+    traits = traits_def(Pure())
 
     def verify_(self) -> None:
         if self.evict is not None and self.evict.data not in ("first", "last"):
             raise VerifyException('tile.load: evict is "first" or "last"')
         if self.other is not None:
             check_number(self, "other", self.other, self.result.type)
+        shapes = [_shape(self.offsets.type), *(_shape(m.type) for m in self.mask)]
+        shape = _broadcast(self, shapes)
+        if _shape(self.result.type) != shape:
+            raise VerifyException(
+                f"{self.name}: the offsets (and mask) have shape {list(shape)}, but the result "
+                f"is {format_type(self.result.type)}"
+            )
 
 
 @irdl_op_definition
@@ -313,7 +403,8 @@ class BlockLoadOp(IRDLOperation):
     """The block at (`row`, `col`) of a row-major 2-d buffer of `shape` (zero outside).
 
     Lowered to a TMA descriptor load: the copy engine moves the tile to shared
-    memory, so dot operands need neither index math nor masks.
+    memory, so dot operands need neither index math nor masks. Pure, as
+    `tile.load` is.
     """
 
     name = "tile.block_load"
@@ -322,6 +413,7 @@ class BlockLoadOp(IRDLOperation):
     col = operand_def()
     shape = prop_def(ArrayAttr)
     result = result_def()
+    traits = traits_def(Pure())
 
     def verify_(self) -> None:
         _check_block_access(self, self.shape)
@@ -419,6 +511,10 @@ class ForOp(IRDLOperation):
         block = self.body.block
         if len(block.args) != len(self.inits) + 1:
             raise VerifyException("tile.for: the region takes the index and one value per init")
+        iv = block.args[0].type
+        bits = iv.width.data if isinstance(iv, IntegerType) else 64
+        for name in ("lb", "ub"):
+            check_int(self, name, getattr(self, name), -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
         last = block.last_op
         if not isinstance(last, YieldOp) or len(last.values) != len(self.inits):
             raise VerifyException(

@@ -14,6 +14,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from irc.bounds import check_bounds
 from irc.diagnostics import Diagnostic, IrcError, Location, Note, op_location
+from irc.dialects import tile
 from irc.gcpause import paused_gc
 from irc.types import format_type
 
@@ -127,6 +128,7 @@ def verify_op(op: Operation, out: list[Diagnostic]) -> None:
     try:
         # IRDL's constraints, then the op's own checks (xDSL's verify_ runs both).
         op.verify_()
+        tile.check_kernel_values(op)
     except VerifyException as e:
         notes: list[Note] = []
         index = getattr(e, "operand", None)

@@ -71,7 +71,8 @@ def _number(value: float | int, element: str) -> str:
         return text
     if element == "i1":
         return "1" if value else "0"
-    return str(operator.index(value))
+    # An integral float (`0.0 : i32`, as the verifier allows) is written as the integer.
+    return str(int(value) if isinstance(value, float) else operator.index(value))
 
 
 def _attr_number(attr: Attribute) -> float | int:

@@ -74,21 +74,6 @@ def read_entry(path: Path) -> Entry:
 ENTRIES = [read_entry(p) for p in sorted(CORPUS.glob("*.ir"))]
 
 OPEN: dict[str, str] = {
-    "loop_kernel_nested.ir": "F1: a loop.kernel inside a loop.kernel is accepted",
-    "loop_apply_mixed_types.ir": "F3: loop.apply adds f32 and index",
-    "loop_memref_element_index.ir": "F4: memref<4xindex> is an internal KeyError",
-    "tile_constant_index.ir": "F4: an index value in a tile kernel is a KeyError",
-    "tile_for_huge_trip.ir": "F5: tile.for ub = 2**62 over an i32 index is accepted",
-    "tile_constant_float_index.ir": "F9: 0.0 : index is an internal TypeError",
-    "loop_apply_memref_operand.ir": "F10: loop.apply of a memref is accepted",
-    "tile_program_id_on_host.ir": "F11: tile.program_id in a host function",
-    "tile_apply_ptr_operand.ir": "F12: tile.apply of a pointer is accepted",
-    "tile_apply_shape_lie.ir": "F13: a tile.apply result shape is not checked",
-    "tile_apply_bitwise_float.ir": "F14: or on f32 blocks is accepted",
-    "tile_load_shape_lie.ir": "F15: a tile.load result shape is not checked",
-    "tile_where_int_condition.ir": "F16: where on an i32 condition is accepted",
-    "loop_apply_floordiv_float.ir": "F17: floordiv on f32 is accepted",
-    "loop_contract_with_foreach.ir": "F18: a foreach in a contraction kernel crashes loop-to-tile",
 }
 """Corpus files whose defect is still open (the finding in /tmp/team/fuzz_findings.md)."""
 

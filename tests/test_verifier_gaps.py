@@ -154,6 +154,19 @@ LOOP_CASES = [
          "loop.constant: a true/false 'value' needs the i1 type, got f32"),
     Case("constant-tensor", LOOP, "{value = 2.0} : f32", "{value = 2.0} : tensor<4xf32>", "14:5",
          "loop.constant: the type must be a scalar, got a tensor"),
+    # The operand types of loop.apply (fuzz findings F3, F10, F16, F17).
+    Case("apply-memref-operand", LOOP, '%a, %c {fn = "mul"}', '%a, %x {fn = "mul"}', "17:5",
+         "loop.apply: operands are scalars, got memref<4x8xf32>"),
+    Case("apply-float-and-index", LOOP, '%a, %c {fn = "mul"}', '%a, %n {fn = "mul"}', "17:5",
+         "loop.apply: 'mul' mixes float and index operands"),
+    Case("apply-floordiv-float", LOOP, '%a, %c {fn = "mul"}', '%a, %c {fn = "floordiv"}', "17:5",
+         "loop.apply: 'floordiv' takes integer, index or i1 operands, not floats"),
+    Case("apply-where-float-condition", LOOP, '%a, %c {fn = "mul"}', '%a, %c, %c {fn = "where"}',
+         "17:5", "loop.apply: the condition of 'where' must be i1, got f32"),
+    # F18: loop-to-tile lowers a contraction as dots and a store, nothing more.
+    Case("contraction-foreach", LOOP, "    loop.store %s, %0, %i, %j\n",
+         "    loop.store %s, %0, %i, %j\n    loop.foreach {bounds = [2]} (%q: index) {\n    }\n",
+         "3:3", "loop.kernel: a contraction kernel has no loop.foreach"),
 ]
 
 TILE_CASES = [
@@ -209,6 +222,24 @@ TILE_CASES = [
          "11:3", "tile.constant: 'value' of an i1 must be 0 or 1, got 2"),
     Case("constant-ptr", TILE, "{value = 8} : i32", "{value = 8} : ptr<f32>", "2:3",
          "tile.constant: the type must be a scalar or a block of scalars, got ptr<f32>"),
+    # Fuzz findings F4b, F5, F11-F16: types Triton would refuse, or read differently.
+    Case("index-in-kernel", TILE, "{value = 8} : i32", "{value = 8} : index", "2:3",
+         "tile.constant: a tile kernel has no index values"),
+    Case("for-ub-beyond-i32", TILE, "ub = 8", "ub = 4294967296", "13:3",
+         "tile.for: 'ub' must be an integer from -2147483648 to 2147483647, got 4294967296"),
+    Case("program-id-on-host", TILE, "  tile.launch %x",
+         "  %q = tile.program_id {axis = 0} : i32\n  tile.launch %x", "21:3",
+         "tile.program_id is outside any tile.kernel"),
+    Case("apply-ptr-operand", TILE, "tile.apply %pid, %n", "tile.apply %p0, %n", "4:3",
+         "tile.apply: operands are blocks or scalars, not pointers (ptr<f32>)"),
+    Case("apply-shape-lie", TILE, '{fn = "add"} : tensor<8xi32>', '{fn = "add"} : tensor<8x8xi32>',
+         "6:3", "tile.apply: the operands broadcast to shape [8], but the result is tensor<8x8xi32>"),
+    Case("apply-or-float", TILE, "tile.expand_dims %v {axis = 0}", 'tile.apply %v, %v {fn = "or"}',
+         "9:3", "tile.apply: 'or' takes integer, index or i1 operands, not floats"),
+    Case("load-shape-lie", TILE, "tile.load %p0, %off, %m {other", "tile.load %p0, %n {other", "8:3",
+         "tile.load: the offsets (and mask) have shape [], but the result is tensor<8xf32>"),
+    Case("where-i32-condition", TILE, '%off, %n {fn = "lt"}', '%n, %off, %off {fn = "where"}',
+         "7:3", "tile.apply: the condition of 'where' must be i1, got i32"),
 ]
 
 
@@ -678,3 +709,39 @@ def test_compile_fuses_only_graph_level_modules() -> None:
     irc.run_pipeline(module, "decompose,graph-to-loop")
     compiled = irc.compile(module, device="cpu")
     assert compiled.kernel_count >= 2
+
+
+def test_nested_loop_kernel_is_located(tmp_path: Path) -> None:
+    """F1: an inner loop.kernel once printed an empty Triton function."""
+    source = textwrap.dedent("""\
+        func @f(%x: memref<4xf32>) -> memref<4xf32> {
+          %y = loop.alloc : memref<4xf32>
+          loop.kernel {name = "k", bounds = [4]} (%i: index) {
+            loop.kernel {name = "inner", bounds = [4]} (%j: index) {
+              %v = loop.load %x, %j : f32
+              loop.store %v, %y, %j
+            }
+          }
+          return %y : memref<4xf32>
+        }
+        """)
+    assert_located(tmp_path, source, "4:5", "loop.kernel cannot be inside another loop.kernel")
+
+
+def test_buffer_of_index_is_located(tmp_path: Path) -> None:
+    """F4: torch and Triton have no index dtype (once an internal KeyError)."""
+    source = textwrap.dedent("""\
+        func @f(%x: memref<4xf32>) -> memref<4xf32> {
+          %y = loop.alloc : memref<4xindex>
+          return %x : memref<4xf32>
+        }
+        """)
+    assert_located(tmp_path, source, "2:3", "loop.alloc: buffers hold f32 f16 bf16 f64 i64 i32 i1, not index")
+
+
+def test_integral_float_for_an_integer_type_is_emitted(tmp_path: Path) -> None:
+    """F9: `8.0 : i32` verifies, and Triton gets the integer 8 (once an internal TypeError)."""
+    source = mutate(TILE, "  %pid =", "  %q = tile.constant {value = 3.0} : i32\n  %pid =")
+    status, out, err, _ = run_opt(tmp_path, source, "--emit", "triton")
+    assert status == 0, err
+    assert "tl.full([], 3, tl.int32)" in out, out
