@@ -201,15 +201,21 @@ def time_tiling(kernel: loop.KernelOp, t: Tiling, device: str) -> float:
     """Milliseconds of one candidate (inf when it fails to compile or run)."""
     from triton.testing import do_bench
 
-    from irc.compiler import load_source
+    from irc.compiler import LOWERING, load_source
     from irc.lowering.loop_to_tile import KernelTranslator
     from irc.lowering.tile_to_triton import emit_triton
+    from irc.passes.online_softmax import rewrite_kernel
+    from irc.pipeline import run_pipeline
 
     trial = kernel.clone()
     set_tiling(trial, t)
+    rewrite_kernel(trial)  # as the online-softmax pass would, for this tiling
     name = "irc_autotune_kernel"
     tk = KernelTranslator(trial, name).build()
-    source = emit_triton(ModuleOp([tk]), "autotune")
+    lowered = ModuleOp([tk])
+    cleanup = LOWERING[LOWERING.index("loop-to-tile") + 1 :]  # tile-cse, dce, tile-sink
+    run_pipeline(lowered, ",".join(cleanup), verify_each=False)
+    source = emit_triton(lowered, "autotune")
     try:
         mod = load_source(source, device)
         fn = getattr(mod, name)

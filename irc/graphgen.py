@@ -40,6 +40,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from irc.compiler import AFTER_TILING
 from irc.dialects import graph
 from irc.types import ELEMENTS, HALF_NAMES, INT_NAMES, broadcast_shapes, numel
 
@@ -720,7 +721,7 @@ class Failure:
 
 SMALL_TILES = (
     "fuse,graph-to-loop,split-reduction{threshold=64 splits=16 min_chunk=4},"
-    "tile{block=32 rblock=16 persistent-rblock=16},loop-to-tile"
+    "tile{block=32 rblock=16 persistent-rblock=16}," + ",".join(AFTER_TILING)
 )
 """The third way a program is compiled: fused, with tiny blocks, so that small
 programs still take the paths of large ones (reductions looped over chunks,

@@ -5,7 +5,13 @@ of X elements for pointwise kernels; rows (X) by reduction chunk (R) for
 reductions; output rows by columns for contractions, whose K loop uses one
 layout per dot operand. Loop values are then translated on demand, each index
 argument standing for an index block of its layout, so the same translation
-serves every kind and every fused body.
+serves every kind and every fused body. A `loop.softmax_reduce` (made by the
+`online-softmax` pass) becomes one loop carrying a running max and sum.
+
+This step translates and does nothing else: a value is translated once for
+each loop body that uses it, and the passes after it share equal ops
+(`tile-cse`), drop unused ones (`dce`) and move a persistent GEMM's epilogue
+indices below its K loop (`tile-sink`).
 
 Numerics: half-precision values are computed in f32 (rounded at explicit casts
 and at stores); reductions accumulate in f32 and see the identity in masked
@@ -101,16 +107,6 @@ def identity(kind: str, element: Attribute) -> Attribute:
     return IntegerAttr(-(2 ** (bits - 1)) if kind == "max" else 2 ** (bits - 1) - 1, i64)
 
 
-CSE_OPS = (
-    tile.ApplyOp,
-    tile.LoadOp,
-    tile.ExpandDimsOp,
-    tile.BroadcastToOp,
-    tile.ArangeOp,
-    tile.ProgramIdOp,
-    tile.ConstantOp,
-)
-SINKABLE_OPS = (tile.ApplyOp, tile.ExpandDimsOp, tile.BroadcastToOp, tile.ArangeOp, tile.ConstantOp)
 COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
 # Half-precision ops that commute with rounding: monotone (max, min, relu) or
 # sign-symmetric (neg, abs), or a choice (where), so op(round(x)) == round(op(x)).
@@ -193,11 +189,9 @@ class KernelTranslator:
         self.blocks = [self.body]
         self.scopes = [Scope()]
         self.constants: dict[SSAValue, int] = {}
-        self.cse: dict[object, SSAValue] = {}
         # Index block -> (flat index F, div, mod): the block is (F // div) % mod.
         self.digits: dict[SSAValue, tuple[SSAValue, int, int | None]] = {}
         self.const_cache: dict[tuple[int | float, Attribute], SSAValue] = {}
-        self.offset_cache: dict[tuple[tuple[int, ...], tuple[SSAValue, ...]], SSAValue] = {}
         self.shape = kernel_shape(kernel)
         self.tiling = tiling_of(kernel)
         self.streamed = streamed_buffers(kernel, self.shape)
@@ -213,21 +207,12 @@ class KernelTranslator:
     # -- building blocks --
 
     def add(self, op: Operation) -> SSAValue:
-        """Appends `op`, or reuses an identical value already computed and in scope.
+        """Appends `op` to the block being built; returns its first result.
 
-        Loads are reused too: a kernel never reads a buffer it writes. This is
-        what keeps a persistent softmax at one load of its row.
+        Equal ops are made as often as the loop IR asks for them: `tile-cse`
+        shares them afterwards (loads included, which are pure in a tile.kernel).
         """
-        key = None
-        if isinstance(op, CSE_OPS) and len(op.results) == 1:
-            key = (op.name, tuple(op.operands), tuple(op.properties.items()), op.results[0].type)
-            found = self.cse.get(key)
-            if found is not None and self.visible(found):
-                op.erase()
-                return found
         self.blocks[-1].add_op(op)
-        if key is not None:
-            self.cse[key] = op.results[0]
         return op.results[0] if op.results else None  # type: ignore[return-value]
 
     def const(self, value: int | float, element: Attribute) -> SSAValue:
@@ -411,10 +396,6 @@ class KernelTranslator:
             props["stages"] = IntegerAttr(self.tiling.stages, i64)
         if persistent:
             props["persistent"] = IntegerAttr(1, i64)
-        remove_dead_code(self.body)
-        for op in self.body.ops:
-            if isinstance(op, tile.TilesOp):
-                sink_to_first_use(op.body.block)
         k = tile.KernelOp.create(properties=props, regions=[Region(self.body)])
         k.location = self.kernel.location
         return k
@@ -426,13 +407,10 @@ class KernelTranslator:
                 self.store(op)
             elif isinstance(op, loop.ForeachOp):
                 self.foreach(op)
-            elif isinstance(op, loop.ReduceOp):
+            elif isinstance(op, loop.ReduceOp | loop.SoftmaxReduceOp):
                 # Per-row values are made where the loop IR puts them, before
                 # any inner loop that reads them.
-                partner = self.softmax_partner(op)
-                if partner is not None:
-                    self.online_softmax(op, partner)
-                self.value(op.result)
+                self.value(op.results[0])
 
     def layout_pointwise(self) -> None:
         (xb,) = self.tiling.block
@@ -565,6 +543,9 @@ class KernelTranslator:
             return found
         op = v.owner
         assert isinstance(op, Operation), f"unbound loop index {v}"
+        if isinstance(op, loop.SoftmaxReduceOp):
+            self.softmax_reduce(op)  # binds both results
+            return self.value(v)
         result = self.translate(op)
         self.bind(v, result)
         return result
@@ -676,28 +657,13 @@ class KernelTranslator:
         return self.apply("cast", [self.apply("cast", [v], element)], F32)
 
     def offsets(self, memref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
-        """Element offsets of a row-major buffer (computed once per scope and index)."""
+        """Element offsets of a row-major buffer at loop `indices`."""
         shape = tuple(memref.type.get_shape())  # type: ignore[attr-defined]
-        tile_indices = tuple(self.value(i) for i in indices)
-        key = (shape, tile_indices)
-        found = self.offset_cache.get(key)
-        if found is not None and self.visible(found):
-            return found
-        result = self._offsets(shape, tile_indices)
-        self.offset_cache[key] = result
-        return result
-
-    def visible(self, v: SSAValue) -> bool:
-        """Whether `v` is defined in a block that is open now (so it dominates here)."""
-        owner = v.owner
-        block = owner.parent_block() if isinstance(owner, Operation) else owner
-        return block in self.blocks
-
-    def _offsets(self, shape: tuple[int, ...], indices: tuple[SSAValue, ...]) -> SSAValue:
+        values = [self.value(i) for i in indices]
         strides = [numel(shape[d + 1 :]) for d in range(len(shape))]
         terms = [
             (t, stride)
-            for t, size, stride in zip(indices, shape, strides, strict=True)
+            for t, size, stride in zip(values, shape, strides, strict=True)
             if size != 1 and self.constants.get(t) != 0
         ]
         total: SSAValue | None = None
@@ -875,50 +841,17 @@ class KernelTranslator:
         )
         return self.round_to(self.expand(red, 1), op.result.type)
 
-    def softmax_partner(self, rmax: loop.ReduceOp) -> loop.ReduceOp | None:
-        """The `sum(exp(x - max(x)))` that can share one loop with `max(x)`.
-
-        Only for looped rows: a persistent row is read once anyway.
-        """
-        if rmax.kind.data != "max" or self.shape.kind != "reduction" or self.lookup(rmax.result):
-            return None
-        element = rmax.result.type
-        if element not in (F32, ELEMENT_TYPES["f64"]) or self.tiling.block[1] >= numel(
-            loop.int_list(rmax.bounds)
-        ):
-            return None
-        block = rmax.parent_block()
-        assert block is not None
-        for other in block.ops:
-            if not isinstance(other, loop.ReduceOp) or other is rmax or other.kind.data != "sum":
-                continue
-            if other.bounds != rmax.bounds or other.result.type != element:
-                continue
-            (yielded,) = other.body.block.last_op.values  # type: ignore[union-attr]
-            exp = yielded.owner
-            if not (isinstance(exp, loop.ApplyOp) and exp.fn.data == "exp"):
-                continue
-            sub = exp.args[0].owner
-            if not (isinstance(sub, loop.ApplyOp) and sub.fn.data == "sub"):
-                continue
-            x, m = sub.args
-            (x_max,) = rmax.body.block.last_op.values  # type: ignore[union-attr]
-            args = dict(zip(other.body.block.args, rmax.body.block.args, strict=True))
-            if m is rmax.result and _same_value(x, x_max, args):
-                return other
-        return None
-
-    def online_softmax(self, rmax: loop.ReduceOp, rsum: loop.ReduceOp) -> None:
+    def softmax_reduce(self, op: loop.SoftmaxReduceOp) -> None:
         """max(x) and sum(exp(x - max(x))) in one pass over the row (online softmax).
 
         Each lane keeps a running max and a sum scaled to it; a new chunk with
         a larger max rescales the sum by exp(old - new). The lanes combine at
         the end the same way.
         """
-        element = rmax.result.type
+        element = op.maximum.type
         xb, rb = self.tiling.block
         full = (xb, rb)
-        (x_value,) = rmax.body.block.last_op.values  # type: ignore[union-attr]
+        (x_value,) = op.body.block.last_op.values  # type: ignore[union-attr]
         minus_inf = FloatAttr(-math.inf, f64)
 
         def finite(m: SSAValue) -> SSAValue:
@@ -928,7 +861,7 @@ class KernelTranslator:
 
         def body(carried: list[SSAValue]) -> list[SSAValue]:
             m_acc, s_acc = carried
-            for iv, v in zip(rmax.body.block.args, self.pending_rivs, strict=True):
+            for iv, v in zip(op.body.block.args, self.pending_rivs, strict=True):
                 self.bind(iv, v)
             x = self.value(x_value)
             mask = self.mask_for(full)
@@ -942,7 +875,7 @@ class KernelTranslator:
             return [m_new, self.apply("add", [self.apply("mul", [s_acc, scale]), p])]
 
         inits = [self.full(minus_inf, element, full), self.full(FloatAttr(0.0, f64), element, full)]
-        m_acc, s_acc = self.reduction_chunks(loop.int_list(rmax.bounds), inits, body)
+        m_acc, s_acc = self.reduction_chunks(loop.int_list(op.bounds), inits, body)
 
         def across_lanes(kind: str, v: SSAValue) -> SSAValue:
             red = self.add(
@@ -958,8 +891,8 @@ class KernelTranslator:
         scaled = self.apply(
             "mul", [s_acc, self.apply("exp", [self.apply("sub", [m_acc, finite(m_row)])])]
         )
-        self.bind(rmax.result, m_row)
-        self.bind(rsum.result, across_lanes("sum", scaled))
+        self.bind(op.maximum, m_row)
+        self.bind(op.sum_exp, across_lanes("sum", scaled))
 
     def const_attr(self, value: Attribute, element: Attribute) -> SSAValue:
         return self.add(tile.ConstantOp.create(properties={"value": value}, result_types=[element]))
@@ -1069,58 +1002,6 @@ class KernelTranslator:
         if element_of(t) != element:
             t = self.apply("cast", [t], element)
         return t
-
-
-def _same_value(x: SSAValue, y: SSAValue, args: dict[SSAValue, SSAValue]) -> bool:
-    """Whether two loop values compute the same thing (`args` pairs loop indices)."""
-    if x is y or args.get(x) is y:
-        return True
-    ox, oy = x.owner, y.owner
-    if not (isinstance(ox, Operation) and isinstance(oy, Operation)):
-        return False
-    if (
-        ox.name != oy.name
-        or ox.regions
-        or oy.regions
-        or dict(ox.properties) != dict(oy.properties)
-        or [r.type for r in ox.results] != [r.type for r in oy.results]
-        or len(ox.operands) != len(oy.operands)
-    ):
-        return False
-    return all(_same_value(a, b, args) for a, b in zip(ox.operands, oy.operands, strict=True))
-
-
-def sink_to_first_use(block: Block) -> None:
-    """Moves pure ops down to just before their first use in `block`.
-
-    In a persistent GEMM this puts the epilogue's index math after the K loop,
-    as hand-written persistent kernels have it, instead of keeping it live
-    across the loop.
-    """
-    for op in reversed(list(block.ops)):
-        if not isinstance(op, SINKABLE_OPS) or not op.results:
-            continue
-        users = [block.find_ancestor_op_in_block(u.operation) for r in op.results for u in r.uses]
-        if not users or any(u is None for u in users):
-            continue
-        first = min(users, key=block.get_operation_index)  # type: ignore[arg-type]
-        if first is not op.next_op:
-            op.detach()
-            block.insert_op_before(op, first)  # type: ignore[arg-type]
-
-
-def remove_dead_code(block: Block) -> None:
-    """Drops pure ops whose results are unused (index pieces a layout did not need)."""
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed(list(block.walk())):
-            if isinstance(op, tile.StoreOp | tile.YieldOp | tile.ForOp):
-                continue
-            if op.results and all(not r.uses for r in op.results):
-                op.detach()
-                op.erase()
-                changed = True
 
 
 def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list[tile.KernelOp]:

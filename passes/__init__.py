@@ -78,12 +78,43 @@ def _fuse() -> type[ModulePass]:
     return FusePass
 
 
+def _online_softmax() -> type[ModulePass]:
+    from irc.passes.online_softmax import OnlineSoftmaxPass
+
+    return OnlineSoftmaxPass
+
+
+def _tile_cse() -> type[ModulePass]:
+    from irc.passes.tile_cse import TileCSEPass
+
+    return TileCSEPass
+
+
+def _dce() -> type[ModulePass]:
+    from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+
+    return DeadCodeElimination
+
+
+def _tile_sink() -> type[ModulePass]:
+    from irc.passes.tile_sink import TileSinkPass
+
+    return TileSinkPass
+
+
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose": _decompose,
     "fuse": _fuse,
     "graph-to-loop": _graph_to_loop,
     "split-reduction": _split_reduction,
     "tile": _tile,
+    "online-softmax": _online_softmax,
     "loop-to-tile": _loop_to_tile,
+    "tile-cse": _tile_cse,
+    "dce": _dce,
+    "tile-sink": _tile_sink,
 }
 """Every pass by name, in pipeline order (`irc-opt` makes one flag of each)."""
+
+XDSL_PASSES = frozenset({"dce"})
+"""The entries of `PASSES` that are xDSL's own passes (`xdsl-opt` has them already)."""

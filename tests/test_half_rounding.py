@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import irc
+from irc.compiler import AFTER_TILING
 from irc.dialects import tile
 from irc.pipeline import run_pipeline
 from irc.reference import functions, run_function
@@ -72,7 +73,7 @@ def test_commuting_op_matches_torch_exactly(op: str, el: str) -> None:
 
 def narrowing_casts(text: str) -> int:
     module = irc.parse(text, "t.ir")
-    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile,loop-to-tile")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile," + ",".join(AFTER_TILING))
     return sum(
         1
         for op in module.walk()

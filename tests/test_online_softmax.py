@@ -50,3 +50,33 @@ def test_online_softmax_matches_torch(scale: float) -> None:
     x[2, 7] = float("nan")
     x[3, 19999] = 80.0  # the max in the last, ragged chunk
     torch.testing.assert_close(compiled.softmax(x), torch.softmax(x, 1), equal_nan=True)
+
+
+def test_the_pass_runs_in_the_default_pipeline_and_alone() -> None:
+    from irc.compiler import LOWERING
+
+    assert LOWERING.index("tile") < LOWERING.index("online-softmax") < LOWERING.index("loop-to-tile")
+    module = irc.parse(LONG)
+    irc.run_pipeline(module, "decompose,fuse,graph-to-loop,tile,online-softmax")
+    text = irc.print_module(module)
+    assert text.count("loop.softmax_reduce") == 1 and "loop.reduce" not in text
+    # Without it (a pipeline written by hand), the row is read three times, still right.
+    module = irc.parse(LONG)
+    irc.run_pipeline(module, "decompose,fuse,graph-to-loop,tile,loop-to-tile,tile-cse,dce")
+    assert sum(1 for op in module.walk() if op.name == "tile.for") == 3
+
+
+def test_a_softmax_reduce_on_rows_in_registers_is_right() -> None:
+    # Rewritten while rows are looped, then re-tiled so that they fit in registers:
+    # loop-to-tile lowers the op in one chunk.
+    module = irc.parse(LONG.replace("20000", "3000"))
+    irc.run_pipeline(module, "decompose,fuse,graph-to-loop,tile{persistent-rblock=2048},online-softmax")
+    irc.run_pipeline(module, "tile")
+    assert "loop.softmax_reduce" in irc.print_module(module)
+    irc.run_pipeline(module, "loop-to-tile,tile-cse,dce")
+    assert not any(op.name == "tile.for" for op in module.walk())
+    compiled = irc.compile(module, device=DEVICE)
+    x = torch.randn(5, 3000, device=DEVICE) * 20.0
+    x[1] = -float("inf")
+    x[1, 17] = 1.0
+    torch.testing.assert_close(compiled.softmax(x), torch.softmax(x, 1))

@@ -17,7 +17,7 @@ from torch.testing import assert_close
 
 import irc
 from irc.autotune import candidates
-from irc.compiler import CompiledModule
+from irc.compiler import AFTER_TILING, CompiledModule
 from irc.dialects import loop, tile
 from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.tile import KernelShape, Tiling, choose_tiling, set_tiling
@@ -50,7 +50,7 @@ def lower(text: str, tiling: Tiling | None) -> tuple[CompiledModule, object]:
         for k in module.walk():
             if isinstance(k, loop.KernelOp):
                 set_tiling(k, tiling)
-    run_pipeline(module, "loop-to-tile")
+    run_pipeline(module, ",".join(AFTER_TILING))
     source = emit_triton(module, "gemm.ir")
     kernels = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))
     return CompiledModule(source, DEVICE, kernels, module), module
