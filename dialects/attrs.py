@@ -127,7 +127,7 @@ def check_number(op: Operation, name: str, value: Attribute | None, t: Attribute
         )
     whole = int(number)
     if element == I1:
-        if whole not in (0, 1):
+        if whole not in (0, 1, -1):  # -1: xDSL keeps a signless i1 true as all bits set
             raise VerifyException(f"{op.name}: '{name}' of an i1 must be 0 or 1, got {whole}")
         return
     bits = 32 if element == I32 else 64  # i64 and index
