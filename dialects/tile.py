@@ -88,6 +88,18 @@ def _broadcast(op: Operation, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _element(t: Attribute) -> Attribute:
+    return t.element_type if isinstance(t, TensorType) else t
+
+
+def _check_result(op: Operation, shape: tuple[int, ...], element: Attribute | None) -> None:
+    """The written result type is the one the operands give (Triton would compute another)."""
+    t = op.results[0].type
+    if _shape(t) != shape or (element is not None and _element(t) != element):
+        want = f"{list(shape)} of {format_type(element)}" if element is not None else list(shape)
+        raise VerifyException(f"{op.name}: the result must be {want}, got {format_type(t)}")
+
+
 def check_kernel_values(op: Operation) -> None:
     """Kernel ops stand in a tile.kernel, and hold no `index` values (Triton has none)."""
     if not op.name.startswith("tile.") or isinstance(op, KernelOp | LaunchOp):
@@ -295,7 +307,10 @@ class ExpandDimsOp(IRDLOperation):
     traits = traits_def(Pure())
 
     def verify_(self) -> None:
-        check_int(self, "axis", self.axis, 0, len(_shape(self.input.type)))
+        shape = _shape(self.input.type)
+        check_int(self, "axis", self.axis, 0, len(shape))
+        axis = self.axis.value.data
+        _check_result(self, shape[:axis] + (1,) + shape[axis:], _element(self.input.type))
 
 
 @irdl_op_definition
@@ -306,6 +321,15 @@ class BroadcastToOp(IRDLOperation):
     input = operand_def()
     result = result_def()
     traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        out = _shape(self.result.type)
+        shape = _shape(self.input.type)
+        if len(shape) > len(out) or _broadcast(self, [shape, out]) != out:
+            raise VerifyException(
+                f"{self.name}: a block of shape {list(shape)} does not broadcast to {list(out)}"
+            )
+        _check_result(self, out, _element(self.input.type))
 
 
 @irdl_op_definition
@@ -475,6 +499,9 @@ class ReduceOp(IRDLOperation):
         if rank == 0:
             raise VerifyException("tile.reduce: the input must be a block, not a scalar")
         check_int(self, "axis", self.axis, 0, rank - 1)
+        shape = _shape(self.input.type)
+        axis = self.axis.value.data
+        _check_result(self, shape[:axis] + shape[axis + 1 :], None)
 
 
 @irdl_op_definition
@@ -492,6 +519,12 @@ class DotOp(IRDLOperation):
     def verify_(self) -> None:
         if self.precision is not None:
             check_choice(self, "precision", self.precision, DOT_PRECISIONS)
+        a, b, acc = (_shape(v.type) for v in (self.a, self.b, self.acc))
+        if len(a) != 2 or len(b) != 2 or a[1] != b[0] or acc != (a[0], b[1]):
+            raise VerifyException(
+                f"{self.name}: shapes {list(a)} @ {list(b)} + {list(acc)} do not make a product"
+            )
+        _check_result(self, acc, _element(self.acc.type))
 
 
 @irdl_op_definition
