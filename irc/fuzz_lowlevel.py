@@ -560,12 +560,45 @@ def m_region_args(rng: random.Random, text: str) -> str:
     return text[: m.start(group)] + ", ".join(args) + text[m.end(group) :]
 
 
+def m_buffer(rng: random.Random, text: str) -> str:
+    """Changes one buffer type everywhere it is written (a dimension one smaller, one larger,
+    halved): the program stays well formed, and every kernel over it must be proven again."""
+    found = sorted({m.group() for m in re.finditer(r"memref<(\d+x)+[a-z0-9]+>", text)})
+    if not found:
+        return text
+    old = rng.choice(found)
+    dims = old[len("memref<") : -1].split("x")
+    k = rng.randrange(len(dims) - 1)
+    n = int(dims[k])
+    dims[k] = str(max(1, rng.choice([n - 1, n + 1, n // 2, n * 2])))
+    return text.replace(old, "memref<" + "x".join(dims) + ">")
+
+
+def m_bound(rng: random.Random, text: str) -> str:
+    """Moves one number that bounds accesses by a little: an i32 constant (a mask's limit, a
+    stride), a loop or kernel bound, a grid size, a loop's upper bound."""
+    found = [
+        m
+        for m in re.finditer(
+            r"(?:tile\.constant \{value = |bounds = \[|grid = \[|ub = |, )(\d+)(?=\}? : i32|[\],])",
+            text,
+        )
+    ]  # fmt: skip
+    if not found:
+        return text
+    m = rng.choice(found)
+    n = int(m.group(1))
+    new = str(max(0, rng.choice([n - 1, n + 1, n + 1, n * 2, n + 16])))
+    return text[: m.start(1)] + new + text[m.end(1) :]
+
+
 MUTATORS: dict[str, Callable[[random.Random, str], str]] = {
+    "buffer": m_buffer, "bound": m_bound,
     "number": m_number, "list": m_list, "op": m_op, "value": m_value, "symbol": m_symbol,
     "string": m_string, "type": m_type, "scalar": m_scalar, "operands": m_operands,
     "attrs": m_attrs, "lines": m_lines, "nest": m_nest, "region-args": m_region_args,
 }  # fmt: skip
-WEIGHTS = {"number": 5, "list": 4, "string": 3, "operands": 3, "type": 3, "attrs": 3, "op": 2,
+WEIGHTS = {"buffer": 3, "bound": 4, "number": 5, "list": 4, "string": 3, "operands": 3, "type": 3, "attrs": 3, "op": 2,
            "value": 2, "symbol": 1, "scalar": 2, "lines": 2, "nest": 1, "region-args": 1}  # fmt: skip
 
 

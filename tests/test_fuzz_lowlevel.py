@@ -47,8 +47,7 @@ SCALE = float(os.environ.get("IRC_FUZZ_SCALE", "1"))
 GRAPHS = 6
 
 KNOWN: dict[str, str] = {
-    "F19": r"KeyError: 'grid'",
-    "F20": r"not an irc element type: memref",
+    "F21": r"Both operands must be same dtype",
 }
 """Open findings (ids of /tmp/team/fuzz_findings.md, tests/hostile files) -> a regex of their
 problem text. Remove an entry when its fix lands."""
