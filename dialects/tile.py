@@ -269,8 +269,9 @@ class ProgramIdOp(IRDLOperation):
         kernel = self.parent_op()
         while kernel is not None and not isinstance(kernel, KernelOp):
             kernel = kernel.parent_op()
-        if kernel is not None and isinstance(kernel.grid, ArrayAttr):
-            axes = len(kernel.grid.data)
+        grid = kernel.properties.get("grid") if kernel is not None else None
+        if isinstance(grid, ArrayAttr):  # a missing grid is the kernel's own error
+            axes = len(grid.data)
             if axis >= axes:
                 raise VerifyException(
                     f"tile.program_id: axis {axis}, but the kernel's grid has "
@@ -553,6 +554,17 @@ class ForOp(IRDLOperation):
             raise VerifyException(
                 "tile.for: the region must end in tile.yield of the carried values"
             )
+        carried = [v.type for v in self.inits]
+        for what, types in (
+            ("region arguments", [a.type for a in block.args[1:]]),
+            ("yielded values", [v.type for v in last.values]),
+            ("results", [r.type for r in self.results]),
+        ):
+            if types != carried:
+                raise VerifyException(
+                    f"tile.for: the {what} ({', '.join(format_type(t) for t in types)}) must "
+                    f"have the types of the carried values ({', '.join(format_type(t) for t in carried)})"
+                )
 
 
 @irdl_op_definition
