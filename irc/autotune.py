@@ -35,6 +35,7 @@ from irc.passes.tile import (
     set_tiling,
     tiling_of,
 )
+from irc.pipeline import clone_keeping_names
 from irc.types import numel
 
 FINALISTS = 3  # re-timed in turns after the first pass, with the default
@@ -147,7 +148,7 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
 def kernel_key(kernel: loop.KernelOp, device_name: str, triton_version: str) -> str:
     from irc.printer import print_module
 
-    clone = kernel.clone()
+    clone = clone_keeping_names(kernel)
     for prop in ("block", "warps", "stages", "persistent"):
         clone.properties.pop(prop, None)
     clone.kernel_name = StringAttr("kernel")  # an identical kernel elsewhere reuses the winner
@@ -207,7 +208,7 @@ def time_tiling(kernel: loop.KernelOp, t: Tiling, device: str) -> float:
     from irc.passes.online_softmax import rewrite_kernel
     from irc.pipeline import run_pipeline
 
-    trial = kernel.clone()
+    trial = clone_keeping_names(kernel)
     set_tiling(trial, t)
     rewrite_kernel(trial)  # as the online-softmax pass would, for this tiling
     name = "irc_autotune_kernel"

@@ -78,11 +78,12 @@ def triton_names(module: ModuleOp) -> dict[str, list[str]]:
     """graph.fused kernel name -> the names of the Triton kernels it becomes."""
     from irc.compiler import lower_to_tile
     from irc.passes.fuse import launched_kernels
+    from irc.pipeline import clone_keeping_names
 
     if not any(isinstance(op, graph.FusedOp) for op in module.walk()):
         return {}
     out: dict[str, list[str]] = {}
-    for launches in launched_kernels(lower_to_tile(module.clone())).values():
+    for launches in launched_kernels(lower_to_tile(clone_keeping_names(module))).values():
         for origin, name in launches:
             out.setdefault(origin, []).append(name)
     return out

@@ -5,7 +5,8 @@ kernels, so a mistake the verifier lets through is a wrong memory access or
 generated Python that does something else. This module:
 
 1. makes valid loop- and tile-level programs by lowering random graphs
-   (`irc.graphgen`) and the examples through real pipelines and printing them;
+   (`irc.graphgen`) and the examples through real pipelines and printing them,
+   and graph-level ones in `graph.fused` groups, as a user could write them;
 2. mutates them token by token, knowing the grammar: op names swapped, numbers
    made 0, -1, 2**31, 2**63..., lists (`bounds`, `grid`, `block`, `shape`)
    grown, shrunk and emptied, values and symbols renamed, operands dropped and
@@ -231,13 +232,15 @@ def _collect(pid: int, read_fd: int, expected: int, timeout: float) -> list[Outc
 SMALL_TILING = "tile{block=32 rblock=16 persistent-rblock=16}"
 SMALL_SPLIT = "split-reduction{threshold=64 splits=16 min_chunk=4}"
 PIPELINES: dict[str, str] = {
+    "graph-fused": "decompose,fuse",
     "loop": "decompose,fuse,graph-to-loop",
     "loop-unfused": "decompose,graph-to-loop",
     "loop-tiled": f"decompose,fuse,graph-to-loop,{SMALL_SPLIT},{SMALL_TILING}",
     "tile": "decompose,fuse,graph-to-loop,split-reduction,tile,loop-to-tile",
     "tile-small": f"decompose,fuse,graph-to-loop,{SMALL_SPLIT},{SMALL_TILING},loop-to-tile",
 }
-"""How seeds are lowered: the name says the level of the printed result."""
+"""How seeds are lowered: the name says the level of the printed result (graph-fused: graph
+ops in hand-editable graph.fused groups, which lower as written)."""
 
 MAX_SEED_CHARS = 20_000
 
@@ -279,7 +282,7 @@ def seed_programs(seed: int, graphs: int, examples: bool = True) -> list[Program
     rng = random.Random(f"seeds:{seed}")
     for origin, text, small in sources:
         names = sorted(PIPELINES)
-        for name in rng.sample(names, 2) if small else ["loop", "tile"]:
+        for name in rng.sample(names, 2) if small else ["graph-fused", "loop", "tile"]:
             out = lowered(text, PIPELINES[name])
             if len(out) <= MAX_SEED_CHARS:
                 programs.append(Program(out, f"{origin}:{name}", small))

@@ -337,8 +337,11 @@ class Driver:
         itself when the run lowered it to tile kernels, else from a lowered copy."""
         from irc.compiler import level_of, lower_to_tile
         from irc.passes.fuse import resolve_reports
+        from irc.pipeline import clone_keeping_names
 
-        lowered = module if level_of(module) == "tile" else lower_to_tile(module.clone())
+        lowered = (
+            module if level_of(module) == "tile" else lower_to_tile(clone_keeping_names(module))
+        )
         resolve_reports(reports, lowered)
         self.reports += reports
         if self.report is not None and self.report.mode == "text" and self.report.path is None:

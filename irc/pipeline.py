@@ -403,3 +403,24 @@ def decode_value_names(module: Operation) -> None:
         name = value.name_hint
         if name is not None and name.startswith(_NAME_PREFIX):
             set_value_name(value, name[len(_NAME_PREFIX) :] or None)
+
+
+def written_name(value: SSAValue) -> str | None:
+    """`value`'s name as written, also while a pass runs (when some names are encoded)."""
+    name = value.name_hint
+    return name.removeprefix(_NAME_PREFIX) or None if name is not None else None
+
+
+OpT = typing.TypeVar("OpT", bound=Operation)
+
+
+def clone_keeping_names(op: OpT) -> OpT:
+    """A copy of `op` whose values keep their names as written: xDSL's `clone` copies a
+    name through a setter that rejects `%0` (the printer's own names), a ValueError."""
+    encode_value_names(op)
+    try:
+        copy = op.clone()
+    finally:
+        decode_value_names(op)
+    decode_value_names(copy)
+    return copy

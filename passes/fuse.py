@@ -661,7 +661,9 @@ def _mb(n: int) -> str:
 def _op_label(g: FusionGraph, op: Operation) -> str:
     label = g.labels.get(op)
     if label is None:
-        name = op.results[0].name_hint if op.results else None
+        from irc.pipeline import written_name  # (irc.pipeline imports the passes)
+
+        name = written_name(op.results[0]) if op.results else None
         tag = f"%{name}" if name else f"#{g.order[op]}"
         label = g.labels[op] = f"{op.name.removeprefix('graph.')} {tag}"
     return label

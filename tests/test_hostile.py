@@ -502,3 +502,134 @@ def test_the_oracle_wants_located_errors(tmp_path: Path) -> None:
     named.write_text("a\n")
     with pytest.raises(AssertionError, match="no error says"):
         assert_rejected(Result(1, "", f"{named}:1:1: error: other\n"), named, ("where",), box)
+
+
+# --- names as the printer writes them (%0, %1), through every output --------------------------
+
+NUMBERED = """func @f(%0: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %1 = graph.exp %0 : tensor<4x8xf32>
+  %2 = graph.neg %1 : tensor<4x8xf32>
+  return %2 : tensor<4x8xf32>
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--fuse", "--emit", "dot"],
+        ["--fuse", "--fusion-report"],
+        ["--fuse", "--fusion-report=json"],
+        ["--fuse", "--emit", "triton", "--fusion-report"],
+    ],
+    ids=["dot", "report", "report-json", "triton-report"],
+)
+def test_numbered_names_in_every_output(args: list[str], tmp_path: Path) -> None:
+    """`%0` is the spec's own spelling: the outputs that copy the module (DOT, the fusion
+    report) once failed on it with xDSL's ValueError (exit 2), and the report showed the
+    names as encoded while passes run (`%$irc$1`)."""
+    import contextlib
+    import io
+
+    from irc.opt import run
+
+    path = tmp_path / "numbered.ir"
+    path.write_text(NUMBERED)
+    for text in (NUMBERED, run_to_text([str(path), "-p", "decompose,fuse"])):
+        path.write_text(text)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err):
+            status = run([str(path), *args], stdout=out)
+        assert status == 0, err.getvalue()
+        assert "$irc$" not in out.getvalue() + err.getvalue()
+        if "report" in args[-1] and text == NUMBERED:  # (a fused module has nothing to report)
+            assert "%1" in out.getvalue() + err.getvalue()
+
+
+def run_to_text(argv: list[str]) -> str:
+    import io
+
+    from irc.opt import run
+
+    out = io.StringIO()
+    assert run(argv, stdout=out) == 0
+    return out.getvalue()
+
+
+def test_autotune_keys_a_printed_loop_kernel(tmp_path: Path) -> None:
+    """The autotuner copies kernels; printed loop IR names its indices %2, %3."""
+    from irc.autotune import kernel_key
+    from irc.dialects import loop
+    from irc.frontend import parse
+    from irc.printer import print_module
+
+    path = tmp_path / "numbered.ir"
+    path.write_text(NUMBERED)
+    module = parse(run_to_text([str(path), "-p", "decompose,fuse,graph-to-loop"]), "l.ir")
+    before = print_module(module)
+    kernel = next(op for op in module.walk() if isinstance(op, loop.KernelOp))
+    assert len(kernel_key(kernel, "gpu", "3.6")) == 32
+    assert print_module(module) == before
+
+
+# --- valid edge programs: accepted, and compiled into a module that imports ------------------
+
+EDGE_PROGRAMS: dict[str, str] = {
+    "graph-identity": "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %x : tensor<4xf32>\n}\n",
+    "graph-nothing": "func @f() {\n  return\n}\n",
+    "loop-identity": "func @f(%x: memref<4xf32>) -> memref<4xf32> {\n  return %x : memref<4xf32>\n}\n",
+    "loop-empty-kernel": (
+        "func @f(%x: memref<4xf32>) -> memref<4xf32> {\n"
+        '  loop.kernel {name = "k", bounds = [4]} (%i: index) {\n  }\n'
+        "  return %x : memref<4xf32>\n}\n"
+    ),
+    "tile-empty-kernel": (
+        'tile.kernel {name = "k", grid = [1], warps = 1} (%p0: ptr<f32>) {\n}\n\n'
+        "func @f(%x: memref<4xf32>) -> memref<4xf32> {\n"
+        "  tile.launch %x {kernel = @k}\n  return %x : memref<4xf32>\n}\n"
+    ),
+    "reserved-kernel-names": (
+        'tile.kernel {name = "torch", grid = [1], warps = 1} (%p0: ptr<f32>, %p1: ptr<f32>) {\n'
+        "  %r = tile.arange {size = 4} : tensor<4xi32>\n"
+        "  %v = tile.load %p0, %r : tensor<4xf32>\n  tile.store %p1, %r, %v\n}\n\n"
+        'tile.kernel {name = "fn0", grid = [1], warps = 1} (%p0: ptr<f32>, %p1: ptr<f32>) {\n'
+        "  %r = tile.arange {size = 4} : tensor<4xi32>\n"
+        "  %v = tile.load %p0, %r : tensor<4xf32>\n  tile.store %p1, %r, %v\n}\n\n"
+        "func @tl(%x: memref<4xf32>) -> memref<4xf32> {\n  %y = loop.alloc : memref<4xf32>\n"
+        "  tile.launch %x, %y {kernel = @torch}\n  tile.launch %y, %x {kernel = @fn0}\n"
+        "  return %y : memref<4xf32>\n}\n"
+    ),
+}
+EDGE_OPEN: dict[str, str] = {
+    "graph-identity": "F25: no kernel -> 'pass tile-cse runs on tile-level IR' (exit 1)",
+    "loop-identity": "F25: no kernel -> 'pass tile-cse runs on tile-level IR' (exit 1)",
+    "loop-empty-kernel": "F22: an empty kernel becomes a Python def without a body",
+    "tile-empty-kernel": "F22: an empty kernel becomes a Python def without a body",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            n, marks=[pytest.mark.xfail(strict=True, reason=EDGE_OPEN[n])] if n in EDGE_OPEN else []
+        )
+        for n in EDGE_PROGRAMS
+    ],
+)
+def test_edge_programs_compile(name: str, tmp_path: Path) -> None:
+    """Programs at the edges of the language (no kernel, an empty kernel, kernels named
+    after what the generated module imports) are accepted, give a module of irc's own
+    shape, and load: irc.compile imports it."""
+    from irc.fuzz_lowlevel import check_generated
+
+    path = tmp_path / "in" / f"{name}.ir"
+    path.parent.mkdir()
+    path.write_text(EDGE_PROGRAMS[name])
+    box = Sandbox.make(tmp_path / "box")
+    result = run_opt([str(path), "--emit", "triton"], box)
+    assert result.status == 0, result.stderr
+    assert check_generated(result.stdout) is None, check_generated(result.stdout)
+    compiled = run_forked(irc_compile(str(path)), box)
+    assert compiled.status == 0, compiled.stderr
+    assert box.written(keep_cache=True) == []
