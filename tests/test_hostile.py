@@ -76,10 +76,11 @@ ENTRIES = [read_entry(p) for p in sorted(CORPUS.glob("*.ir"))]
 OPEN: dict[str, str] = {
     "tile_apply_mixed_float.ir": "F21: f32 * f64 declared f32 is accepted",
     "loop_apply_mixed_float.ir": "F21: f32 * f64 declared f32 is accepted",
+    "tile_kernel_name_symbol_first.ir": "F26: a kernel below reads a symbol name as a string",
 }
 """Corpus files whose defect is still open (the finding in /tmp/team/fuzz_findings.md)."""
 
-CRASH_IN_VERIFIER: set[str] = set()
+CRASH_IN_VERIFIER = {"tile_kernel_name_symbol_first.ir"}
 """Open lower-level files whose defect breaks the verifier, which irc-run runs before it
 refuses lower-level IR; the others reach only irc-opt's and irc.compile's lowering."""
 
