@@ -191,7 +191,7 @@ def matmul_rate() -> tuple[float, float]:
 def correctness(
     path: Path, name: str, args: list[Any], got: list[Any], want: list[Any]
 ) -> dict[str, Any]:
-    """irc's outputs against torch eager's by `irc.verdict.judge`, the rule of `irc-run
+    """irc's outputs against torch eager's by `irc.testing.verdict.judge`, the rule of `irc-run
     --check`: within assert_close, or no further from the program computed in f64 than
     4x torch's own distance from it (over a few summation orders; docs/testing.md).
 
@@ -199,8 +199,8 @@ def correctness(
     verdict line of each output.
     """
     import irc
-    from irc.reference import functions
-    from irc.verdict import judge, yardsticks
+    from irc.testing.reference import functions
+    from irc.testing.verdict import judge, yardsticks
 
     fn = functions(irc.parse(path.read_text(), str(path)))[name]
     sticks = yardsticks(fn, args)

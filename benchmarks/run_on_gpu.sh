@@ -19,7 +19,7 @@ IRC_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -c "$here/pyprojec
   "$here"/tests/test_persistent_gemm.py "$here"/tests/test_split_reduction.py "$here"/tests/test_api.py \
   "$here"/tests/test_half_rounding.py "$here"/tests/test_target.py "$here"/tests/test_runtime.py \
   2>&1 | tail -15 | tee "$out/pytest_gpu.log"
-python3 -m irc.graphgen --count 2000 --seed 100000 --device cuda --max-seconds 90 2>&1 | tail -5 | tee "$out/graphgen_gpu.log"
+python3 -m irc.testing.graphgen --count 2000 --seed 100000 --device cuda --max-seconds 90 2>&1 | tail -5 | tee "$out/graphgen_gpu.log"
 python3 "$here"/benchmarks/bench.py --fresh-caches --markdown "$out/bench.md" --json "$out/bench.json" 2>&1 \
   | tee "$out/bench.log"
 python3 "$here"/benchmarks/bench.py --autotune --markdown "$out/bench_autotune.md" --json "$out/bench_autotune.json" 2>&1 \

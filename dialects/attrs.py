@@ -12,7 +12,7 @@ from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, StringAttr,
 from xdsl.ir import Attribute, Operation
 from xdsl.utils.exceptions import VerifyException
 
-from irc.types import ELEMENT_TYPES, FLOAT_TYPES, I1, SCALAR_TYPES, format_type
+from irc.ir.types import ELEMENT_TYPES, FLOAT_TYPES, I1, SCALAR_TYPES, format_type
 
 I32 = ELEMENT_TYPES["i32"]
 

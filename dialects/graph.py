@@ -3,7 +3,7 @@
 Every op knows how to infer its result type from its operands and attributes
 (`infer_type`); the front end uses that where a `.ir` file leaves the type out,
 and the verifier checks a written type against it. Numerics follow the PyTorch
-op of the same name (see `irc.reference`).
+op of the same name (see `irc.testing.reference`).
 
     %y = graph.add %x, %b : tensor<8x4xf32>
     %m = graph.reduce_max %x {dims = [1], keepdim = true} : tensor<8x1xf32>
@@ -11,7 +11,7 @@ op of the same name (see `irc.reference`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import ClassVar
@@ -38,16 +38,9 @@ from xdsl.irdl import (
 from xdsl.traits import IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from irc.kernel_kind import (
-    KINDS,
-    KernelKind,
-    RowGeometry,
-    kind_of_ops,
-    parse_kind,
-    row_geometry,
-)
-from irc.names import kernel_name_problem
-from irc.types import (
+from irc.ir.kernel_kind import KINDS, GeometryMismatch, KernelKind, RowGeometry, parse_kind
+from irc.ir.names import kernel_name_problem
+from irc.ir.types import (
     FLOAT_TYPES,
     I1,
     MAX_ELEMENTS,
@@ -55,6 +48,7 @@ from irc.types import (
     format_type,
     int_array,
     numel,
+    shape_of,
     tensor,
 )
 
@@ -239,7 +233,7 @@ first operand's element type: its name (`"f64"`) first, then `"float"` or `"int"
 
 @dataclass(frozen=True)
 class Fuzz:
-    """How `irc.graphgen` draws an element-wise op in random programs.
+    """How `irc.testing.graphgen` draws an element-wise op in random programs.
 
     Values carry a rough magnitude (`scale`) and whether two correct
     implementations agree on them bit for bit (`exact`); these facts keep the
@@ -280,7 +274,7 @@ class ElementwiseOp(GraphOp):
     """The `fn` of the loop.apply and tile.apply that compute the op."""
     ARITY: ClassVar[int]
     REFERENCE: ClassVar[str | None]
-    """The torch function that defines the op's numerics (irc.reference imports it
+    """The torch function that defines the op's numerics (irc.testing.reference imports it
     lazily, so the dialect loads without torch); None: a custom evaluator there."""
     TRITON: ClassVar[Template | None]
     """The scalar Triton expression; None: tile_to_triton builds it (cast)."""
@@ -597,7 +591,7 @@ class CastOp(ElementwiseOp):
     REQUIRED_RESULT_TYPE: ClassVar[bool] = True
     FN: ClassVar[str] = "cast"
     ARITY: ClassVar[int] = 1
-    REFERENCE: ClassVar[str | None] = None  # irc.reference: `Tensor.to` the result's dtype
+    REFERENCE: ClassVar[str | None] = None  # irc.testing.reference: `Tensor.to` the result's dtype
     TRITON: ClassVar[Template | None] = None  # tile_to_triton: by source and target type
     COST: ClassVar[Cost] = Cost.CHEAP
     FUZZ: ClassVar[Fuzz] = Fuzz(recipe="cast")
@@ -916,16 +910,16 @@ class FusedOp(IRDLOperation):
     outputs = var_result_def(TensorType)
     kernel = opt_prop_def(Attribute)
     kind = opt_prop_def(Attribute)
-    """The kernel's kind (irc.kernel_kind), as `fuse` decided it."""
+    """The kernel's kind (irc.ir.kernel_kind), as `fuse` decided it."""
     space = opt_prop_def(Attribute)
     """A reduction kernel's row space: its reductions' input shape..."""
     dims = opt_prop_def(Attribute)
-    """...and the dims they reduce (`irc.kernel_kind.RowGeometry`)."""
+    """...and the dims they reduce (`irc.ir.kernel_kind.RowGeometry`)."""
     body = region_def("single_block")
 
     def verify_(self) -> None:
         if self.kernel is not None:
-            # The name of the kernel it becomes: it names a Python function (irc.names).
+            # The name of the kernel it becomes: it names a Python function (irc.ir.names).
             if not isinstance(self.kernel, StringAttr):
                 raise GraphVerifyError('graph.fused: kernel must be a string, like "poi_exp_0"')
             problem = kernel_name_problem(self.kernel.data)
@@ -972,9 +966,7 @@ class FusedOp(IRDLOperation):
         self._check_group()
 
     def _check_group(self) -> None:
-        """The group is one kernel: no group inside it, only graph ops, and a loop nest
-        computes it by the fusion pass's own rules (passes/fuse.py, less its cost
-        limits), so that a group written by hand is refused in terms of its ops."""
+        """The group is one kernel: no group inside it, only graph ops."""
         outer = self.parent_op()
         while outer is not None:
             if isinstance(outer, FusedOp):
@@ -988,34 +980,10 @@ class FusedOp(IRDLOperation):
                 return  # reported at the inner group
             if not isinstance(op, GraphOp | YieldOp):
                 raise GraphVerifyError(f"graph.fused: {op.name} in the region is not a graph op")
-        from irc.passes.fuse import FusionGraph, Rejected, kernel_schema
+        # Whether one kernel computes it is fusion's rule, checked by the module
+        # verifier (irc/analysis/fused_groups.py), which sits above the passes.
 
-        written = self._written_kind()
-        g = FusionGraph(self.body.block)
-        try:
-            schema = kernel_schema(g, g.compute, None, costs=False)
-        except Rejected as e:
-            raise GraphVerifyError(
-                f"graph.fused: one kernel cannot compute this group: {e}"
-            ) from None
-        if written is not None and written != schema.kind:
-            raise GraphVerifyError(
-                f'graph.fused: kind "{written}", but the group is a "{schema.kind}" kernel'
-            )
-        geometry = self._written_geometry()
-        if geometry is not None and geometry != schema.geometry:
-            rows = schema.geometry
-            why = (
-                f"its reductions have space = {list(rows.space)}, dims = {list(rows.dims)}"
-                if rows is not None
-                else f'a "{schema.kind}" kernel has no rows'
-            )
-            raise GraphVerifyError(
-                f"graph.fused: space = {list(geometry.space)}, dims = {list(geometry.dims)}, "
-                f"but {why}"
-            )
-
-    def _written_kind(self) -> KernelKind | None:
+    def written_kind(self) -> KernelKind | None:
         """The `kind` written on the op (by `fuse` or by hand), checked to be one."""
         if self.kind is None:
             return None
@@ -1024,7 +992,7 @@ class FusedOp(IRDLOperation):
             raise GraphVerifyError(f"graph.fused: kind must be one of {KINDS}")
         return kind
 
-    def _written_geometry(self) -> RowGeometry | None:
+    def written_geometry(self) -> RowGeometry | None:
         """The rows written on the op: `space` and `dims` go together, on a reduction."""
         props = dict(self.properties)
         if self.space is None and self.dims is None:
@@ -1045,13 +1013,13 @@ class FusedOp(IRDLOperation):
 
     def kernel_kind(self) -> KernelKind:
         """The kernel's kind: as written, else what `fuse` would decide for the group."""
-        written = self._written_kind()
+        written = self.written_kind()
         return written if written is not None else kind_of_ops(self.body.block.ops)
 
     def row_geometry(self) -> RowGeometry:
         """A reduction kernel's rows: as written, else from its reductions (the one
         helper fusion legality used). The verifier has checked the two agree."""
-        written = self._written_geometry()
+        written = self.written_geometry()
         if written is not None:
             return written
         return row_geometry([op for op in self.body.block.ops if isinstance(op, ReduceOp)])
@@ -1116,3 +1084,35 @@ PREDICATE_FUNCTIONS = frozenset(op.FN for op in BINARY_OPS if op.KIND == "compar
 """The functions whose result is `i1`."""
 REDUCE_OPS = (ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceMeanOp)
 COMPOSITE_OPS = (SoftmaxOp, LayerNormOp)
+
+
+# --- the kernel a group of graph ops makes (irc.ir.kernel_kind's vocabulary) ----
+
+
+def kind_of_ops(ops: Iterable[Operation]) -> KernelKind:
+    """The kind of a kernel computing the graph ops `ops` (whether one loop nest
+    can is `fuse.kernel_schema`'s question; this is only which nest it would be)."""
+    kind = KernelKind.POINTWISE
+    for op in ops:
+        if isinstance(op, MatmulOp):
+            return KernelKind.CONTRACTION
+        if isinstance(op, ReduceOp):
+            kind = KernelKind.REDUCTION
+    return kind
+
+
+def row_geometry(reductions: Sequence[Operation]) -> RowGeometry:
+    """The one row space of `reductions` (graph.reduce_* ops), or `GeometryMismatch`.
+
+    Fusion legality asks it of a group and graph-to-loop lowers by it, so the
+    rows a kernel is judged on are the rows it is lowered to.
+    """
+    geometries: list[RowGeometry] = []
+    for r in reductions:
+        assert isinstance(r, ReduceOp)
+        geometries.append(RowGeometry(shape_of(r.input.type), tuple(sorted(r.reduced_dims()))))
+    if not geometries:
+        raise GeometryMismatch("no reduction")
+    if any(g != geometries[0] for g in geometries[1:]):
+        raise GeometryMismatch("reductions over different shapes or dims")
+    return geometries[0]

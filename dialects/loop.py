@@ -53,9 +53,9 @@ from irc.dialects.attrs import (
     check_int_list,
     check_number,
 )
-from irc.kernel_kind import KINDS, KernelKind, parse_kind
-from irc.names import check_kernel_name
-from irc.types import ELEMENT_TYPES, F32, FLOAT_TYPES, I1, SCALAR_TYPES, format_type
+from irc.ir.kernel_kind import KINDS, KernelKind, parse_kind
+from irc.ir.names import check_kernel_name
+from irc.ir.types import ELEMENT_TYPES, F32, FLOAT_TYPES, I1, SCALAR_TYPES, format_type
 
 REDUCE_KINDS = ("sum", "max", "min")
 
@@ -158,7 +158,7 @@ class KernelOp(IRDLOperation):
     persistent = opt_prop_def(IntegerAttr)
     """Contractions: 1 when one program an SM walks the output tiles (set by `tile`)."""
     kind = opt_prop_def(Attribute)
-    """The kernel's kind (irc.kernel_kind) as fusion decided it, carried by
+    """The kernel's kind (irc.ir.kernel_kind) as fusion decided it, carried by
     graph-to-loop; read through `kernel_kind`. The printer leaves it out where
     the body shows it (always, once verified), so hand-written IR need not say it."""
     body = region_def("single_block")

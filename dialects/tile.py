@@ -63,8 +63,8 @@ from irc.dialects.attrs import (
     check_number,
 )
 from irc.dialects.loop import REDUCE_KINDS, check_apply, check_apply_types
-from irc.names import check_kernel_name, quoted
-from irc.types import format_type
+from irc.ir.names import check_kernel_name, quoted
+from irc.ir.types import format_type
 
 DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 """Triton's `input_precision` values for f32 dots."""

@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 from xdsl.dialects.builtin import MemRefType, ModuleOp, StringAttr
 
 from irc.dialects import loop
+from irc.ir.types import numel
+from irc.ir.value_names import clone_keeping_names
 from irc.passes.tile import (
     KernelShape,
     Tiling,
@@ -35,8 +37,6 @@ from irc.passes.tile import (
     set_tiling,
     tiling_of,
 )
-from irc.pipeline import clone_keeping_names
-from irc.types import numel
 
 FINALISTS = 3  # re-timed in turns after the first pass, with the default
 FINAL_ROUNDS = 4  # even: a steady drift falls equally on every finalist
@@ -146,7 +146,7 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
 
 
 def kernel_key(kernel: loop.KernelOp, device_name: str, triton_version: str) -> str:
-    from irc.printer import print_module
+    from irc.syntax.printer import print_module
 
     clone = clone_keeping_names(kernel)
     for prop in ("block", "warps", "stages", "persistent"):
@@ -179,7 +179,7 @@ class Progress:
 def _buffers(kernel: loop.KernelOp, device: str) -> list[Any]:
     import torch
 
-    from irc.reference import torch_dtype
+    from irc.testing.reference import torch_dtype
 
     memrefs: list[Any] = []
     for op in kernel.body.walk():
@@ -202,11 +202,11 @@ def time_tiling(kernel: loop.KernelOp, t: Tiling, device: str) -> float:
     """Milliseconds of one candidate (inf when it fails to compile or run)."""
     from triton.testing import do_bench
 
-    from irc.compiler import LOWERING, load_source
     from irc.lowering.loop_to_tile import KernelTranslator
     from irc.lowering.tile_to_triton import emit_triton
     from irc.passes.online_softmax import rewrite_kernel
-    from irc.pipeline import run_pipeline
+    from irc.pipeline import LOWERING, run_pipeline
+    from irc.runtime.loader import load_source
 
     trial = clone_keeping_names(kernel)
     set_tiling(trial, t)
@@ -294,7 +294,7 @@ def autotune_module(
     import torch
     import triton
 
-    from irc.compiler import cache_dir
+    from irc.runtime.loader import cache_dir
 
     device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     path = cache_file or cache_dir() / "autotune.json"

@@ -11,63 +11,29 @@ the `tile` pass takes its element-wise options from the GPU (`irc.target`).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
-import tempfile
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
-from irc.diagnostics import Diagnostic, IrcError
-from irc.dialects import loop, tile
-from irc.frontend import parse_file, set_value_name
+from irc.analysis.verifier import verify
+from irc.dialects import tile
 from irc.gcpause import paused_gc
-from irc.pipeline import module_levels, run_pipeline
+from irc.ir.value_names import set_value_name
+from irc.pipeline import LOWERING, lowest_level, module_levels, run_pipeline
+from irc.runtime.loader import (
+    interpreted_triton_error,
+    library_is_interpreted,
+    load_source,
+)
+from irc.syntax.diagnostics import Diagnostic, IrcError
+from irc.syntax.parser import parse_file
 from irc.target import Target, cuda_target
-from irc.verifier import verify
 
 if TYPE_CHECKING:
     import torch
-
-LOWERING = (
-    "decompose",
-    "graph-to-loop",
-    "split-reduction",
-    "tile",
-    "online-softmax",
-    "loop-to-tile",
-    "tile-cse",
-    "dce",
-    "tile-sink",
-)
-"""Passes from the graph level down to tile kernels, in order. `loop-to-tile`
-only translates: `tile-cse` shares the equal ops and loads it makes, `dce`
-drops the index pieces no access needed, `tile-sink` moves a persistent GEMM's
-epilogue index math below its K loop. Autotuning goes right after `tile`, since
-what follows reads the tiling."""
-
-AFTER_TILING = LOWERING[LOWERING.index("tile") + 1 :]
-"""The passes that take a tiled loop module (`tile{...}` chosen) to tile kernels."""
-
-
-def level_of(module: ModuleOp) -> str:
-    """`graph`, `loop` or `tile`: the lowest level present in the module."""
-    if any(isinstance(op, tile.KernelOp) for op in module.body.ops):
-        return "tile"
-    for op in module.body.ops:
-        if isinstance(op, func.FuncOp):
-            if any(isinstance(o, loop.KernelOp) for o in op.body.block.ops):
-                return "loop"
-            if op.body.block.args and not isinstance(op.body.block.args[0].type, TensorType):
-                return "loop"
-    return "graph"
-
 
 def lower_to_tile(
     module: ModuleOp,
@@ -88,7 +54,7 @@ def lower_to_tile(
     costs 1-1.6 s on an H100 host's CPU, and four more of them would add a
     quarter to its compile time.
     """
-    level = level_of(module)
+    level = lowest_level(module)
     if level == "tile":
         return module
     passes = list(LOWERING[0 if level == "graph" else LOWERING.index("split-reduction") :])
@@ -122,20 +88,6 @@ def triton_source(
     lower_to_tile(module, autotune=autotune, tf32=tf32, target=target)
     with paused_gc():
         return emit_triton(module, "".join(c if c.isprintable() else "?" for c in source))
-
-
-def cache_dir() -> Path:
-    """Where generated modules go: $IRC_CACHE_DIR, else ~/.cache/irc, else a temp dir."""
-    for candidate in (os.environ.get("IRC_CACHE_DIR"), Path.home() / ".cache" / "irc"):
-        if candidate is None:
-            continue
-        path = Path(candidate)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            return path
-        except OSError:
-            continue
-    return Path(tempfile.mkdtemp(prefix="irc-"))
 
 
 def default_device() -> str:
@@ -176,8 +128,8 @@ def resolve_device(device: object) -> str:
             f'device="{parsed.type}", not {str(parsed)!r} (torch.cuda.set_device picks the GPU)'
         )
     if parsed.type == "cuda":
-        if _library_is_interpreted():
-            raise _interpreted_triton_error(parsed.type)
+        if library_is_interpreted():
+            raise interpreted_triton_error(parsed.type)
         if not torch.cuda.is_available():
             why = (
                 "this PyTorch build has no CUDA support"
@@ -188,45 +140,7 @@ def resolve_device(device: object) -> str:
     return parsed.type
 
 
-def _interpreted_triton_error(device: str) -> RuntimeError:
-    return RuntimeError(
-        f"irc: cannot compile for {device}: Triton was imported with TRITON_INTERPRET=1, "
-        "so in this process its kernels can only be interpreted; compile with "
-        'device="cpu", or unset TRITON_INTERPRET before triton is imported'
-    )
-
-
-def load_source(text: str, device: str) -> ModuleType:
-    """Imports generated source; on CPU its kernels are built for the interpreter."""
-    digest = hashlib.sha256(text.encode()).hexdigest()[:20]
-    path = cache_dir() / f"irc_{digest}.py"
-    if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-    name = f"irc_generated_{digest}_{device}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    mod.DEVICE = device  # the header derives the rest from it (a CPU module on a GPU machine)
-    if device != "cpu" and _library_is_interpreted():
-        raise _interpreted_triton_error(device)
-    from irc.runtime import interpreter
-
-    with interpreter.interpreting(device == "cpu"):
-        spec.loader.exec_module(mod)
-    if device == "cpu":
-        mod.FUNCTIONS = {k: interpreter.run_interpreted(f) for k, f in mod.FUNCTIONS.items()}
-    return mod
-
-
 _MISSING = object()
-
-
-def _library_is_interpreted() -> bool:
-    from irc.runtime.interpreter import triton_is_interpreted
-
-    return triton_is_interpreted()
 
 
 class GraphedFunction:

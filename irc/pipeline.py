@@ -18,16 +18,16 @@ from contextvars import ContextVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
-from irc.diagnostics import Diagnostic, IrcError
-from irc.frontend import set_value_name
+from irc.analysis.verifier import verify
 from irc.gcpause import paused_gc
+from irc.ir.value_names import decode_value_names, encode_value_names
 from irc.passes import LEVELS, PASSES
-from irc.verifier import verify
+from irc.syntax.diagnostics import Diagnostic, IrcError
 
 
 class PassFailure(Exception):
@@ -37,6 +37,27 @@ class PassFailure(Exception):
         super().__init__(f"pass '{pass_name}' failed: {type(error).__name__}: {error}")
         self.pass_name = pass_name
         self.error = error
+
+
+LOWERING = (
+    "decompose",
+    "graph-to-loop",
+    "split-reduction",
+    "tile",
+    "online-softmax",
+    "loop-to-tile",
+    "tile-cse",
+    "dce",
+    "tile-sink",
+)
+"""Passes from the graph level down to tile kernels, in order. `loop-to-tile`
+only translates: `tile-cse` shares the equal ops and loads it makes, `dce`
+drops the index pieces no access needed, `tile-sink` moves a persistent GEMM's
+epilogue index math below its K loop. Autotuning goes right after `tile`, since
+what follows reads the tiling."""
+
+AFTER_TILING = LOWERING[LOWERING.index("tile") + 1 :]
+"""The passes that take a tiled loop module (`tile{...}` chosen) to tile kernels."""
 
 
 def context() -> Context:
@@ -340,6 +361,12 @@ def module_levels(module: ModuleOp) -> list[str]:
     return [level for level in LEVELS if level in found]
 
 
+def lowest_level(module: ModuleOp) -> str:
+    """`graph`, `loop` or `tile`: the lowest level present (`graph` for an empty module)."""
+    levels = module_levels(module)
+    return levels[-1] if levels else "graph"
+
+
 _LOWERING_TO = {"loop": "graph-to-loop", "tile": "loop-to-tile"}
 _LOWERING_FROM = {"graph": "graph-to-loop", "loop": "loop-to-tile"}
 
@@ -370,57 +397,3 @@ def check_level(p: ModulePass, module: ModuleOp) -> None:
         )
     )
 
-
-# --- value names while xDSL rewrites ---------------------------------------------
-#
-# irc keeps value names as written (`%0`, `%1`), but xDSL's rewriter copies a
-# replaced op's name onto the new values through a setter that rejects names
-# starting with a digit (a ValueError inside any pass that replaces such an op).
-# Around each pass those names carry a prefix that xDSL accepts.
-
-_NAME_PREFIX = "$irc$"
-
-
-def _named_values(module: Operation) -> Iterator[SSAValue]:
-    for op in module.walk():
-        yield from op.results
-        for region in op.regions:
-            for block in region.blocks:
-                yield from block.args
-
-
-def encode_value_names(module: Operation) -> None:
-    """Gives every name xDSL would reject a prefix that makes it acceptable."""
-    for value in _named_values(module):
-        name = value.name_hint
-        if name is not None and not SSAValue.is_valid_name(name):
-            set_value_name(value, _NAME_PREFIX + name)
-
-
-def decode_value_names(module: Operation) -> None:
-    """Undoes `encode_value_names`, also on values a pass named after old ones."""
-    for value in _named_values(module):
-        name = value.name_hint
-        if name is not None and name.startswith(_NAME_PREFIX):
-            set_value_name(value, name[len(_NAME_PREFIX) :] or None)
-
-
-def written_name(value: SSAValue) -> str | None:
-    """`value`'s name as written, also while a pass runs (when some names are encoded)."""
-    name = value.name_hint
-    return name.removeprefix(_NAME_PREFIX) or None if name is not None else None
-
-
-OpT = typing.TypeVar("OpT", bound=Operation)
-
-
-def clone_keeping_names(op: OpT) -> OpT:
-    """A copy of `op` whose values keep their names as written: xDSL's `clone` copies a
-    name through a setter that rejects `%0` (the printer's own names), a ValueError."""
-    encode_value_names(op)
-    try:
-        copy = op.clone()
-    finally:
-        decode_value_names(op)
-    decode_value_names(copy)
-    return copy

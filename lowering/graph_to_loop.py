@@ -32,11 +32,12 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irc.diagnostics import IrcError, op_location
 from irc.dialects import graph, loop
-from irc.frontend import set_value_name
-from irc.kernel_kind import NAME_PREFIX, KernelKind, RowGeometry, kind_of_ops
-from irc.types import F32, HALF_TYPES, I1, element_of, int_array, shape_of
+from irc.dialects.graph import kind_of_ops
+from irc.ir.kernel_kind import NAME_PREFIX, KernelKind, RowGeometry
+from irc.ir.types import F32, HALF_TYPES, I1, element_of, int_array, shape_of
+from irc.ir.value_names import set_value_name
+from irc.syntax.diagnostics import IrcError, op_location
 
 INDEX = IndexType()
 

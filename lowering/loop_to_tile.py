@@ -45,9 +45,8 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import graph, loop, tile
-from irc.names import tile_kernel_name
-from irc.passes.tile import KernelShape, kernel_shape, tiling_of
-from irc.types import (
+from irc.ir.names import tile_kernel_name
+from irc.ir.types import (
     ELEMENT_TYPES,
     F32,
     FLOAT_TYPES,
@@ -57,6 +56,7 @@ from irc.types import (
     int_array,
     numel,
 )
+from irc.passes.tile import KernelShape, kernel_shape, tiling_of
 
 I32 = ELEMENT_TYPES["i32"]
 I64 = ELEMENT_TYPES["i64"]

@@ -23,11 +23,11 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, MemRefType, ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from irc.diagnostics import IrcError, op_location
 from irc.dialects import graph, loop, tile
 from irc.dialects.graph import Template
-from irc.names import kernel_name_problem, quoted
-from irc.types import ELEMENTS, FLOAT_NAMES, FLOAT_TYPES, I1, element_name, format_type
+from irc.ir.names import kernel_name_problem, quoted
+from irc.ir.types import ELEMENTS, FLOAT_NAMES, FLOAT_TYPES, I1, element_name, format_type
+from irc.syntax.diagnostics import IrcError, op_location
 
 TL_DTYPE = {n: f"tl.{e.triton}" for n, e in ELEMENTS.items()}
 TORCH_DTYPE = {n: f"torch.{e.torch}" for n, e in ELEMENTS.items()}

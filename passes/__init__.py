@@ -16,32 +16,6 @@ LEVELS = ("graph", "loop", "tile")
 `levels` class attribute; `irc.pipeline` refuses a module of another level."""
 
 
-def check_option(
-    pass_name: str,
-    option: str,
-    value: int,
-    lo: int,
-    hi: int | None = None,
-    *,
-    power_of_two: bool = False,
-    why: str = "",
-) -> None:
-    """A pass option's range, checked when the pass is made: raises `IrcError`
-    (`tile: 'block' must be a power of two, got 3`) naming it as it is spelled."""
-    from irc.diagnostics import Diagnostic, IrcError
-
-    spelled = option.replace("_", "-")
-    problem = None
-    if power_of_two and (value < 1 or value & (value - 1)):
-        problem = "a power of two"
-    elif value < lo:
-        problem = f"at least {lo}"
-    elif hi is not None and value > hi:
-        problem = f"at most {hi}" + (f" ({why})" if why else "")
-    if problem is not None:
-        raise IrcError(Diagnostic(None, f"{pass_name}: '{spelled}' must be {problem}, got {value}"))
-
-
 def _decompose() -> type[ModulePass]:
     from irc.passes.decompose import DecomposePass
 

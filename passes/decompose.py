@@ -22,8 +22,8 @@ from xdsl.pattern_rewriter import (
 )
 
 from irc.dialects import graph
-from irc.frontend import set_value_name
-from irc.types import F32, HALF_TYPES, int_array, tensor
+from irc.ir.types import F32, HALF_TYPES, int_array, tensor
+from irc.ir.value_names import set_value_name
 
 
 class _Emitter:

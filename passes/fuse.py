@@ -14,7 +14,7 @@ whether one loop nest can compute the group:
 
 - pointwise: every value is computed at the index of one output shape;
 - reduction: reductions share one input shape and reduced dims (their rows:
-  `irc.kernel_kind.row_geometry`, which graph-to-loop lowers by), every other value
+  `irc.dialects.graph.row_geometry`, which graph-to-loop lowers by), every other value
   lives on that full space or on its rows (reduction prologue and epilogue:
   softmax and layer norm are one kernel);
 - contraction: one matmul, element-wise epilogue on its output, and a guarded
@@ -46,11 +46,12 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irc.diagnostics import Diagnostic, IrcError
 from irc.dialects import graph
-from irc.kernel_kind import NAME_PREFIX, GeometryMismatch, KernelKind, RowGeometry, row_geometry
-from irc.passes import check_option
-from irc.types import element_bytes, element_of, numel, shape_of
+from irc.dialects.graph import row_geometry
+from irc.ir.kernel_kind import NAME_PREFIX, GeometryMismatch, KernelKind, RowGeometry
+from irc.ir.types import element_bytes, element_of, numel, shape_of
+from irc.passes.options import check_option
+from irc.syntax.diagnostics import Diagnostic, IrcError
 
 VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp)
 FREE_OPS = (*VIEW_OPS, graph.ConstantOp)
@@ -364,7 +365,7 @@ def _rows_schema(
         shape = shape_of(op.results[0].type)
         if shape in (full, row_keep, row):
             continue
-        from irc.types import broadcast_shapes
+        from irc.ir.types import broadcast_shapes
 
         if broadcast_shapes(shape, full) != full:
             raise Rejected(f"{op.name} of shape {list(shape)} is outside the rows of {list(full)}")
@@ -579,13 +580,13 @@ def launched_kernels(lowered: ModuleOp) -> dict[str, list[tuple[str, str]]]:
     it launches, in order, in `lowered`: a module brought down to tile kernels.
 
     loop-to-tile names a tile.kernel after its loop.kernel with
-    `irc.names.tile_kernel_name`, graph-to-loop a loop.kernel after its graph.fused
+    `irc.ir.names.tile_kernel_name`, graph-to-loop a loop.kernel after its graph.fused
     op, and split-reduction adds `_split` to its first stage; the Python name is the
     emitted @triton.jit function's (what profilers show).
     """
     from irc.dialects import tile
+    from irc.ir.names import loop_kernel_name
     from irc.lowering.tile_to_triton import kernel_identifiers
-    from irc.names import loop_kernel_name
 
     kernels = [op for op in lowered.body.ops if isinstance(op, tile.KernelOp)]
     python_name = {k.kernel_name.data: n for k, n in kernel_identifiers(kernels).items()}
@@ -661,7 +662,7 @@ def _mb(n: int) -> str:
 def _op_label(g: FusionGraph, op: Operation) -> str:
     label = g.labels.get(op)
     if label is None:
-        from irc.pipeline import written_name  # (irc.pipeline imports the passes)
+        from irc.ir.value_names import written_name
 
         name = written_name(op.results[0]) if op.results else None
         tag = f"%{name}" if name else f"#{g.order[op]}"
@@ -1110,11 +1111,25 @@ class FusePass(ModulePass):
             return
         if not self.report:
             return
-        # Named as `irc-opt --emit triton` would name them: lower a copy.
-        from irc.compiler import lower_to_tile
-
-        resolve_reports(reports, lower_to_tile(op.clone()))
+        resolve_reports(reports, _lowered_for_names(op))
         if self.report == "json":
             sys.stderr.write(json.dumps([r.as_dict() for r in reports], indent=2) + "\n")
         else:
             sys.stderr.write("\n".join(r.text() for r in reports) + "\n")
+
+
+def _lowered_for_names(module: ModuleOp) -> ModuleOp:
+    """A copy of `module` taken down to tile kernels, which names the kernels as
+    `irc-opt --emit triton` does. The passes are called directly: a pass may not
+    import the driver (`irc.compiler`) that runs the passes."""
+    from irc.lowering.graph_to_loop import GraphToLoopPass
+    from irc.lowering.loop_to_tile import LoopToTilePass
+    from irc.passes.decompose import DecomposePass
+    from irc.passes.split_reduction import SplitReductionPass
+    from irc.passes.tile import TilePass
+
+    copy = module.clone()  # names are encoded while a pass runs (irc.pipeline)
+    ctx = Context()
+    for p in (DecomposePass(), GraphToLoopPass(), SplitReductionPass(), TilePass(), LoopToTilePass()):
+        p.apply(ctx, copy)
+    return copy

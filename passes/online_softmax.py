@@ -23,8 +23,8 @@ from xdsl.ir import Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import loop
+from irc.ir.types import ELEMENT_TYPES, F32, numel
 from irc.passes.tile import kernel_shape, tiling_of
-from irc.types import ELEMENT_TYPES, F32, numel
 
 ELEMENTS = (F32, ELEMENT_TYPES["f64"])
 """Where the rewrite applies: a half-precision exp rounds before the sum."""

@@ -41,9 +41,9 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import loop
-from irc.kernel_kind import KernelKind
-from irc.passes import check_option
-from irc.types import F32, HALF_TYPES, int_array, numel
+from irc.ir.kernel_kind import KernelKind
+from irc.ir.types import F32, HALF_TYPES, int_array, numel
+from irc.passes.options import check_option
 
 INDEX = IndexType()
 

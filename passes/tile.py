@@ -42,9 +42,9 @@ from xdsl.passes import ModulePass
 
 from irc.dialects import loop
 from irc.dialects.attrs import MAX_BLOCK, MAX_WARPS
-from irc.kernel_kind import KernelKind
-from irc.passes import check_option
-from irc.types import HALF_TYPES, int_array, numel
+from irc.ir.kernel_kind import KernelKind
+from irc.ir.types import HALF_TYPES, int_array, numel
+from irc.passes.options import check_option
 
 
 def next_pow2(n: int) -> int:

@@ -18,13 +18,13 @@ from xdsl.universe import Universe
 
 import irc
 from irc.dialects import DIALECTS, all_dialects, graph
-from irc.frontend import op_classes
-from irc.mlir_input import emit_mlir as mlir_text
-from irc.mlir_input import parse_mlir
-from irc.opt import EMITTERS, emit_mlir
 from irc.passes import PASSES, XDSL_PASSES
 from irc.passes.decompose import DecomposePass
 from irc.pipeline import PassFailure, context
+from irc.syntax.mlir_input import emit_mlir as mlir_text
+from irc.syntax.mlir_input import parse_mlir
+from irc.syntax.parser import op_classes
+from irc.tools.opt import EMITTERS, emit_mlir
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.ir"))

@@ -78,7 +78,7 @@ def test_rows_and_markdown() -> None:
 
 
 def test_correctness_is_the_check_commands_verdict() -> None:
-    """The benchmark judges by irc.verdict, as `irc-run --check` does (on the CPU here)."""
+    """The benchmark judges by irc.testing.verdict, as `irc-run --check` does (on the CPU here)."""
     import torch
 
     path = bench.WORKLOADS_DIR / "small_chain.ir"

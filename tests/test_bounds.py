@@ -1,4 +1,4 @@
-"""The verifier's memory-safety proof (irc/bounds.py).
+"""The verifier's memory-safety proof (irc/analysis/bounds.py).
 
 Hostile loop- and tile-level files (tests/hostile/*_oob_*, the TMA and launch
 cases) must be rejected with a located message and exit 1, never run; every
@@ -19,11 +19,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import irc
-from irc.bounds import TileIntervals, _arith, _trunc_div, check_bounds
-from irc.diagnostics import IrcError
+from irc.analysis.bounds import TileIntervals, _arith, _trunc_div, check_bounds
 from irc.dialects import tile
-from irc.graphgen import SMALL_TILES, generate
 from irc.pipeline import run_pipeline
+from irc.syntax.diagnostics import IrcError
+from irc.testing.graphgen import SMALL_TILES, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "hostile"
@@ -65,7 +65,7 @@ def line_of(text: str, needle: str) -> int:
 def test_loop_bounds_past_the_buffer_are_rejected_by_irc_opt(name: str, reach: int) -> None:
     path = HOSTILE / name
     done = subprocess.run(
-        [sys.executable, "-m", "irc.opt", str(path), "--emit", "triton"],
+        [sys.executable, "-m", "irc.tools.opt", str(path), "--emit", "triton"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr  # not 0, not a signal (the segfault was 139)
@@ -82,7 +82,7 @@ def test_loop_bounds_past_the_buffer_are_rejected_by_irc_opt(name: str, reach: i
 def test_irc_run_refuses_the_out_of_bounds_kernel_before_running_it() -> None:
     path = HOSTILE / "loop_oob_bounds.ir"
     done = subprocess.run(
-        [sys.executable, "-m", "irc.run", str(path)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "irc.tools.run", str(path)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 1, done.stderr
     assert "may reach 3999999" in done.stderr and "Traceback" not in done.stderr
@@ -226,7 +226,7 @@ def test_hostile_tile_files_exit_1_from_irc_opt() -> None:
     assert len(names) >= 5
     for path in names:
         done = subprocess.run(
-            [sys.executable, "-m", "irc.opt", str(path), "--emit", "triton"],
+            [sys.executable, "-m", "irc.tools.opt", str(path), "--emit", "triton"],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert done.returncode == 1 and "Traceback" not in done.stderr, (path, done.stderr)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from irc import run as run_cli
 from irc.lowering import tile_to_triton
+from irc.tools import run as run_cli
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -8,7 +8,7 @@ from torch.testing import assert_close
 
 import irc
 from irc.dialects import graph
-from irc.reference import functions, random_inputs, run_function
+from irc.testing.reference import functions, random_inputs, run_function
 
 CASES = [
     ("softmax", "tensor<4x8xf32>", "{dim = 1}", "f32"),

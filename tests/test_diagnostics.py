@@ -34,14 +34,14 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Region
 from xdsl.passes import ModulePass
 
-import irc.opt
-from irc.diagnostics import Diagnostic, IrcError, Location, SourceManager
+import irc.tools.opt
+from irc.analysis.verifier import verify
 from irc.dialects import graph
-from irc.frontend import decode_source, parse, read_source
+from irc.ir.types import F32
 from irc.passes import PASSES
 from irc.pipeline import build_pipeline, run_pipeline
-from irc.types import F32
-from irc.verifier import verify
+from irc.syntax.diagnostics import Diagnostic, IrcError, Location, SourceManager
+from irc.syntax.parser import decode_source, parse, read_source
 
 ROOT = Path(__file__).resolve().parents[1]
 LARK_NAMES = re.compile(
@@ -439,7 +439,7 @@ def _run_cli(tmp_path: Path, source: str, *args: str) -> tuple[int, str, str, Pa
     path.write_bytes(source.encode("utf-8", "surrogateescape"))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = irc.opt.run([str(path), *args])
+        status = irc.tools.opt.run([str(path), *args])
     return status, out.getvalue(), err.getvalue(), path
 
 
@@ -457,7 +457,7 @@ def test_error_is_located_and_formatted(case: Case, tmp_path: Path) -> None:
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = irc.opt.run([str(path)])
+        status = irc.tools.opt.run([str(path)])
     lines = err.getvalue().split("\n")
     assert status == 1, err.getvalue()
     assert out.getvalue() == ""
@@ -752,7 +752,7 @@ def test_internal_error_outside_a_pass(monkeypatch: pytest.MonkeyPatch, tmp_path
     def broken(module: ModuleOp) -> str:
         raise KeyError("printer")
 
-    monkeypatch.setitem(irc.opt.EMITTERS, "ir", broken)
+    monkeypatch.setitem(irc.tools.opt.EMITTERS, "ir", broken)
     status, _, err, _ = _run_cli(tmp_path, fn())
     assert status == 2
     assert err == (
@@ -795,7 +795,7 @@ def test_unreadable_and_unwritable_files(tmp_path: Path) -> None:
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        status = irc.opt.run([str(tmp_path / "missing.ir")])
+        status = irc.tools.opt.run([str(tmp_path / "missing.ir")])
     assert status == 1
     assert err.getvalue() == (
         f"irc-opt: error: cannot read '{tmp_path / 'missing.ir'}': No such file or directory\n"
@@ -872,7 +872,7 @@ def test_decode_reports_the_place_of_a_bad_byte() -> None:
 
 # --- every message in the source has a case above -------------------------------------------------
 
-SOURCES = ["irc/frontend.py", "dialects/graph.py", "irc/verifier.py", "irc/opt.py", "irc/pipeline.py"]
+SOURCES = ["irc/syntax/parser.py", "dialects/graph.py", "irc/analysis/verifier.py", "irc/tools/opt.py", "irc/pipeline.py"]
 MESSAGE_CALLS = {"at": 1, "error": 1, "Diagnostic": 1, "Note": 1, "GraphVerifyError": 0,
                  "VerifyException": 0}
 UNREACHABLE = {
@@ -935,7 +935,7 @@ def _produced_messages(tmp_path: Path) -> list[str]:
         path.write_bytes(_source_bytes(case))
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            irc.opt.run([str(path)])
+            irc.tools.opt.run([str(path)])
         messages += [m.split(": error: ", 1)[-1].split(": note: ", 1)[-1] for m in err.getvalue().split("\n")]
     for build, _ in API_CASES:
         messages += _messages_of(build)

@@ -1,11 +1,11 @@
 """Differential testing: random graphs, fused and unfused, against the reference.
 
-Each seed's program (`irc.graphgen.generate`) is compiled twice, with and
+Each seed's program (`irc.testing.graphgen.generate`) is compiled twice, with and
 without fusion, run by Triton's CPU interpreter and compared with the
 reference interpreter (`torch.testing.assert_close`, dtype-default
 tolerances, NaN equal to NaN). A failure prints the seed and a shrunk `.ir`
 reproducer. IRC_DIFF_COUNT (default 300) and IRC_DIFF_SEED (default 0) pick
-the batch; `python -m irc.graphgen --count 5000` runs thousands.
+the batch; `python -m irc.testing.graphgen --count 5000` runs thousands.
 
 The rest checks the generator (valid, deterministic, covering the op mix),
 the checker and the shrinker (a planted bug is caught and shrunk to the op
@@ -26,10 +26,10 @@ import pytest
 import torch
 
 import irc
-from irc import graphgen
-from irc.graphgen import MAX_NUMEL, Failure, check_program, generate, shrink
 from irc.lowering import tile_to_triton
-from irc.reference import functions
+from irc.testing import graphgen
+from irc.testing.graphgen import MAX_NUMEL, Failure, check_program, generate, shrink
+from irc.testing.reference import functions
 
 COUNT = int(os.environ.get("IRC_DIFF_COUNT", "300"))
 FIRST = int(os.environ.get("IRC_DIFF_SEED", "0"))
@@ -44,8 +44,8 @@ def test_random_graph_matches_reference_fused_and_unfused(seed: int) -> None:
         small = shrink(text, seed, failure)
         pytest.fail(
             f"seed {seed}: {failure}\n"
-            f"shrunk reproducer (inputs: irc.reference.random_inputs(fn, seed={seed})):\n"
-            f"{small}\nas generated (python -m irc.graphgen --show {seed}):\n{text}",
+            f"shrunk reproducer (inputs: irc.testing.reference.random_inputs(fn, seed={seed})):\n"
+            f"{small}\nas generated (python -m irc.testing.graphgen --show {seed}):\n{text}",
             pytrace=False,
         )
 

@@ -20,11 +20,11 @@ import pytest
 import torch
 
 import irc
-from irc.graphgen import check_program
-from irc.opt import run as irc_opt
 from irc.passes import fuse as fuse_mod
 from irc.passes.fuse import FusePass, fuse_module
-from irc.reference import functions, random_inputs, run_function
+from irc.testing.graphgen import check_program
+from irc.testing.reference import functions, random_inputs, run_function
+from irc.tools.opt import run as irc_opt
 
 LIT = Path(__file__).resolve().parent / "lit" / "fusion"
 SPLIT = re.compile(r"^// -----.*$", re.MULTILINE)

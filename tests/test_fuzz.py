@@ -23,12 +23,12 @@ import string
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from irc.diagnostics import IrcError, SourceManager
-from irc.frontend import decode_source, parse
-from irc.opt import run as irc_opt
+from irc.analysis.verifier import verify
 from irc.pipeline import build_pipeline, run_pipeline
-from irc.printer import print_module
-from irc.verifier import verify
+from irc.syntax.diagnostics import IrcError, SourceManager
+from irc.syntax.parser import decode_source, parse
+from irc.syntax.printer import print_module
+from irc.tools.opt import run as irc_opt
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("IRC_FUZZ_SEED", "20261121"))

@@ -1,6 +1,6 @@
-"""The loop- and tile-level fuzzer (`irc.fuzz_lowlevel`) in CI.
+"""The loop- and tile-level fuzzer (`irc.testing.fuzz_lowlevel`) in CI.
 
-Seeds are random graphs (`irc.graphgen`) and the examples, lowered through real
+Seeds are random graphs (`irc.testing.graphgen`) and the examples, lowered through real
 pipelines and printed; mutants are grammar-aware edits of them. Every mutant
 goes through `irc-opt FILE --emit triton` in a forked child with an empty
 working folder: exit 0 or 1 only, no traceback, errors located in the file, no
@@ -12,7 +12,7 @@ goes through `irc-opt` as a real process too.
 Findings still open are listed in KNOWN (each with its entry in the findings
 file); a run whose only failures are known ones is reported as xfailed, so it
 is visible, and any other failure fails. Set IRC_FUZZ_SEED to explore other
-inputs and IRC_FUZZ_SCALE to run more; `python -m irc.fuzz_lowlevel` runs
+inputs and IRC_FUZZ_SCALE to run more; `python -m irc.testing.fuzz_lowlevel` runs
 longer campaigns.
 """
 
@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from irc.fuzz_lowlevel import (
+from irc.testing.fuzz_lowlevel import (
     MUTATORS,
     Case,
     Program,
@@ -86,7 +86,7 @@ def judge(report: Report, seed: int) -> None:
             continue
         unknown.append(
             f"case {case.index} ({case.origin}, {'+'.join(case.mutations)}): {outcome.problem}\n"
-            f"  reproduce: python -m irc.fuzz_lowlevel --graphs {GRAPHS} --show {seed}:{case.index}\n"
+            f"  reproduce: python -m irc.testing.fuzz_lowlevel --graphs {GRAPHS} --show {seed}:{case.index}\n"
             + "".join(f"  | {line}\n" for line in case.text.split("\n")[:60])
         )
     assert not unknown, f"{len(unknown)} failure(s) (seed {seed}):\n" + "\n".join(unknown[:5])
@@ -142,7 +142,7 @@ def test_a_sample_through_the_real_cli(
     forked = run_many(cases, check_case, cwd, env)
     for case, outcome in zip(cases, forked, strict=True):
         done = subprocess.run(
-            [sys.executable, "-m", "irc.opt", case.path, "--emit", "triton"],
+            [sys.executable, "-m", "irc.tools.opt", case.path, "--emit", "triton"],
             cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert done.returncode in (0, 1), (case.text, done.stderr)
@@ -178,10 +178,10 @@ def test_the_memory_guard_catches_out_of_bounds(size: int, caught: bool, tmp_pat
     def run() -> int:
         import torch
 
-        from irc.compiler import load_source
-        from irc.frontend import parse
-        from irc.fuzz_lowlevel import install_memory_guard, out_of_bounds
         from irc.lowering.tile_to_triton import emit_triton
+        from irc.runtime.loader import load_source
+        from irc.syntax.parser import parse
+        from irc.testing.fuzz_lowlevel import install_memory_guard, out_of_bounds
 
         install_memory_guard()
         source = emit_triton(parse(OUT_OF_BOUNDS.replace("SIZE", str(size)), "oob.ir"), "oob")
@@ -202,8 +202,8 @@ def test_the_memory_guard_catches_out_of_bounds(size: int, caught: bool, tmp_pat
 
 
 def test_mutators_change_programs_and_often_keep_them_parseable(programs: list[Program]) -> None:
-    from irc.diagnostics import IrcError
-    from irc.frontend import parse
+    from irc.syntax.diagnostics import IrcError
+    from irc.syntax.parser import parse
 
     rng = random.Random(SEED)
     small = [p for p in programs if p.small]
@@ -239,7 +239,7 @@ def test_hypothesis_mutants(
     root = tmp_path_factory.mktemp("hyp")
     (root / "cwd").mkdir()
     env = sandbox_env(root)
-    from irc.fuzz_lowlevel import mutate
+    from irc.testing.fuzz_lowlevel import mutate
 
     text, applied = mutate(rng, program.text)
     path = root / "case.ir"
@@ -261,8 +261,8 @@ def test_the_generated_code_check(programs: list[Program]) -> None:
     """The static oracle's look at the generated module: irc's own output passes, and
     what an injected name or attribute once made of it does not."""
     from irc.compiler import triton_source
-    from irc.frontend import parse
-    from irc.fuzz_lowlevel import check_generated
+    from irc.syntax.parser import parse
+    from irc.testing.fuzz_lowlevel import check_generated
 
     source = triton_source(parse(programs[0].text, "seed.ir"))
     assert check_generated(source) is None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import irc.opt
+import irc.tools.opt
 from irc.gcpause import paused_gc
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "softmax.ir"
@@ -57,13 +57,13 @@ def test_irc_opt_runs_with_the_collector_paused(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seen: list[bool] = []
-    real = irc.opt._run
+    real = irc.tools.opt._run
 
     def spy(args: argparse.Namespace, out: object) -> int:
         seen.append(gc.isenabled())
         return real(args, out)
 
-    monkeypatch.setattr(irc.opt, "_run", spy)
-    assert irc.opt.run(["--fuse", "--emit", "triton", str(EXAMPLE)]) == 0
+    monkeypatch.setattr(irc.tools.opt, "_run", spy)
+    assert irc.tools.opt.run(["--fuse", "--emit", "triton", str(EXAMPLE)]) == 0
     assert seen == [False] and gc.isenabled()
     assert "@triton.jit" in capsys.readouterr().out

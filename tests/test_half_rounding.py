@@ -13,10 +13,9 @@ import pytest
 import torch
 
 import irc
-from irc.compiler import AFTER_TILING
 from irc.dialects import tile
-from irc.pipeline import run_pipeline
-from irc.reference import functions, run_function
+from irc.pipeline import AFTER_TILING, run_pipeline
+from irc.testing.reference import functions, run_function
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TYPES = {"f16": torch.float16, "bf16": torch.bfloat16}

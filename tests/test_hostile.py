@@ -35,11 +35,11 @@ from pathlib import Path
 import pytest
 
 import irc.compiler
-import irc.run
-from irc.fuzz_lowlevel import LOCATED, run_isolated, sandbox_env
+import irc.tools.run
+from irc.testing.fuzz_lowlevel import LOCATED, run_isolated, sandbox_env
 
 # Imported here once (torch and Triton with them), so that forked children start warm.
-WARM = (irc.compiler, irc.run)
+WARM = (irc.compiler, irc.tools.run)
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "hostile"
@@ -139,7 +139,7 @@ def run_opt(args: list[str], box: Sandbox) -> Result:
     env = {**os.environ, **box.env}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "irc.opt", *args],
+            [sys.executable, "-m", "irc.tools.opt", *args],
             cwd=box.cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT,
         )  # fmt: skip
     except subprocess.TimeoutExpired as e:
@@ -154,7 +154,7 @@ def run_forked(fn: Callable[[], int], box: Sandbox) -> Result:
 
 def irc_run(args: list[str]) -> Callable[[], int]:
     def fn() -> int:
-        from irc.run import main
+        from irc.tools.run import main
 
         return main(args)
 
@@ -166,7 +166,7 @@ def irc_compile(path: str) -> Callable[[], int]:
 
     def fn() -> int:
         import irc
-        from irc.diagnostics import SourceManager
+        from irc.syntax.diagnostics import SourceManager
 
         try:
             irc.compile(path, device="cpu")
@@ -532,7 +532,7 @@ def test_numbered_names_in_every_output(args: list[str], tmp_path: Path) -> None
     import contextlib
     import io
 
-    from irc.opt import run
+    from irc.tools.opt import run
 
     path = tmp_path / "numbered.ir"
     path.write_text(NUMBERED)
@@ -550,7 +550,7 @@ def test_numbered_names_in_every_output(args: list[str], tmp_path: Path) -> None
 def run_to_text(argv: list[str]) -> str:
     import io
 
-    from irc.opt import run
+    from irc.tools.opt import run
 
     out = io.StringIO()
     assert run(argv, stdout=out) == 0
@@ -561,8 +561,8 @@ def test_autotune_keys_a_printed_loop_kernel(tmp_path: Path) -> None:
     """The autotuner copies kernels; printed loop IR names its indices %2, %3."""
     from irc.autotune import kernel_key
     from irc.dialects import loop
-    from irc.frontend import parse
-    from irc.printer import print_module
+    from irc.syntax.parser import parse
+    from irc.syntax.printer import print_module
 
     path = tmp_path / "numbered.ir"
     path.write_text(NUMBERED)
@@ -622,7 +622,7 @@ def test_edge_programs_compile(name: str, tmp_path: Path) -> None:
     """Programs at the edges of the language (no kernel, an empty kernel, kernels named
     after what the generated module imports) are accepted, give a module of irc's own
     shape, and load: irc.compile imports it."""
-    from irc.fuzz_lowlevel import check_generated
+    from irc.testing.fuzz_lowlevel import check_generated
 
     path = tmp_path / "in" / f"{name}.ir"
     path.parent.mkdir()

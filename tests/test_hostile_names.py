@@ -25,18 +25,18 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 
 import irc
-import irc.opt
-from irc import run as run_cli
-from irc.diagnostics import IrcError
+import irc.tools.opt
 from irc.dialects import graph, tile
-from irc.frontend import set_value_name
+from irc.ir.value_names import set_value_name
 from irc.lowering.tile_to_triton import (
     GENERATED,
     emit_triton,
     kernel_identifiers,
     reserved_identifiers,
 )
-from irc.printer import format_string
+from irc.syntax.diagnostics import IrcError
+from irc.syntax.printer import format_string
+from irc.tools import run as run_cli
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 
@@ -159,7 +159,7 @@ def test_hostile_kernel_name_is_a_located_error_and_runs_nothing(
     path.write_text(text)
     message = f"{op}: kernel name "
 
-    status, out, err = run_quietly(irc.opt.run, [str(path), "--emit", "triton"])
+    status, out, err = run_quietly(irc.tools.opt.run, [str(path), "--emit", "triton"])
     assert status == 1 and out == ""
     first_error(err, path, where, message, text)
     assert "is not an identifier (ASCII letters, digits and _" in err.split("\n")[0]
@@ -237,7 +237,7 @@ def test_bad_kernel_names_are_located_errors(
 ) -> None:
     path = tmp_path / "t.ir"
     path.write_text(text)
-    status, out, err = run_quietly(irc.opt.run, [str(path), "--emit", "triton"])
+    status, out, err = run_quietly(irc.tools.opt.run, [str(path), "--emit", "triton"])
     assert status == 1 and out == "", err
     first_error(err, path, where, message, text)
 
@@ -246,7 +246,7 @@ def test_good_kernel_names_pass_at_every_level(tmp_path: Path) -> None:
     for text in (graph_program('"_a1"'), loop_program('"match"'), tile_program('"Z_9"')):
         path = tmp_path / "ok.ir"
         path.write_text(text)
-        status, out, err = run_quietly(irc.opt.run, [str(path), "--emit", "triton"])
+        status, out, err = run_quietly(irc.tools.opt.run, [str(path), "--emit", "triton"])
         assert status == 0, err
         compile(out, "generated.py", "exec")  # syntax check of the generated code
 
@@ -276,7 +276,7 @@ def test_enum_like_strings_are_checked_before_the_emitter(
     )
     path = tmp_path / "t.ir"
     path.write_text(kernel)
-    status, _, err = run_quietly(irc.opt.run, [str(path), "--emit", "triton"])
+    status, _, err = run_quietly(irc.tools.opt.run, [str(path), "--emit", "triton"])
     assert status == 1
     assert message in err.split("\n")[0] and "Traceback" not in err
 

@@ -1,4 +1,4 @@
-"""The kernel's kind and rows are decided once (irc/kernel_kind.py) and read after.
+"""The kernel's kind and rows are decided once (irc/ir/kernel_kind.py) and read after.
 
 `fuse` writes them on graph.fused; graph-to-loop lowers a reduction by the rows
 written there and carries the kind onto loop.kernel; the passes after read it.
@@ -17,18 +17,12 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 
 import irc
 from irc.dialects import graph, loop
-from irc.kernel_kind import (
-    NAME_PREFIX,
-    GeometryMismatch,
-    KernelKind,
-    RowGeometry,
-    kind_of_ops,
-    row_geometry,
-)
-from irc.opt import run as irc_opt
+from irc.dialects.graph import kind_of_ops, row_geometry
+from irc.ir.kernel_kind import NAME_PREFIX, GeometryMismatch, KernelKind, RowGeometry
 from irc.passes.fuse import FusionGraph, kernel_schema
 from irc.passes.tile import kernel_shape
-from irc.printer import format_attr
+from irc.syntax.printer import format_attr
+from irc.tools.opt import run as irc_opt
 
 SOFTMAX_LN = """\
 func @f(%x: tensor<6x4x10xf32>, %a: tensor<4x10xf32>, %w: tensor<10x3xf32>) -> (tensor<6x4x10xf32>, tensor<4x3xf32>, tensor<4xf32>) {

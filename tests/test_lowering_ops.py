@@ -4,7 +4,7 @@ Each test writes a small `.ir` function, compiles it with `irc.compile(...,
 fuse=False)` (the Triton interpreter runs it on the CPU) and compares the
 result with the torch expression of the same meaning through
 `torch.testing.assert_close` and its default tolerances for the dtype.
-Inputs are fresh random tensors from `irc.reference.random_inputs` (never all
+Inputs are fresh random tensors from `irc.testing.reference.random_inputs` (never all
 zeros), shapes are ragged (not multiples of any block size) and cover ranks
 0 to 4. Large-tensor behaviour (int64 indices) is checked on the emitted source
 only, without running it.
@@ -31,8 +31,8 @@ from xdsl.dialects.builtin import ModuleOp
 
 import irc
 from irc.compiler import CompiledModule
-from irc.opt import run as irc_opt
-from irc.reference import functions, random_inputs
+from irc.testing.reference import functions, random_inputs
+from irc.tools.opt import run as irc_opt
 
 DTYPES = {
     "f32": torch.float32,

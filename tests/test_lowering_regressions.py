@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import irc
-from irc.reference import functions, random_inputs, run_function
+from irc.testing.reference import functions, random_inputs, run_function
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 

@@ -14,9 +14,9 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 from xdsl.traits import SymbolOpInterface, SymbolTable
 
-import irc.opt
+import irc.tools.opt
 from irc.dialects import tile
-from irc.mlir_input import escape_name, looks_like_mlir, parse_mlir, unescape_name
+from irc.syntax.mlir_input import escape_name, looks_like_mlir, parse_mlir, unescape_name
 
 GRAPH = """\
 func @f(%x.y: tensor<64x32xf32>, %$b: tensor<64x32xf32>) -> (tensor<64x1xf32>, tensor<64x32xf32>) {
@@ -41,7 +41,7 @@ def opt(args: list[str]) -> tuple[int, str, str]:
     saved = sys.stderr
     sys.stderr = err
     try:
-        status = irc.opt.run(args, stdout=out)
+        status = irc.tools.opt.run(args, stdout=out)
     finally:
         sys.stderr = saved
     return status, out.getvalue(), err.getvalue()

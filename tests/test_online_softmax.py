@@ -53,7 +53,7 @@ def test_online_softmax_matches_torch(scale: float) -> None:
 
 
 def test_the_pass_runs_in_the_default_pipeline_and_alone() -> None:
-    from irc.compiler import LOWERING
+    from irc.pipeline import LOWERING
 
     assert LOWERING.index("tile") < LOWERING.index("online-softmax") < LOWERING.index("loop-to-tile")
     module = irc.parse(LONG)

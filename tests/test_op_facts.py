@@ -25,11 +25,11 @@ from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Block
 
 import irc
-from irc import graphgen, reference
 from irc.dialects import graph, loop, tile
+from irc.ir.types import ELEMENT_TYPES, FLOAT_NAMES, INT_NAMES
 from irc.lowering import graph_to_loop, loop_to_tile, tile_to_triton
 from irc.passes import fuse
-from irc.types import ELEMENT_TYPES, FLOAT_NAMES, INT_NAMES
+from irc.testing import graphgen, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")

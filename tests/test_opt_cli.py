@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-import irc.opt
-import irc.run
+import irc.tools.opt
+import irc.tools.run
 
 SOFTMAX = """func @softmax(%x: tensor<37x300xf32>) -> tensor<37x300xf32> {
   %y = graph.softmax %x {dim = 1} : tensor<37x300xf32>
@@ -37,7 +37,7 @@ def opt(tmp_path: Path, *args: str, source: str = SOFTMAX) -> tuple[int, str, st
     path.write_text(source)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = irc.opt.run([str(path), *args])
+        status = irc.tools.opt.run([str(path), *args])
     return status, out.getvalue(), err.getvalue()
 
 
@@ -102,8 +102,8 @@ def test_pass_pipeline_errors(tmp_path: Path, spec: str, message: str) -> None:
 
 
 def test_a_parenthesis_inside_an_option_string_is_no_nesting() -> None:
-    from irc.diagnostics import IrcError
     from irc.pipeline import build_pipeline
+    from irc.syntax.diagnostics import IrcError
 
     # The value reaches the pass, which judges it: no "nests a pass manager" error.
     with pytest.raises(IrcError) as e:
@@ -115,10 +115,10 @@ def test_a_parenthesis_inside_an_option_string_is_no_nesting() -> None:
 
 
 def test_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert irc.opt.run(["--version"]) == 0
+    assert irc.tools.opt.run(["--version"]) == 0
     assert capsys.readouterr().out == f"irc-opt {version('irc')}\n"
     with pytest.raises(SystemExit) as e:
-        irc.run.main(["--version"])
+        irc.tools.run.main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out == f"irc-run {version('irc')}\n"
 
@@ -146,7 +146,7 @@ def test_usage_errors_exit_1(tmp_path: Path, args: list[str], message: str) -> N
 def test_missing_input_file_exits_1(tmp_path: Path) -> None:
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        status = irc.opt.run([str(tmp_path / "nope.ir")])
+        status = irc.tools.opt.run([str(tmp_path / "nope.ir")])
     assert status == 1
     assert err.getvalue().startswith("irc-opt: error: cannot read ")
 
@@ -174,7 +174,7 @@ def test_console_scripts_exit_1_on_usage_errors(tmp_path: Path) -> None:
 def test_print_ir_after_all_shows_every_level_of_emit_triton(tmp_path: Path) -> None:
     """`--fuse --emit triton` lowers after the pipeline; every pass of that lowering
     is dumped too, in order, at its level: graph, loop, tiled loop, tile."""
-    from irc.compiler import LOWERING
+    from irc.pipeline import LOWERING
 
     status, out, err = opt(tmp_path, "--fuse", "--emit", "triton", "--print-ir-after-all")
     assert status == 0 and out.startswith("#") and "IR Dump" not in out
@@ -242,7 +242,7 @@ def test_dump_pass_pipeline_once_for_split_input(tmp_path: Path) -> None:
 
 
 def test_timing_report(tmp_path: Path) -> None:
-    from irc.compiler import LOWERING
+    from irc.pipeline import LOWERING
 
     status, out, err = opt(tmp_path, "--fuse", "--emit", "triton", "--timing")
     assert status == 0 and out == opt(tmp_path, "--fuse", "--emit", "triton")[1]

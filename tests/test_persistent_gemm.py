@@ -17,13 +17,13 @@ from torch.testing import assert_close
 
 import irc
 from irc.autotune import candidates
-from irc.compiler import AFTER_TILING, CompiledModule
+from irc.compiler import CompiledModule
 from irc.dialects import loop, tile
 from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.tile import KernelShape, Tiling, choose_tiling, set_tiling
-from irc.pipeline import run_pipeline
-from irc.printer import print_module
+from irc.pipeline import AFTER_TILING, run_pipeline
 from irc.runtime.launch import persistent_grid
+from irc.syntax.printer import print_module
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}

@@ -12,9 +12,11 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
+from irc.analysis.verifier import verify
 from irc.dialects import graph
-from irc.frontend import op_classes, parse
-from irc.reference import (
+from irc.ir.types import ELEMENT_TYPES, SCALAR_TYPES
+from irc.syntax.parser import op_classes, parse
+from irc.testing.reference import (
     EVALUATORS,
     EvaluationError,
     ReferenceInterpreterError,
@@ -30,8 +32,6 @@ from irc.reference import (
     torch_dtype,
     value_bytes,
 )
-from irc.types import ELEMENT_TYPES, SCALAR_TYPES
-from irc.verifier import verify
 
 DTYPES = {
     "f32": torch.float32,

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from irc.frontend import parse
+from irc.analysis.verifier import verify
 from irc.pipeline import run_pipeline
-from irc.printer import print_module
-from irc.verifier import verify
+from irc.syntax.parser import parse
+from irc.syntax.printer import print_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLIT = re.compile(r"^// -----.*$", re.MULTILINE)

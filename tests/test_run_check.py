@@ -1,5 +1,5 @@
 """irc-run --check: compiled kernels against the reference, fused and unfused, and
-how a verdict is reached (irc.verdict): assert_close, else no further from f64 than
+how a verdict is reached (irc.testing.verdict): assert_close, else no further from f64 than
 4x torch's own distance, measured over torch's summation orders."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 import torch
 
 import irc
-from irc import run as run_cli
-from irc import verdict
 from irc.lowering import tile_to_triton
-from irc.reference import functions, random_inputs, run_function, run_function_f64
-from irc.verdict import FACTOR, Verdict, Yardstick, judge, yardsticks
+from irc.testing import verdict
+from irc.testing.reference import functions, random_inputs, run_function, run_function_f64
+from irc.testing.verdict import FACTOR, Verdict, Yardstick, judge, yardsticks
+from irc.tools import run as run_cli
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import irc.run as run_cli
-from irc.frontend import op_classes
-from irc.reference import EVALUATORS
-from irc.run import main, make_arg_parser, summarize
+import irc.tools.run as run_cli
+from irc.syntax.parser import op_classes
+from irc.testing.reference import EVALUATORS
+from irc.tools.run import main, make_arg_parser, summarize
 
 PROGRAM = """\
 // Two functions: every one runs unless --fn picks one.

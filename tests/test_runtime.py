@@ -21,9 +21,10 @@ import torch
 from triton.runtime.jit import JITFunction
 
 import irc
-from irc.compiler import load_source, triton_source
+from irc.compiler import triton_source
 from irc.runtime import helpers, interpreter
 from irc.runtime.launch import INTERPRETED_SMS, host_functions, persistent_grid
+from irc.runtime.loader import load_source
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 

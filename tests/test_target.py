@@ -13,10 +13,11 @@ from xdsl.dialects.builtin import ModuleOp
 
 import irc
 from irc.autotune import candidates
-from irc.compiler import load_source, triton_source
+from irc.compiler import triton_source
 from irc.dialects import loop
 from irc.passes.tile import TilePass, Tiling, kernel_shape, tiling_of
 from irc.pipeline import build_pipeline, run_pipeline
+from irc.runtime.loader import load_source
 from irc.target import Target, cuda_target, dram_gbps, target_for
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
@@ -166,7 +167,7 @@ def test_irc_opt_autotune_starts_from_the_gpus_tiling(
 ) -> None:
     import irc.autotune
     import irc.target
-    from irc.opt import run
+    from irc.tools.opt import run
 
     seen: list[Tiling] = []
 

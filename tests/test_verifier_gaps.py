@@ -21,7 +21,7 @@ import pytest
 from xdsl.dialects.builtin import StringAttr, f32, i32
 from xdsl.ir import Block
 
-import irc.opt
+import irc.tools.opt
 from irc.dialects import loop, tile
 from irc.dialects.attrs import check_int
 from irc.lowering import tile_to_triton
@@ -82,7 +82,7 @@ def run_opt(tmp_path: Path, source: str, *args: str) -> tuple[int, str, str, Pat
     path.write_text(source)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = irc.opt.run([str(path), *args])
+        status = irc.tools.opt.run([str(path), *args])
     return status, out.getvalue(), err.getvalue(), path
 
 
@@ -488,7 +488,7 @@ def test_rank_above_the_limit_is_located_in_irc_opt(tmp_path: Path) -> None:
 
 
 def test_rank_above_the_limit_is_located_in_irc_run(tmp_path: Path) -> None:
-    import irc.run
+    import irc.tools.run
 
     path = tmp_path / "r.ir"
     path.write_text(
@@ -497,7 +497,7 @@ def test_rank_above_the_limit_is_located_in_irc_run(tmp_path: Path) -> None:
     )
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        status = irc.run.main([str(path)])
+        status = irc.tools.run.main([str(path)])
     assert status == 1
     assert err.getvalue().startswith(f"{path}:1:20: error: 'tensor<...>' has 100 dimensions")
 
@@ -518,25 +518,25 @@ def test_rank_at_the_limit_still_works(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("seed", ["-1", str(2**64), "9" * 30])
 def test_seed_out_of_range_is_a_usage_error(seed: str, tmp_path: Path) -> None:
-    import irc.run
+    import irc.tools.run
 
     path = tmp_path / "s.ir"
     path.write_text("func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %x : tensor<4xf32>\n}\n")
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        status = irc.run.main([str(path), f"--seed={seed}"])
+        status = irc.tools.run.main([str(path), f"--seed={seed}"])
     assert status == 1
     assert err.getvalue() == f"irc-run: error: --seed must be from 0 to 2**64-1, got {seed}\n"
 
 
 def test_largest_seed_runs(tmp_path: Path) -> None:
-    import irc.run
+    import irc.tools.run
 
     path = tmp_path / "s.ir"
     path.write_text("func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %x : tensor<4xf32>\n}\n")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = irc.run.main([str(path), f"--seed={2**64 - 1}"])
+        status = irc.tools.run.main([str(path), f"--seed={2**64 - 1}"])
     assert status == 0
     assert f"(seed {2**64 - 1}, cpu)" in out.getvalue()
 
@@ -631,7 +631,7 @@ def test_a_pass_refuses_ir_of_another_level(
 
 def test_level_refusal_in_the_api() -> None:
     import irc
-    from irc.diagnostics import IrcError
+    from irc.syntax.diagnostics import IrcError
 
     module = irc.parse(GRAPH)
     with pytest.raises(IrcError, match="run graph-to-loop first"):
@@ -677,9 +677,9 @@ def test_split_reduction_min_chunk_zero_is_no_crash(tmp_path: Path) -> None:
 
 
 def test_pass_objects_check_their_options_too() -> None:
-    from irc.diagnostics import IrcError
     from irc.passes.split_reduction import SplitReductionPass
     from irc.passes.tile import TilePass
+    from irc.syntax.diagnostics import IrcError
 
     with pytest.raises(IrcError, match="'block' must be a power of two, got 3"):
         TilePass(block=3)

@@ -13,6 +13,7 @@ given those (see `interpreter.interpreting`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ from triton.language.extra.cuda import gdc_wait
 from triton.language.target_info import cuda_capability_geq
 from triton.runtime.jit import JITFunction
 
-from irc.runtime.interpreter import interpreted_form, triton_is_interpreted
+from irc.runtime.interpreter import interpreted_form, register_jit_module, triton_is_interpreted
 
 __all__ = [
     "_irc_dot_bf16",
@@ -101,3 +102,6 @@ def _irc_pow(a, b):
     # IEEE (and torch): pow(1, y) and pow(-1, +-inf) are 1, NaN exponents included.
     r = tl.where((a == 1.0) | ((a == -1.0) & (tl.abs(b) == float("inf"))), 1.0, r)
     return tl.where(b == 0, 1.0, r)
+
+
+register_jit_module(sys.modules[__name__])

@@ -111,12 +111,20 @@ def _twin(value: JITFunction[Any]) -> InterpretedFunction[Any]:
     return twin
 
 
+_JIT_MODULES: list[ModuleType] = []
+"""irc's modules of @triton.jit helpers (`irc.runtime.helpers` registers itself):
+their functions get interpreted twins while kernels run, as Triton's own do."""
+
+
+def register_jit_module(module: ModuleType) -> None:
+    if module not in _JIT_MODULES:
+        _JIT_MODULES.append(module)
+
+
 def _install_twins() -> None:
     """Puts interpreted twins of the compiled @jit functions in Triton's library and
     in irc's helpers in place; the caller's snapshot puts the originals back."""
-    from irc.runtime import helpers
-
-    for module in (tl.standard, tl, helpers):
+    for module in (tl.standard, tl, *_JIT_MODULES):
         for name, value in list(vars(module).items()):
             if isinstance(value, JITFunction):
                 setattr(module, name, _twin(value))
@@ -132,13 +140,13 @@ def _snapshot() -> Snapshot:
     """The namespaces that the interpreter patches (whole), and irc's helpers (their
     @jit functions: names the interpreter adds to a module it rewrites a function of,
     such as `interpreter_semantic`, stay, since the rewritten function reads them)."""
-    from irc.runtime import helpers
-
     owners = (tl, tl.core, tl.math, tl.standard, tl.core.tensor, tl.core.dtype)
     owners += (tl.core.tensor_descriptor_base,)
     held = [(owner, dict(vars(owner)), True) for owner in owners]
-    jitted = {k: v for k, v in vars(helpers).items() if isinstance(v, JITFunction)}
-    return held + [(helpers, jitted, False)]
+    for module in _JIT_MODULES:
+        jitted = {k: v for k, v in vars(module).items() if isinstance(v, JITFunction)}
+        held.append((module, jitted, False))
+    return held
 
 
 def _restore(snapshot: Snapshot) -> None:
@@ -184,12 +192,10 @@ def interpreting(on: bool) -> Iterator[None]:
     """Sets TRITON_INTERPRET to `on` for the block; with `on`, twins stand in (2) and
     Triton's namespaces are put back when the outermost such block ends (3).
 
-    Triton and irc's helpers are imported first, outside: the mode Triton is
-    imported in is the mode of its own library for the whole process, and only a
-    compiled one lets the same process compile for the GPU later.
+    Triton and irc's helpers are imported first, outside (by `irc.runtime.loader`):
+    the mode Triton is imported in is the mode of its own library for the whole
+    process, and only a compiled one lets the same process compile for the GPU later.
     """
-    from irc.runtime import helpers  # noqa: F401  (compiled helpers, see helpers._helper)
-
     global _DEPTH
     saved = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if on else "0"

@@ -50,8 +50,6 @@ def loop_kernel_name(tile_name: str) -> str:
 
 def quoted(name: str, limit: int = 60) -> str:
     """`name` as an IR string literal on one line, shortened when long."""
-    from irc.printer import format_string
-
     text = format_string(name)
     return text if len(text) <= limit else text[: limit - 4] + '..."'
 
@@ -63,3 +61,19 @@ def check_kernel_name(op_name: str, name: str) -> None:
     problem = kernel_name_problem(name)
     if problem is not None:
         raise VerifyException(f"{op_name}: {problem}")
+
+
+_STRING_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
+
+
+def format_string(text: str) -> str:
+    """A string literal that `irc.syntax.parser.unescape_string` reads back as `text`."""
+    out = []
+    for c in text:
+        if c in _STRING_ESCAPES:
+            out.append(_STRING_ESCAPES[c])
+        elif not c.isprintable() and ord(c) < 0x10000:
+            out.append(f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'

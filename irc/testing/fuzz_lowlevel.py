@@ -5,7 +5,7 @@ kernels, so a mistake the verifier lets through is a wrong memory access or
 generated Python that does something else. This module:
 
 1. makes valid loop- and tile-level programs by lowering random graphs
-   (`irc.graphgen`) and the examples through real pipelines and printing them,
+   (`irc.testing.graphgen`) and the examples through real pipelines and printing them,
    and graph-level ones in `graph.fused` groups, as a user could write them;
 2. mutates them token by token, knowing the grammar: op names swapped, numbers
    made 0, -1, 2**31, 2**63..., lists (`bounds`, `grid`, `block`, `shape`)
@@ -26,9 +26,9 @@ Children are forked from a process that has already imported irc, so a case
 costs milliseconds; a crash (a signal) or a hang ends only its child, and is
 reported for the case it was running. Everything is seeded:
 
-    python -m irc.fuzz_lowlevel --count 3000 --seed 1          # a campaign
-    python -m irc.fuzz_lowlevel --count 500 --execute 1.0      # run every verified mutant
-    python -m irc.fuzz_lowlevel --show 1:17                    # print case 17 of seed 1
+    python -m irc.testing.fuzz_lowlevel --count 3000 --seed 1          # a campaign
+    python -m irc.testing.fuzz_lowlevel --count 500 --execute 1.0      # run every verified mutant
+    python -m irc.testing.fuzz_lowlevel --show 1:17                    # print case 17 of seed 1
 """
 
 from __future__ import annotations
@@ -256,10 +256,10 @@ class Program:
 
 def lowered(text: str, pipeline: str) -> str:
     """`text` (graph level) through `pipeline`, printed."""
-    from irc.frontend import parse
+    from irc.analysis.verifier import verify
     from irc.pipeline import run_pipeline
-    from irc.printer import print_module
-    from irc.verifier import verify
+    from irc.syntax.parser import parse
+    from irc.syntax.printer import print_module
 
     module = parse(text, "seed.ir")
     verify(module)
@@ -269,7 +269,7 @@ def lowered(text: str, pipeline: str) -> str:
 
 def seed_programs(seed: int, graphs: int, examples: bool = True) -> list[Program]:
     """Valid loop- and tile-level programs: random graphs and the examples, lowered."""
-    from irc.graphgen import generate
+    from irc.testing.graphgen import generate
 
     sources: list[tuple[str, str, bool]] = []
     for k in range(graphs):
@@ -337,7 +337,7 @@ KEYS = [
 
 
 def _ops() -> list[str]:
-    from irc.frontend import op_classes
+    from irc.syntax.parser import op_classes
 
     return sorted(op_classes())
 
@@ -707,7 +707,7 @@ def _first_line(text: str, containing: str) -> str:
 
 
 def _opt(argv: list[str]) -> tuple[int, str, str]:
-    from irc.opt import run
+    from irc.tools.opt import run
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err):
@@ -774,10 +774,10 @@ def _check_static(case: Case) -> Outcome:
         return Outcome(
             status, f"irc-opt FILE: exit {status} where --emit triton passed: {err[:300]}", err
         )
-    from irc.diagnostics import IrcError
-    from irc.frontend import parse
-    from irc.printer import print_module
-    from irc.verifier import verify
+    from irc.analysis.verifier import verify
+    from irc.syntax.diagnostics import IrcError
+    from irc.syntax.parser import parse
+    from irc.syntax.printer import print_module
 
     try:
         again = parse(printed, "printed.ir")
@@ -875,7 +875,7 @@ def _too_big(module: Any) -> str | None:
     from xdsl.dialects.builtin import IntegerAttr, MemRefType
 
     from irc.dialects import tile
-    from irc.types import numel
+    from irc.ir.types import numel
 
     total = 0
     for op in module.walk():
@@ -899,8 +899,8 @@ def execute_guarded(path: str) -> str | None:
     from xdsl.dialects.builtin import MemRefType
 
     from irc.compiler import compile as compile_ir
-    from irc.diagnostics import IrcError
-    from irc.types import element_name
+    from irc.ir.types import element_name
+    from irc.syntax.diagnostics import IrcError
 
     install_memory_guard()
     try:
@@ -1061,7 +1061,7 @@ def _show(spec: str, graphs: int, examples: bool) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m irc.fuzz_lowlevel", description=__doc__.split("\n")[0]
+        prog="python -m irc.testing.fuzz_lowlevel", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--count", type=int, default=1000)

@@ -31,12 +31,8 @@ from typing import Any
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from irc.cli import ArgumentParser, add_version
-from irc.diagnostics import Diagnostic, IrcError, Location, SourceManager
-from irc.frontend import decode_source
+from irc.analysis.verifier import verify
 from irc.gcpause import paused_gc
-from irc.mlir_input import INPUT_FORMATS, parse_input, quote_sources
-from irc.mlir_input import emit_mlir as emit_mlir_with
 from irc.passes import PASSES
 from irc.pipeline import (
     PassFailure,
@@ -46,14 +42,18 @@ from irc.pipeline import (
     pipeline_text,
     run_pipeline,
 )
-from irc.printer import print_module
-from irc.verifier import verify
+from irc.syntax.diagnostics import Diagnostic, IrcError, Location, SourceManager
+from irc.syntax.mlir_input import INPUT_FORMATS, parse_input, quote_sources
+from irc.syntax.mlir_input import emit_mlir as emit_mlir_with
+from irc.syntax.parser import decode_source
+from irc.syntax.printer import print_module
+from irc.tools.cli import ArgumentParser, add_version
 
 SPLIT_MARKER = re.compile(r"^// -----", re.MULTILINE)
 
 
 def emit_mlir(module: ModuleOp) -> str:
-    """MLIR generic syntax with locations, for xdsl-opt and mlir-opt (irc.mlir_input)."""
+    """MLIR generic syntax with locations, for xdsl-opt and mlir-opt (irc.syntax.mlir_input)."""
     return emit_mlir_with(module)
 
 
@@ -66,7 +66,7 @@ def emit_triton(module: ModuleOp) -> str:
 
 def emit_dot(module: ModuleOp) -> str:
     """Graphviz, one cluster per fusion group."""
-    from irc.dot import emit_dot as draw
+    from irc.tools.dot import emit_dot as draw
 
     return draw(module)
 
@@ -335,12 +335,13 @@ class Driver:
     def name_kernels(self, reports: list[Any], module: ModuleOp) -> None:
         """Names the reported kernels as the emitted Triton does: from the module
         itself when the run lowered it to tile kernels, else from a lowered copy."""
-        from irc.compiler import level_of, lower_to_tile
+        from irc.compiler import lower_to_tile
+        from irc.ir.value_names import clone_keeping_names
         from irc.passes.fuse import resolve_reports
-        from irc.pipeline import clone_keeping_names
+        from irc.pipeline import lowest_level
 
         lowered = (
-            module if level_of(module) == "tile" else lower_to_tile(clone_keeping_names(module))
+            module if lowest_level(module) == "tile" else lower_to_tile(clone_keeping_names(module))
         )
         resolve_reports(reports, lowered)
         self.reports += reports

@@ -22,9 +22,9 @@ the CPU interpreter) and compares both with the reference interpreter;
 `shrink(text, seed, failure)` makes a failing program smaller while it keeps
 failing the same way. The command line runs many seeds:
 
-    python -m irc.graphgen --count 5000 --seed 0      # progress, failures, exit 1 on any
-    python -m irc.graphgen --show 17                  # print the program of seed 17
-    python -m irc.graphgen --check FILE.ir --seed 3   # check (and shrink) one file
+    python -m irc.testing.graphgen --count 5000 --seed 0      # progress, failures, exit 1 on any
+    python -m irc.testing.graphgen --show 17                  # print the program of seed 17
+    python -m irc.testing.graphgen --check FILE.ir --seed 3   # check (and shrink) one file
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from irc.compiler import AFTER_TILING
 from irc.dialects import graph
-from irc.types import ELEMENTS, HALF_NAMES, INT_NAMES, broadcast_shapes, numel
+from irc.ir.types import ELEMENTS, HALF_NAMES, INT_NAMES, broadcast_shapes, numel
+from irc.pipeline import AFTER_TILING
 
 DIMS = (1, 3, 5, 17, 33, 64, 130)
 MAX_NUMEL = 8192
@@ -747,7 +747,7 @@ def check_program(text: str, seed: int, device: str = "cpu") -> Failure | None:
     import torch
 
     import irc
-    from irc.reference import functions, random_inputs, run_function
+    from irc.testing.reference import functions, random_inputs, run_function
 
     try:
         module = irc.parse(text, "<graphgen>")
@@ -860,7 +860,7 @@ def _to_argument(fn: object, i: int) -> bool:
     r = op.results[0]
     arg = block.insert_arg(r.type, len(block.args))
     if r.name_hint:
-        from irc.frontend import set_value_name
+        from irc.ir.value_names import set_value_name
 
         set_value_name(arg, r.name_hint)
     r.replace_all_uses_with(arg)
@@ -926,7 +926,7 @@ def _report(
     if do_shrink and failure.kind != "checker":
         small = shrink(text, seed, failure, device=device)
         again = check_program(small, seed, device)
-        w(f"// reproducer (shrunk; inputs: irc.reference.random_inputs(fn, seed={seed}))\n")
+        w(f"// reproducer (shrunk; inputs: irc.testing.reference.random_inputs(fn, seed={seed}))\n")
         w(f"// {again if again is not None else failure}\n")
         w(small)
     else:
@@ -937,7 +937,7 @@ def _report(
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m irc.graphgen",
+        prog="python -m irc.testing.graphgen",
         description="Differential testing: random graphs, fused and unfused, against the reference.",
     )
     ap.add_argument("--count", type=int, default=200, help="number of graphs (default 200)")

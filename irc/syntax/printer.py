@@ -1,4 +1,4 @@
-"""xDSL IR to irc text: the inverse of `irc.frontend` at every level.
+"""xDSL IR to irc text: the inverse of `irc.syntax.parser` at every level.
 
 The output re-parses to the same IR and prints identically (a fixed point).
 Value names are kept as written; unnamed values (made by passes) get numbers
@@ -21,7 +21,8 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from irc.types import I1, format_type
+from irc.ir.names import format_string
+from irc.ir.types import I1, format_type
 
 
 def format_float(x: float) -> str:
@@ -35,22 +36,6 @@ def format_float(x: float) -> str:
     if "." not in mantissa:
         mantissa += ".0"
     return mantissa + ("e" + exponent if exponent else "")
-
-
-_STRING_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
-
-
-def format_string(text: str) -> str:
-    """A string literal that `irc.frontend.unescape_string` reads back as `text`."""
-    out = []
-    for c in text:
-        if c in _STRING_ESCAPES:
-            out.append(_STRING_ESCAPES[c])
-        elif not c.isprintable() and ord(c) < 0x10000:
-            out.append(f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
 
 
 def format_attr(attr: Attribute) -> str:

@@ -27,12 +27,13 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import SSAValue
 
-from irc.cli import ArgumentParser, add_version
+from irc.analysis.verifier import verify
 from irc.compiler import CompiledModule
 from irc.compiler import compile as compile_module
-from irc.diagnostics import Diagnostic, IrcError, SourceManager, op_location
-from irc.frontend import parse, read_source
-from irc.reference import (
+from irc.ir.types import format_type, numel, shape_of
+from irc.syntax.diagnostics import Diagnostic, IrcError, SourceManager, op_location
+from irc.syntax.parser import parse, read_source
+from irc.testing.reference import (
     UnsupportedOpError,
     dtype_name,
     estimate_peak_bytes,
@@ -42,9 +43,8 @@ from irc.reference import (
     run_function,
     value_bytes,
 )
-from irc.types import format_type, numel, shape_of
-from irc.verdict import ORDERS, Yardstick, judge, yardsticks
-from irc.verifier import verify
+from irc.testing.verdict import ORDERS, Yardstick, judge, yardsticks
+from irc.tools.cli import ArgumentParser, add_version
 
 PROG = "irc-run"
 
@@ -229,7 +229,7 @@ class Runner:
     def check(self, result: FunctionRun, device: torch.device) -> int:
         """--check: irc's kernels against the reference on the same inputs.
 
-        The verdict is `irc.verdict.judge`'s: within assert_close of torch, or no
+        The verdict is `irc.testing.verdict.judge`'s: within assert_close of torch, or no
         further from the program computed in f64 than 4x torch's own distance
         from it (over a few summation orders). Those extra runs happen only
         when some output needs them.

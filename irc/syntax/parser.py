@@ -41,16 +41,17 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region
 from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import VerifyException
 
-from irc.diagnostics import Diagnostic, IrcError, Location, Note
 from irc.gcpause import paused_gc
-from irc.types import MAX_ELEMENTS, SCALAR_TYPES, numel
+from irc.ir.types import MAX_ELEMENTS, SCALAR_TYPES, numel
+from irc.ir.value_names import set_value_name
+from irc.syntax.diagnostics import Diagnostic, IrcError, Location, Note
 
 _SHAPE_RE = re.compile(r"(\d+)x")
 
 
 @cache
 def _lark() -> Lark:
-    grammar = resources.files("irc").joinpath("grammar.lark").read_text()
+    grammar = resources.files("irc.syntax").joinpath("grammar.lark").read_text()
     return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True)
 
 
@@ -60,15 +61,6 @@ def op_classes() -> dict[str, type[Operation]]:
     from irc.dialects import all_dialects
 
     return {op.name: op for d in all_dialects() for op in d.operations}
-
-
-def set_value_name(value: SSAValue, name: str | None) -> None:
-    """Keeps the user's spelling of a value name.
-
-    xDSL's `name_hint` setter drops `_N` suffixes and rejects names such as
-    `0`; irc prints names as written, so it stores them unchanged.
-    """
-    value._name = name  # pyright: ignore[reportPrivateUsage]
 
 
 @paused_gc()
@@ -696,8 +688,8 @@ class _Builder(_SyntaxErrors):
                 )
             for i, (v, t) in enumerate(zip(operands, written, strict=True)):
                 if v.type != t:
-                    from irc.types import format_type
-                    from irc.verifier import verify_op
+                    from irc.analysis.verifier import verify_op
+                    from irc.ir.types import format_type
 
                     if isinstance(v, OpResult):
                         # The value's own op may have been written with a wrong type:
@@ -733,7 +725,7 @@ class _Builder(_SyntaxErrors):
         if written is not None and _is_graph_op(cls):
             for tnode, t in zip(types.children, written, strict=True):  # type: ignore[union-attr]
                 if not isinstance(t, TensorType):
-                    from irc.types import format_type
+                    from irc.ir.types import format_type
 
                     raise self.error(
                         tnode,
@@ -849,7 +841,7 @@ class _Builder(_SyntaxErrors):
 
     def _operand_note(self, e: VerifyException, operands: list[SSAValue]) -> list[Note]:
         """A note at the definition of the operand a verifier error is about."""
-        from irc.types import format_type
+        from irc.ir.types import format_type
 
         index = getattr(e, "operand", None)
         if index is None or not 0 <= index < len(operands):

@@ -44,9 +44,9 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
-from irc.diagnostics import Diagnostic, Note, op_location
 from irc.dialects import loop, tile
-from irc.types import broadcast_shapes, format_type, numel
+from irc.ir.types import broadcast_shapes, format_type, numel
+from irc.syntax.diagnostics import Diagnostic, Note, op_location
 
 Range = tuple[int, int]
 """A closed integer interval; lo > hi means empty (no lane can have the value)."""

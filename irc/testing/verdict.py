@@ -153,7 +153,7 @@ def yardsticks(
     fn: func.FuncOp, inputs: Sequence[torch.Tensor], device: str | torch.device | None = None
 ) -> list[Yardstick]:
     """One yardstick per output of `fn` on `inputs`: f64, and torch in `ORDERS` other orders."""
-    from irc.reference import run_function, run_function_f64
+    from irc.testing.reference import run_function, run_function_f64
 
     exact = run_function_f64(fn, inputs, device)
     others = [run_function(fn, inputs, device, order=k) for k in range(1, ORDERS + 1)]

@@ -11,9 +11,9 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 
-from irc.diagnostics import Diagnostic, IrcError
 from irc.dialects import graph
-from irc.types import format_type
+from irc.ir.types import format_type
+from irc.syntax.diagnostics import Diagnostic, IrcError
 
 
 def _quote(text: str) -> str:
@@ -77,8 +77,8 @@ class _Drawing:
 def triton_names(module: ModuleOp) -> dict[str, list[str]]:
     """graph.fused kernel name -> the names of the Triton kernels it becomes."""
     from irc.compiler import lower_to_tile
+    from irc.ir.value_names import clone_keeping_names
     from irc.passes.fuse import launched_kernels
-    from irc.pipeline import clone_keeping_names
 
     if not any(isinstance(op, graph.FusedOp) for op in module.walk()):
         return {}

@@ -25,8 +25,8 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from irc.diagnostics import IrcError, Location, SourceManager, op_location
-from irc.frontend import set_value_name
+from irc.ir.value_names import set_value_name
+from irc.syntax.diagnostics import IrcError, Location, SourceManager, op_location
 
 INPUT_FORMATS = ("auto", "ir", "mlir")
 """`irc-opt --input`: auto tells MLIR from irc text by how the file starts."""
@@ -188,7 +188,7 @@ def parse_input(text: str, filename: str, first_line: int = 1, form: str = "auto
     """irc text or MLIR, as `form` says (`auto`: as `looks_like_mlir` tells)."""
     if form == "mlir" or (form == "auto" and looks_like_mlir(text)):
         return parse_mlir(text, filename, first_line)
-    from irc.frontend import parse
+    from irc.syntax.parser import parse
 
     return parse(text, filename, first_line)
 

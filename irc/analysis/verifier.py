@@ -12,11 +12,12 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
-from irc.bounds import check_bounds
-from irc.diagnostics import Diagnostic, IrcError, Location, Note, op_location
-from irc.dialects import tile
+from irc.analysis.bounds import check_bounds
+from irc.analysis.fused_groups import check_fused_group
+from irc.dialects import graph, tile
 from irc.gcpause import paused_gc
-from irc.types import format_type
+from irc.ir.types import format_type
+from irc.syntax.diagnostics import Diagnostic, IrcError, Location, Note, op_location
 
 
 def value_location(value: SSAValue) -> Location | None:
@@ -47,7 +48,7 @@ def verify(module: ModuleOp, context: str | None = None) -> None:
         else:
             _verify_block_ops([op], visible, diagnostics)
     if not diagnostics:
-        # Memory safety, once every op is well formed (irc/bounds.py).
+        # Memory safety, once every op is well formed (irc/analysis/bounds.py).
         diagnostics.extend(check_bounds(module))
     if diagnostics:
         if context is not None:
@@ -129,6 +130,8 @@ def verify_op(op: Operation, out: list[Diagnostic]) -> None:
         # IRDL's constraints, then the op's own checks (xDSL's verify_ runs both).
         op.verify_()
         tile.check_kernel_values(op)
+        if isinstance(op, graph.FusedOp):
+            check_fused_group(op)
     except VerifyException as e:
         notes: list[Note] = []
         index = getattr(e, "operand", None)

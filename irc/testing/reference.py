@@ -26,9 +26,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
-from irc.diagnostics import op_location
 from irc.dialects import graph
-from irc.types import (
+from irc.ir.types import (
     ELEMENT_TYPES,
     ELEMENTS,
     I1,
@@ -40,6 +39,7 @@ from irc.types import (
     numel,
     shape_of,
 )
+from irc.syntax.diagnostics import op_location
 
 # --- element types ----------------------------------------------------------------
 

@@ -12,13 +12,12 @@ the same functions the passes use, and a kind written by hand must be that one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from xdsl.ir import Operation
+    pass
 
 
 class KernelKind(StrEnum):
@@ -38,7 +37,7 @@ NAME_PREFIX: dict[KernelKind, str] = {
     KernelKind.CONTRACTION: "mm",
 }
 """The first part of a kernel's name, as in Inductor (`per` for a persistent
-reduction is chosen where the tiling is known: irc.names.tile_kernel_name)."""
+reduction is chosen where the tiling is known: irc.ir.names.tile_kernel_name)."""
 
 
 def parse_kind(text: str) -> KernelKind | None:
@@ -47,20 +46,6 @@ def parse_kind(text: str) -> KernelKind | None:
         return KernelKind(text)
     except ValueError:
         return None
-
-
-def kind_of_ops(ops: Iterable[Operation]) -> KernelKind:
-    """The kind of a kernel computing the graph ops `ops` (whether one loop nest
-    can is `fuse.kernel_schema`'s question; this is only which nest it would be)."""
-    from irc.dialects import graph
-
-    kind = KernelKind.POINTWISE
-    for op in ops:
-        if isinstance(op, graph.MatmulOp):
-            return KernelKind.CONTRACTION
-        if isinstance(op, graph.ReduceOp):
-            kind = KernelKind.REDUCTION
-    return kind
 
 
 class GeometryMismatch(ValueError):
@@ -90,33 +75,11 @@ class RowGeometry:
         return tuple(self.space[d] for d in self.dims)
 
 
-def row_geometry(reductions: Sequence[Operation]) -> RowGeometry:
-    """The one row space of `reductions` (graph.reduce_* ops), or `GeometryMismatch`.
-
-    Fusion legality asks it of a group and graph-to-loop lowers by it, so the
-    rows a kernel is judged on are the rows it is lowered to.
-    """
-    from irc.dialects import graph
-    from irc.types import shape_of
-
-    geometries: list[RowGeometry] = []
-    for r in reductions:
-        assert isinstance(r, graph.ReduceOp)
-        geometries.append(RowGeometry(shape_of(r.input.type), tuple(sorted(r.reduced_dims()))))
-    if not geometries:
-        raise GeometryMismatch("no reduction")
-    if any(g != geometries[0] for g in geometries[1:]):
-        raise GeometryMismatch("reductions over different shapes or dims")
-    return geometries[0]
-
-
 __all__ = [
     "KINDS",
     "NAME_PREFIX",
     "GeometryMismatch",
     "KernelKind",
     "RowGeometry",
-    "kind_of_ops",
     "parse_kind",
-    "row_geometry",
 ]
