@@ -41,6 +41,7 @@ from xdsl.utils.exceptions import VerifyException
 from irc.ir.kernel_kind import KINDS, GeometryMismatch, KernelKind, RowGeometry, parse_kind
 from irc.ir.names import kernel_name_problem
 from irc.ir.types import (
+    ELEMENT_TYPES,
     FLOAT_TYPES,
     I1,
     MAX_ELEMENTS,
@@ -725,6 +726,67 @@ class TransposeOp(GraphOp):
         return tensor([shape[p] for p in perm], x.element_type)
 
 
+# --- indexing and generation (models imported from PyTorch) --------------------
+
+
+INDEX_ELEMENTS = frozenset(ELEMENT_TYPES[n] for n in ("i32", "i64"))
+"""Element types of index tensors (index_select, gather) and of iota's integers."""
+
+
+@irdl_op_definition
+class SliceOp(GraphOp):
+    """`x[start:end:step]` in every dimension: a view, an index map in its readers'
+    kernels (`start + i * step`), never a copy of its own."""
+
+    name = "graph.slice"
+    input = operand_def(TensorType)
+    start = opt_prop_def(Attribute)
+    end = opt_prop_def(Attribute)
+    step = opt_prop_def(Attribute)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        x = _tensor_operand(cls.name, operands[0], 0)
+        shape = x.get_shape()
+        start, end, step = cls.bounds(props, len(shape))
+        out: list[int] = []
+        for d, (size, s, e, k) in enumerate(zip(shape, start, end, step, strict=True)):
+            if k < 1:
+                raise GraphVerifyError(f"graph.slice: step {k} of dimension {d} must be 1 or more")
+            if not 0 <= s <= e <= size:
+                raise GraphVerifyError(
+                    f"graph.slice: dimension {d} of size {size} cannot be sliced {s}:{e} "
+                    f"(needs 0 <= start <= end <= {size})"
+                )
+            if s == e:
+                raise GraphVerifyError(f"graph.slice: dimension {d} is sliced empty ({s}:{e})")
+            out.append(-(-(e - s) // k))
+        return tensor(out, x.element_type)
+
+    @classmethod
+    def bounds(cls, props: Props, rank: int) -> tuple[list[int], list[int], list[int]]:
+        """start, end and step (default all 1), one entry per dimension each."""
+        lists = []
+        for key in ("start", "end", "step"):
+            values = (
+                [1] * rank
+                if key == "step" and key not in props
+                else _int_list(cls.name, props, key)
+            )
+            if len(values) != rank:
+                raise GraphVerifyError(
+                    f"graph.slice: '{key}' has {_count(len(values), 'entry', 'entries')} for a "
+                    f"rank-{rank} operand (one per dimension)"
+                )
+            lists.append(values)
+        return lists[0], lists[1], lists[2]
+
+    def slice_bounds(self) -> tuple[list[int], list[int], list[int]]:
+        return self.bounds(dict(self.properties), len(self.input.type.get_shape()))  # type: ignore[attr-defined]
+
+
 # --- reductions and contractions ---------------------------------------------
 
 
@@ -1066,7 +1128,7 @@ Graph = Dialect(
         ReluOp, GeluOp, SiluOp, ReciprocalOp, ErfOp, FloorOp, CeilOp, RoundOp,
         AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp,
         EqOp, NeOp, LtOp, LeOp, GtOp, GeOp,
-        WhereOp, CastOp, ConstantOp, ReshapeOp, BroadcastOp, TransposeOp,
+        WhereOp, CastOp, ConstantOp, ReshapeOp, BroadcastOp, TransposeOp, SliceOp,
         ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceMeanOp, MatmulOp,
         SoftmaxOp, LayerNormOp, FusedOp, YieldOp,
     ],

@@ -1,7 +1,7 @@
 """graph -> loop: tensors become buffers, ops become loop nests.
 
 Each graph value is given an *access*: a buffer written by a kernel, a view
-(transpose, broadcast, reshape: an index map over another access, so no copy
+(transpose, broadcast, reshape, slice: an index map over another access, so no copy
 kernel is made for it), or a splat constant. A kernel computes its outputs
 element by element through `KernelBuilder.value_at`, which follows accesses and,
 for ops inside the kernel's group, emits their scalar computation in place; that
@@ -62,7 +62,8 @@ class Buffer:
 
 @dataclass
 class View:
-    """Elements of `base` read through an index map (no data movement)."""
+    """Elements of `base` read through an index map (no data movement): transpose,
+    broadcast, reshape and slice."""
 
     base: SSAValue
     index_map: IndexMap
@@ -131,6 +132,19 @@ def _reshape_map(src: Sequence[int], dst: Sequence[int]) -> IndexMap:
             if d > 0:
                 v = kb.index_apply("mod", v, kb.index_const(size))
             out.append(v)
+        return out
+
+    return index_map
+
+
+def _slice_map(start: Sequence[int], step: Sequence[int]) -> IndexMap:
+    """Indices of a slice's result into its operand: `start + i * step` per dimension."""
+
+    def index_map(kb: KernelBuilder, idx: list[SSAValue]) -> list[SSAValue]:
+        out: list[SSAValue] = []
+        for i, s, k in zip(idx, start, step, strict=True):
+            v = i if k == 1 else kb.index_apply("mul", i, kb.index_const(k))
+            out.append(v if s == 0 else kb.index_apply("add", v, kb.index_const(s)))
         return out
 
     return index_map
@@ -327,6 +341,9 @@ def view_map(op: Operation) -> IndexMap | None:
         return _broadcast_map(shape_of(op.input.type), shape_of(op.result.type))
     if isinstance(op, graph.ReshapeOp):
         return _reshape_map(shape_of(op.input.type), shape_of(op.result.type))
+    if isinstance(op, graph.SliceOp):
+        start, _, step = op.slice_bounds()
+        return _slice_map(start, step)
     return None
 
 

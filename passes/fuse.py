@@ -23,7 +23,7 @@ whether one loop nest can compute the group:
 Limits: at most `max_ops` compute ops a kernel, and work is never duplicated
 in a way that multiplies expensive ops (a transcendental op computed on a
 smaller tensor than the kernel's space is not pulled in). Views (transpose,
-reshape, broadcast) and constants are index maps and splats, never kernels:
+reshape, broadcast, slice) and constants are index maps and splats, never kernels:
 they go with their consumers. The groups made and the candidates turned down
 between them, with the reason, are recorded in a `FusionReport`, whose kernels
 `resolve_reports` names as the emitted Triton does once the module is lowered.
@@ -53,7 +53,7 @@ from irc.ir.types import element_bytes, element_of, numel, shape_of
 from irc.passes.options import check_option
 from irc.syntax.diagnostics import Diagnostic, IrcError
 
-VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp)
+VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp, graph.SliceOp)
 FREE_OPS = (*VIEW_OPS, graph.ConstantOp)
 CHEAP_OPS = tuple(op for op in graph.ELEMENTWISE_OPS if op.COST is graph.Cost.CHEAP)
 """Ops cheap enough to recompute per element when broadcast into a larger space
@@ -327,10 +327,13 @@ def _check_no_reindexing(g: FusionGraph, ops: Sequence[Operation], members: set[
                     reindexes |= shape_of(source.type) != shape_of(view.results[0].type)
                 elif isinstance(view, graph.TransposeOp):
                     reindexes |= loop_perm(view) != list(range(len(shape_of(source.type))))
+                elif isinstance(view, graph.SliceOp):
+                    reindexes |= shape_of(source.type) != shape_of(view.results[0].type)
                 view = source.owner
             if reindexes and isinstance(view, Operation) and view in members:
                 raise Rejected(
-                    "a transpose or reshape between two ops of a kernel that works row by row"
+                    "a transpose, reshape or slice between two ops of a kernel that works "
+                    "row by row"
                 )
 
 

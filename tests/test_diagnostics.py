@@ -344,6 +344,17 @@ CASES = [
       "graph.transpose: perm has 1 entry for a rank-2 operand"),
     C("transpose-range", fn("  %y = graph.transpose %x {perm = [0, 2]}"), "2:3",
       "graph.transpose: perm entry 2 is out of range for a rank-2 operand (valid: -2..1)"),
+    # --- graph ops: indexing and generation ---------------------------------------------
+    C("slice-needs-end", fn("  %y = graph.slice %x {start = [0, 0]}"), "2:3",
+      "graph.slice needs the attribute 'end', like {end = [0]}"),
+    C("slice-length", fn("  %y = graph.slice %x {start = [0], end = [4, 8]}"), "2:3",
+      "graph.slice: 'start' has 1 entry for a rank-2 operand (one per dimension)"),
+    C("slice-step", fn("  %y = graph.slice %x {start = [0, 0], end = [4, 8], step = [1, 0]}"),
+      "2:3", "graph.slice: step 0 of dimension 1 must be 1 or more"),
+    C("slice-range", fn("  %y = graph.slice %x {start = [0, 2], end = [4, 9]}"), "2:3",
+      "graph.slice: dimension 1 of size 8 cannot be sliced 2:9 (needs 0 <= start <= end <= 8)"),
+    C("slice-empty", fn("  %y = graph.slice %x {start = [1, 0], end = [1, 8]}"), "2:3",
+      "graph.slice: dimension 0 is sliced empty (1:1)"),
     # --- graph ops: matmul and composites -----------------------------------------------------
     C("matmul-rank", fn("  %y = graph.matmul %x, %b"), "2:3",
       "graph.matmul takes [M,K]x[K,N] or [B,M,K]x[B,K,N], got tensor<4x8xf32> and tensor<8xf32>"),

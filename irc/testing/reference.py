@@ -265,6 +265,12 @@ def _transpose(op: graph.TransposeOp, args: list[Tensor]) -> Tensor:
     return x.permute(perm)
 
 
+@evaluator(graph.SliceOp)
+def _slice(op: graph.SliceOp, args: list[Tensor]) -> Tensor:
+    start, end, step = op.slice_bounds()
+    return args[0][tuple(slice(s, e, k) for s, e, k in zip(start, end, step, strict=True))]
+
+
 def _int_list(attr: Attribute | None) -> list[int]:
     assert isinstance(attr, ArrayAttr), attr
     return [a.value.data for a in attr.data]  # type: ignore[union-attr]

@@ -1,0 +1,115 @@
+"""The indexing and generation ops (slice, concat, iota, index_select, gather),
+compiled fused and unfused, against torch expressions written here (not the
+reference interpreter's), on random inputs, on the CPU (Triton's interpreter).
+
+Fusion is the point of these ops: a slice, concat or gather feeding element-wise
+work must be an index map inside the consumer's kernel, so the tests pin the
+kernel count of each fused program too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+from torch import Tensor
+from torch.testing import assert_close
+
+import irc
+from irc.testing.reference import functions, random_inputs, run_function
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IRC_CACHE_DIR", str(tmp_path_factory.mktemp("irc-cache")))
+        yield
+
+
+def check(
+    text: str,
+    expected: Callable[..., Tensor | tuple[Tensor, ...]],
+    *,
+    kernels: int | None = None,
+    prepare: Callable[..., list[Tensor]] | None = None,
+    fuse: bool = True,
+) -> None:
+    """Compiles `text` (@f), runs it on random inputs and compares with `expected`,
+    and the reference interpreter with it too; `kernels`: the fused kernel count."""
+    module = irc.parse(text, "test.ir")
+    irc.verify(module)
+    fn = functions(module)["f"]
+    xs = random_inputs(fn, seed=1)
+    if prepare is not None:
+        xs = prepare(*xs)
+    want = expected(*xs)
+    wants = list(want) if isinstance(want, tuple) else [want]
+    for r, w in zip(run_function(fn, xs), wants, strict=True):
+        assert_close(r, w, rtol=0, atol=0)
+    compiled = irc.compile(module, device="cpu", fuse=fuse)
+    got = compiled.run("f", xs)
+    for g, w in zip(got, wants, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        assert_close(g, w)
+    if kernels is not None:
+        assert compiled.kernel_count == kernels
+
+
+# --- slice ------------------------------------------------------------------------------
+
+
+def test_slice_with_steps_feeds_elementwise_work_in_one_kernel() -> None:
+    text = """
+func @f(%x: tensor<5x9xf32>, %y: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %a = graph.slice %x {start = [1, 1], end = [5, 9], step = [2, 2]}
+  %b = graph.add %a, %y
+  %c = graph.exp %b
+  return %c : tensor<2x4xf32>
+}
+"""
+    check(text, lambda x, y: torch.exp(x[1:5:2, 1:9:2] + y), kernels=1)
+    check(text, lambda x, y: torch.exp(x[1:5:2, 1:9:2] + y), fuse=False)
+
+
+def test_slices_of_a_computed_value_fuse_with_its_producer() -> None:
+    # q/k/v split of one projection: three slices of the same sum, one kernel.
+    text = """
+func @f(%x: tensor<4x12xf16>, %b: tensor<12xf16>) -> tensor<4x4xf16> {
+  %s = graph.add %x, %b
+  %q = graph.slice %s {start = [0, 0], end = [4, 4]}
+  %k = graph.slice %s {start = [0, 4], end = [4, 8]}
+  %v = graph.slice %s {start = [0, 8], end = [4, 12]}
+  %qk = graph.mul %q, %k
+  %o = graph.add %qk, %v
+  return %o : tensor<4x4xf16>
+}
+"""
+
+    def want(x: Tensor, b: Tensor) -> Tensor:
+        s = x + b
+        return s[:, 0:4] * s[:, 4:8] + s[:, 8:12]
+
+    check(text, want, kernels=1)
+
+
+def test_returned_slice_is_copied() -> None:
+    text = """
+func @f(%x: tensor<3x7x5xf32>) -> tensor<2x3x5xf32> {
+  %a = graph.slice %x {start = [1, 0, 0], end = [3, 7, 5], step = [1, 3, 1]}
+  return %a : tensor<2x3x5xf32>
+}
+"""
+    check(text, lambda x: x[1:3, 0:7:3, :].contiguous(), kernels=1)
+
+
+def test_slice_feeding_a_reduction() -> None:
+    text = """
+func @f(%x: tensor<6x33xf32>) -> tensor<6xf32> {
+  %e = graph.exp %x
+  %a = graph.slice %e {start = [0, 3], end = [6, 33], step = [1, 2]}
+  %s = graph.reduce_sum %a {dims = [1]}
+  return %s : tensor<6xf32>
+}
+"""
+    check(text, lambda x: torch.exp(x)[:, 3:33:2].sum(1))
