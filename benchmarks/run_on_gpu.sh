@@ -25,3 +25,4 @@ python3 "$here"/benchmarks/bench.py --fresh-caches --markdown "$out/bench.md" --
 python3 "$here"/benchmarks/bench.py --autotune --markdown "$out/bench_autotune.md" --json "$out/bench_autotune.json" 2>&1 \
   | tr '\r' '\n' | grep -v '^autotune \[' | tee "$out/bench_autotune.log"
 python3 "$here"/benchmarks/compile_speed.py 2>&1 | tee "$out/compile_speed.log"
+python3 "$here"/benchmarks/layouts.py --markdown "$out/layouts.md" --json "$out/layouts.json" 2>&1 | tee "$out/layouts.log"

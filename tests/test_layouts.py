@@ -1,0 +1,111 @@
+"""The layout suite (benchmarks/layouts.py): its programs, and its smoke run on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import irc
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _layouts() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "irc_layouts", ROOT / "benchmarks" / "layouts.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["irc_layouts"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+layouts = _layouts()
+WORKLOADS = layouts._workloads()
+
+# The rows of issue 16's table and the peer byte-count tests: each must be covered.
+ROWS = [
+    "full reduction beside a full-size output",
+    "column reduction",
+    "batch-norm statistics",
+    "transposed operand",
+    "long rows",
+    "reshape of a kernel's output",
+    "GEMM + bias + exact GELU",
+    "causal attention written out",
+    "test_neighbor",
+    "keops",
+    "two reductions over different dims of one input",
+    "layer norm then a multi-level reduction",
+]
+
+
+def test_the_suite_covers_every_row_with_several_shapes() -> None:
+    assert len(WORKLOADS) >= 14
+    assert len({w.name for w in WORKLOADS}) == len(WORKLOADS)
+    for row in ROWS:
+        assert any(row in w.row for w in WORKLOADS), row
+    for w in WORKLOADS:
+        assert len(w.shapes) >= 2, w.name
+    shapes = [s for w in WORKLOADS for s in w.shapes]
+    assert {s.dtype for s in shapes} >= {"f32", "bf16", "f16"}
+    assert any(v % 2 for s in shapes for v in s.dims.values())  # odd sizes
+    vocab = [s for w in WORKLOADS if w.name == "softmax_vocab" for s in w.shapes]
+    assert _has(vocab, rows=4096, vocab=50257)
+
+
+def _has(shapes: list[Any], **dims: int) -> bool:
+    return any(all(s.dims.get(k) == v for k, v in dims.items()) for s in shapes)
+
+
+@pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
+def test_every_gpu_shape_is_a_valid_program_that_fuses(workload: Any) -> None:
+    """The GPU sizes are not run here, but their programs parse, verify and fuse."""
+    for shape in workload.shapes:
+        module = irc.parse(workload.ir(shape), f"<{workload.name} {shape.label}>")
+        irc.verify(module)
+        irc.run_pipeline(module, "fuse")
+
+
+SLOW = {"softmax_vocab", "logsumexp_reshape", "softmax_columns"}  # over ~5 s in the interpreter
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [pytest.param(w, marks=pytest.mark.slow) if w.name in SLOW else w for w in WORKLOADS],
+    ids=lambda w: w.name,
+)
+def test_smoke_row_is_correct_on_the_cpu(workload: Any, tmp_path: Path) -> None:
+    row = layouts.measure(workload, workload.smoke, "cpu", None, tmp_path, with_compile=False)
+    assert row["correct"], row["verdicts"]
+    assert row["kernels_irc"] == row["kernels_irc_static"] >= 1
+    assert row["irc_ms"] > 0 and row["compile_ms"] is None
+
+
+def test_smoke_command_writes_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    md, js, ir = tmp_path / "t.md", tmp_path / "t.json", tmp_path / "ir"
+    argv = ["--smoke", "--only", "column_sum", "cos_reshape_cos", "gemm_bias_gelu"]
+    rc = layouts.main([*argv, "--markdown", str(md), "--json", str(js), "--write-ir", str(ir)])
+    assert rc == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("workload") and len(out) == 4
+    assert all(line.rstrip().endswith(("ok", "floor is torch.mm")) for line in out[1:])
+    table = md.read_text().splitlines()
+    assert table[2].startswith("| workload | shape |") and len(table) == 4 + 3
+    assert "| gemm_bias_gelu |" in table[6] and "floor is torch.mm" in table[6]
+    rows = json.loads(js.read_text())["rows"]
+    assert [r["workload"] for r in rows] == ["column_sum", "cos_reshape_cos", "gemm_bias_gelu"]
+    assert all(r["correct"] for r in rows)
+    assert len(list(ir.glob("*.ir"))) == 3
+
+
+def test_unknown_workload_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert layouts.main(["--smoke", "--only", "nope"]) == 1
+    assert "unknown workloads ['nope']" in capsys.readouterr().err
