@@ -66,12 +66,12 @@ def _has(shapes: list[Any], **dims: int) -> bool:
 
 
 @pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
-def test_every_gpu_shape_is_a_valid_program_that_fuses(workload: Any) -> None:
-    """The GPU sizes are not run here, but their programs parse, verify and fuse."""
+def test_every_gpu_shape_compiles(workload: Any, tmp_path: Path) -> None:
+    """The GPU sizes are not run here, but their programs compile to Triton."""
     for shape in workload.shapes:
-        module = irc.parse(workload.ir(shape), f"<{workload.name} {shape.label}>")
-        irc.verify(module)
-        irc.run_pipeline(module, "fuse")
+        path = tmp_path / f"{workload.name}.ir"
+        path.write_text(workload.ir(shape))
+        assert irc.compile(path, device="cpu").kernel_count >= 1
 
 
 SLOW = {"softmax_vocab", "logsumexp_reshape", "softmax_columns"}  # over ~5 s in the interpreter
