@@ -787,6 +787,50 @@ class SliceOp(GraphOp):
         return self.bounds(dict(self.properties), len(self.input.type.get_shape()))  # type: ignore[attr-defined]
 
 
+@irdl_op_definition
+class ConcatOp(GraphOp):
+    """Operands joined along `dim` (as `torch.cat`). Computed where it is read: each
+    element selects the operand its index falls in, so a concat feeding element-wise
+    work is a select between loads inside that kernel (`rotate_half` is one kernel)."""
+
+    name = "graph.concat"
+    inputs = var_operand_def(TensorType)
+    dim = opt_prop_def(Attribute)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    COST: ClassVar[Cost] = Cost.CHEAP
+    """A compare and a select per operand: cheap enough to recompute (passes/fuse.py)."""
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        if not operands:
+            raise GraphVerifyError("graph.concat needs at least one operand")
+        types = [_tensor_operand(cls.name, t, i) for i, t in enumerate(operands)]
+        _same_element(cls.name, types)
+        first = types[0].get_shape()
+        if not first:
+            raise GraphVerifyError("graph.concat needs operands of rank 1 or more", 0)
+        (d,) = normalize_dims(cls.name, [_int(cls.name, props, "dim")], len(first), "dim")
+        total = 0
+        for i, t in enumerate(types):
+            shape = t.get_shape()
+            if len(shape) != len(first) or any(
+                a != b for k, (a, b) in enumerate(zip(shape, first, strict=True)) if k != d
+            ):
+                raise GraphVerifyError(
+                    f"graph.concat: operand {i}, {format_type(t)}, does not fit operand 0, "
+                    f"{format_type(types[0])}: operands have one rank and equal sizes in "
+                    f"every dimension but {d}",
+                    i,
+                )
+            total += shape[d]
+        return tensor([total if k == d else s for k, s in enumerate(first)], types[0].element_type)
+
+    def axis(self) -> int:
+        rank = len(self.inputs[0].type.get_shape())  # type: ignore[attr-defined]
+        return _int(self.name, dict(self.properties), "dim") % rank
+
+
 # --- reductions and contractions ---------------------------------------------
 
 
@@ -1128,7 +1172,7 @@ Graph = Dialect(
         ReluOp, GeluOp, SiluOp, ReciprocalOp, ErfOp, FloorOp, CeilOp, RoundOp,
         AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp,
         EqOp, NeOp, LtOp, LeOp, GtOp, GeOp,
-        WhereOp, CastOp, ConstantOp, ReshapeOp, BroadcastOp, TransposeOp, SliceOp,
+        WhereOp, CastOp, ConstantOp, ReshapeOp, BroadcastOp, TransposeOp, SliceOp, ConcatOp,
         ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceMeanOp, MatmulOp,
         SoftmaxOp, LayerNormOp, FusedOp, YieldOp,
     ],

@@ -244,6 +244,8 @@ class KernelBuilder:
             return self.reduce(op, idx)
         if isinstance(op, graph.MatmulOp):
             return self.matmul(op, idx)
+        if isinstance(op, graph.ConcatOp):
+            return self.concat(op, idx)
         raise NotImplementedError(f"cannot lower {op.name} inside a kernel")
 
     @contextmanager
@@ -312,6 +314,39 @@ class KernelBuilder:
         if acc is not None and acc != element_of(x.type):
             value = self.apply("cast", [value], acc)
         self.add(loop.YieldOp.create(operands=[value]))
+
+    def concat(self, op: graph.ConcatOp, idx: list[SSAValue]) -> SSAValue:
+        """`where(i < end_0, part_0, where(i < end_1, part_1, ...))` along the concat dim.
+
+        Each part is read at the index clamped into it, so every load stays in its
+        buffer (the bounds proof sees it) and a lane of another part reads a valid,
+        cached element that the select then drops.
+        """
+        d = op.axis()
+        element = element_of(op.result.type)
+        parts = list(op.inputs)
+        starts = [0]
+        for p in parts:
+            starts.append(starts[-1] + shape_of(p.type)[d])
+        out: SSAValue | None = None
+        for k in reversed(range(len(parts))):
+            size, start = shape_of(parts[k].type)[d], starts[k]
+            pos = idx[d]
+            if start:
+                shifted = self.index_apply("sub", pos, self.index_const(start))
+                pos = self.index_apply("maximum", shifted, self.index_const(0))
+            if k < len(parts) - 1 and size > 1:
+                pos = self.index_apply("minimum", pos, self.index_const(size - 1))
+            elif size == 1:
+                pos = self.index_const(0)
+            v = self.value_at(parts[k], [pos if i == d else x for i, x in enumerate(idx)])
+            if out is None:
+                out = v
+            else:
+                inside = self.apply("lt", [idx[d], self.index_const(starts[k + 1])], I1)
+                out = self.apply("where", [inside, v, out], element)
+        assert out is not None
+        return out
 
     def matmul(self, op: graph.MatmulOp, idx: list[SSAValue]) -> SSAValue:
         a, b = op.lhs, op.rhs

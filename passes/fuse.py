@@ -55,9 +55,15 @@ from irc.syntax.diagnostics import Diagnostic, IrcError
 
 VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp, graph.SliceOp)
 FREE_OPS = (*VIEW_OPS, graph.ConstantOp)
-CHEAP_OPS = tuple(op for op in graph.ELEMENTWISE_OPS if op.COST is graph.Cost.CHEAP)
+CHEAP_OPS = tuple(
+    op for op in graph.Graph.operations if getattr(op, "COST", None) is graph.Cost.CHEAP
+)
 """Ops cheap enough to recompute per element when broadcast into a larger space
 (their COST; views and constants are free)."""
+
+REINDEXING_OPS = (graph.ConcatOp,)
+"""Compute ops that read their operands at other indices than their own (rows and
+contraction kernels compute a member only at its own row or tile)."""
 
 MAX_TENSORS = 16
 """Tensors one kernel may read and write: the register-pressure estimate's limit."""
@@ -318,6 +324,13 @@ def _check_no_reindexing(g: FusionGraph, ops: Sequence[Operation], members: set[
     a transpose or reshape between two of their ops would read another row.
     (Broadcasts stretch size-1 dims as element-wise ops do: they are fine.)"""
     for op in ops:
+        if isinstance(op, REINDEXING_OPS):
+            for operand in op.operands:
+                if any(v.owner in members for v in g.sources(operand)):
+                    raise Rejected(
+                        f"{op.name} reads another op of a kernel that works row by row "
+                        "at other indices"
+                    )
         for operand in op.operands:
             view = operand.owner
             reindexes = False

@@ -355,6 +355,15 @@ CASES = [
       "graph.slice: dimension 1 of size 8 cannot be sliced 2:9 (needs 0 <= start <= end <= 8)"),
     C("slice-empty", fn("  %y = graph.slice %x {start = [1, 0], end = [1, 8]}"), "2:3",
       "graph.slice: dimension 0 is sliced empty (1:1)"),
+    C("concat-none", fn("  %y = graph.concat {dim = 0} : tensor<4xf32>"), "2:3",
+      "graph.concat needs at least one operand"),
+    C("concat-rank-0", fn("  %y = graph.concat %s, %s {dim = 0}"), "2:3",
+      "graph.concat needs operands of rank 1 or more"),
+    C("concat-shapes", fn("  %y = graph.concat %x, %b {dim = 0}"), "2:3",
+      "graph.concat: operand 1, tensor<8xf32>, does not fit operand 0, tensor<4x8xf32>: "
+      "operands have one rank and equal sizes in every dimension but 0"),
+    C("concat-dim", fn("  %y = graph.concat %x, %x {dim = 2}"), "2:3",
+      "graph.concat: dim entry 2 is out of range for a rank-2 operand (valid: -2..1)"),
     # --- graph ops: matmul and composites -----------------------------------------------------
     C("matmul-rank", fn("  %y = graph.matmul %x, %b"), "2:3",
       "graph.matmul takes [M,K]x[K,N] or [B,M,K]x[B,K,N], got tensor<4x8xf32> and tensor<8xf32>"),

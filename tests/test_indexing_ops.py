@@ -113,3 +113,71 @@ func @f(%x: tensor<6x33xf32>) -> tensor<6xf32> {
 }
 """
     check(text, lambda x: torch.exp(x)[:, 3:33:2].sum(1))
+
+
+# --- concat -----------------------------------------------------------------------------
+
+
+ROTATE_HALF = """
+func @f(%x: tensor<2x3x8xf32>, %cos: tensor<3x8xf32>, %sin: tensor<3x8xf32>) -> tensor<2x3x8xf32> {
+  %x1 = graph.slice %x {start = [0, 0, 0], end = [2, 3, 4]}
+  %x2 = graph.slice %x {start = [0, 0, 4], end = [2, 3, 8]}
+  %n2 = graph.neg %x2
+  %r = graph.concat %n2, %x1 {dim = -1}
+  %a = graph.mul %x, %cos
+  %b = graph.mul %r, %sin
+  %y = graph.add %a, %b
+  return %y : tensor<2x3x8xf32>
+}
+"""
+
+
+def _rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    x1, x2 = x[..., :4], x[..., 4:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def test_rotate_half_is_one_kernel() -> None:
+    check(ROTATE_HALF, _rotary, kernels=1)
+
+
+def test_rotate_half_unfused() -> None:
+    check(ROTATE_HALF, _rotary, fuse=False)
+
+
+def test_concat_of_three_along_the_first_dim_with_a_size_one_part() -> None:
+    text = """
+func @f(%a: tensor<2x5xf16>, %b: tensor<1x5xf16>, %c: tensor<3x5xf16>) -> tensor<6x5xf16> {
+  %e = graph.abs %c
+  %y = graph.concat %a, %b, %e {dim = 0}
+  return %y : tensor<6x5xf16>
+}
+"""
+    # Every part is evaluated at every element (then selected): a cheap producer fuses,
+    # an expensive one (exp) would be computed twice over, and stays a kernel of its own.
+    check(text, lambda a, b, c: torch.cat((a, b, torch.abs(c)), 0), kernels=1)
+    expensive = text.replace("graph.abs", "graph.exp")
+    check(expensive, lambda a, b, c: torch.cat((a, b, torch.exp(c)), 0), kernels=2)
+
+
+def test_concat_of_one_and_of_ints() -> None:
+    text = """
+func @f(%a: tensor<4xi64>, %b: tensor<3xi64>) -> (tensor<4xi64>, tensor<7xi64>) {
+  %y = graph.concat %a {dim = 0}
+  %z = graph.concat %a, %b {dim = 0}
+  return %y, %z : tensor<4xi64>, tensor<7xi64>
+}
+"""
+    check(text, lambda a, b: (a.clone(), torch.cat((a, b))))
+
+
+def test_concat_feeding_a_row_reduction() -> None:
+    # KV concatenation then a row sum: the concat reads buffers, so it fuses into the rows.
+    text = """
+func @f(%k: tensor<3x5xf32>, %n: tensor<3x2xf32>) -> tensor<3xf32> {
+  %c = graph.concat %k, %n {dim = 1}
+  %s = graph.reduce_sum %c {dims = [1]}
+  return %s : tensor<3xf32>
+}
+"""
+    check(text, lambda k, n: torch.cat((k, n), 1).sum(1), kernels=1)

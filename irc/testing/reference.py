@@ -271,6 +271,11 @@ def _slice(op: graph.SliceOp, args: list[Tensor]) -> Tensor:
     return args[0][tuple(slice(s, e, k) for s, e, k in zip(start, end, step, strict=True))]
 
 
+@evaluator(graph.ConcatOp)
+def _concat(op: graph.ConcatOp, args: list[Tensor]) -> Tensor:
+    return torch.cat(args, dim=op.axis())
+
+
 def _int_list(attr: Attribute | None) -> list[int]:
     assert isinstance(attr, ArrayAttr), attr
     return [a.value.data for a in attr.data]  # type: ignore[union-attr]
