@@ -831,6 +831,43 @@ class ConcatOp(GraphOp):
         return _int(self.name, dict(self.properties), "dim") % rank
 
 
+@irdl_op_definition
+class IotaOp(GraphOp):
+    """Each element is its index along `dim` (`torch.arange` broadcast to the type).
+
+    Like a constant it is never a kernel: its readers compute it from their own
+    loop indices (graph-to-loop casts the index to the element type)."""
+
+    name = "graph.iota"
+    dim = opt_prop_def(Attribute)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    REQUIRED_RESULT_TYPE: ClassVar[bool] = True
+
+    @classmethod
+    def check_written_type(cls, operands: Sequence[Attribute], props: Props, t: Attribute) -> None:
+        if not isinstance(t, TensorType):
+            raise GraphVerifyError(f"graph.iota must produce a tensor, got {t}")
+        _check_size(t)
+        if t.element_type not in INDEX_ELEMENTS | FLOAT_TYPES:
+            raise GraphVerifyError(
+                f"graph.iota makes i32, i64 or floating-point tensors, not {format_type(t)}"
+            )
+        shape = t.get_shape()
+        if not shape:
+            raise GraphVerifyError("graph.iota needs a result of rank 1 or more")
+        (d,) = normalize_dims(cls.name, [_int(cls.name, props, "dim")], len(shape), "dim")
+        if t.element_type == ELEMENT_TYPES["i32"] and shape[d] > 2**31:
+            raise GraphVerifyError(f"graph.iota: indices up to {shape[d] - 1} do not fit in i32")
+
+    def verify_(self) -> None:
+        self.check_written_type([], dict(self.properties), self.result.type)
+
+    def axis(self) -> int:
+        rank = len(self.result.type.get_shape())  # type: ignore[attr-defined]
+        return _int(self.name, dict(self.properties), "dim") % rank
+
+
 # --- reductions and contractions ---------------------------------------------
 
 
@@ -1172,7 +1209,8 @@ Graph = Dialect(
         ReluOp, GeluOp, SiluOp, ReciprocalOp, ErfOp, FloorOp, CeilOp, RoundOp,
         AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp,
         EqOp, NeOp, LtOp, LeOp, GtOp, GeOp,
-        WhereOp, CastOp, ConstantOp, ReshapeOp, BroadcastOp, TransposeOp, SliceOp, ConcatOp,
+        WhereOp, CastOp, ConstantOp, ReshapeOp, BroadcastOp, TransposeOp,
+        SliceOp, ConcatOp, IotaOp,
         ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceMeanOp, MatmulOp,
         SoftmaxOp, LayerNormOp, FusedOp, YieldOp,
     ],

@@ -1,10 +1,12 @@
 """graph -> loop: tensors become buffers, ops become loop nests.
 
 Each graph value is given an *access*: a buffer written by a kernel, a view
-(transpose, broadcast, reshape, slice: an index map over another access, so no copy
-kernel is made for it), or a splat constant. A kernel computes its outputs
-element by element through `KernelBuilder.value_at`, which follows accesses and,
-for ops inside the kernel's group, emits their scalar computation in place; that
+(transpose, broadcast, reshape, slice: an index map over another access, so no
+copy kernel is made for it), a splat constant, or an iota (each element its
+index). A kernel computes its outputs element by element through
+`KernelBuilder.value_at`, which follows accesses and, for ops inside the
+kernel's group, emits their scalar computation in place (a concat: a select
+between its operands, each read at its own index); that
 is what makes a fused group one loop nest.
 """
 
@@ -76,7 +78,14 @@ class Splat:
     value: Attribute
 
 
-Access = Buffer | View | Splat
+@dataclass
+class Iota:
+    """Every element is its index along `dim` (computed, never stored)."""
+
+    dim: int
+
+
+Access = Buffer | View | Splat | Iota
 
 
 def _broadcast_map(src: Sequence[int], dst: Sequence[int]) -> IndexMap:
@@ -219,6 +228,8 @@ class KernelBuilder:
             return self.value_at(access.base, access.index_map(self, idx))
         elif isinstance(access, Splat):
             result = self.constant(access.value, element)
+        elif isinstance(access, Iota):
+            result = self.apply("cast", [idx[access.dim]], element)
         else:  # pragma: no cover - the lowering orders kernels topologically
             raise AssertionError(f"no access for {v}")
         self.caches[-1][key] = result
@@ -240,6 +251,8 @@ class KernelBuilder:
             return self.value_at(op.operands[0], view(self, idx))
         if isinstance(op, graph.ConstantOp):
             return self.constant(op.value, element)  # type: ignore[arg-type]
+        if isinstance(op, graph.IotaOp):
+            return self.apply("cast", [idx[op.axis()]], element)
         if isinstance(op, graph.ReduceOp):
             return self.reduce(op, idx)
         if isinstance(op, graph.MatmulOp):
@@ -430,6 +443,8 @@ class FunctionLowering:
             self.access[op.results[0]] = View(op.operands[0], view)
         elif isinstance(op, graph.ConstantOp):
             self.access[op.results[0]] = Splat(op.value)  # type: ignore[arg-type]
+        elif isinstance(op, graph.IotaOp):
+            self.access[op.results[0]] = Iota(op.axis())
         elif isinstance(op, graph.FusedOp):
             self.fused(op)
         elif isinstance(op, COMPOSITE_OPS):

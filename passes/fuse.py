@@ -54,7 +54,9 @@ from irc.passes.options import check_option
 from irc.syntax.diagnostics import Diagnostic, IrcError
 
 VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp, graph.SliceOp)
-FREE_OPS = (*VIEW_OPS, graph.ConstantOp)
+GENERATOR_OPS = (graph.ConstantOp, graph.IotaOp)
+"""Ops of no operand that every reader computes itself (a splat, an index)."""
+FREE_OPS = (*VIEW_OPS, *GENERATOR_OPS)
 CHEAP_OPS = tuple(
     op for op in graph.Graph.operations if getattr(op, "COST", None) is graph.Cost.CHEAP
 )
@@ -127,7 +129,7 @@ class FusionGraph:
             owner = v.owner
             if isinstance(owner, VIEW_OPS):
                 found = self.sources(owner.operands[0])
-            elif isinstance(owner, graph.ConstantOp):
+            elif isinstance(owner, GENERATOR_OPS):
                 found = []
             else:
                 found = [v]
@@ -1033,7 +1035,7 @@ def materialize(
     for op in list(members):
         for operand in op.operands:
             const = operand.owner
-            if isinstance(const, graph.ConstantOp) and const not in members and const in g.order:
+            if isinstance(const, GENERATOR_OPS) and const not in members and const in g.order:
                 users = [u.operation for u in const.results[0].uses]
                 if all(u in members for u in users):
                     members.add(const)

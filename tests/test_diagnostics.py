@@ -364,6 +364,14 @@ CASES = [
       "operands have one rank and equal sizes in every dimension but 0"),
     C("concat-dim", fn("  %y = graph.concat %x, %x {dim = 2}"), "2:3",
       "graph.concat: dim entry 2 is out of range for a rank-2 operand (valid: -2..1)"),
+    C("iota-element", fn("  %y = graph.iota {dim = 0} : tensor<4xi1>"), "2:3",
+      "graph.iota makes i32, i64 or floating-point tensors, not tensor<4xi1>"),
+    C("iota-rank-0", fn("  %y = graph.iota {dim = 0} : tensor<i32>"), "2:3",
+      "graph.iota needs a result of rank 1 or more"),
+    C("iota-dim", fn("  %y = graph.iota {dim = 1} : tensor<4xi32>"), "2:3",
+      "graph.iota: dim entry 1 is out of range for a rank-1 operand (valid: -1..0)"),
+    C("iota-i32", fn("  %y = graph.iota {dim = 0} : tensor<3000000000xi32>"), "2:3",
+      "graph.iota: indices up to 2999999999 do not fit in i32"),
     # --- graph ops: matmul and composites -----------------------------------------------------
     C("matmul-rank", fn("  %y = graph.matmul %x, %b"), "2:3",
       "graph.matmul takes [M,K]x[K,N] or [B,M,K]x[B,K,N], got tensor<4x8xf32> and tensor<8xf32>"),
@@ -558,6 +566,16 @@ def api_constant_not_tensor() -> ModuleOp:
     raise AssertionError("accepted a memref constant")
 
 
+def api_iota_not_tensor() -> ModuleOp:
+    from xdsl.dialects.builtin import IntegerAttr, MemRefType, i64
+
+    try:
+        graph.IotaOp.check_written_type([], {"dim": IntegerAttr(0, i64)}, MemRefType(f32, [4]))
+    except graph.GraphVerifyError as e:
+        raise IrcError(Diagnostic(None, str(e))) from None
+    raise AssertionError("accepted a memref iota")
+
+
 def api_constant_zero_dim() -> ModuleOp:
     return _constant(_tensor(0, 4), value=FloatAttr(1.0, f64))
 
@@ -598,6 +616,7 @@ API_CASES = [
     (api_constant_zero_dim, "tensor<0x4xf32>: dimensions must be positive"),
     (api_constant_too_big, "tensor<33554432x33554432xf32> has more than 2**48 elements"),
     (api_reshape_not_tensor, "graph.reshape must produce a tensor, got memref<4xf32>"),
+    (api_iota_not_tensor, "graph.iota must produce a tensor, got memref<4xf32>"),
     (api_yield_outside_fused, "graph.yield may only end the region of a graph.fused op"),
     (api_multiline_xdsl_message, "result 'result' at position 0 does not verify: f32 should be"),
 ]

@@ -181,3 +181,47 @@ func @f(%k: tensor<3x5xf32>, %n: tensor<3x2xf32>) -> tensor<3xf32> {
 }
 """
     check(text, lambda k, n: torch.cat((k, n), 1).sum(1), kernels=1)
+
+
+# --- iota -------------------------------------------------------------------------------
+
+
+def test_causal_mask_from_two_iotas_is_computed_in_the_kernel() -> None:
+    # full().triu() as models write it: where(col > row, -inf, scores), one kernel, no
+    # buffer for the mask.
+    text = """
+func @f(%s: tensor<2x5x5xf32>) -> tensor<2x5x5xf32> {
+  %r = graph.iota {dim = 0} : tensor<5x1xi64>
+  %c = graph.iota {dim = 1} : tensor<1x5xi64>
+  %above = graph.gt %c, %r
+  %ninf = graph.constant {value = -inf} : tensor<f32>
+  %m = graph.where %above, %ninf, %s
+  %y = graph.exp %m
+  return %y : tensor<2x5x5xf32>
+}
+"""
+
+    def want(s: Tensor) -> Tensor:
+        above = torch.ones(5, 5, dtype=torch.bool).triu(1)
+        return torch.exp(torch.where(above, float("-inf"), s))
+
+    check(text, want, kernels=1)
+
+
+def test_returned_iotas_of_each_element_type() -> None:
+    text = """
+func @f(%x: tensor<3x4xf16>) -> (tensor<3x4xi32>, tensor<7xi64>, tensor<3x4xf16>) {
+  %a = graph.iota {dim = -1} : tensor<3x4xi32>
+  %b = graph.iota {dim = 0} : tensor<7xi64>
+  %c = graph.iota {dim = 0} : tensor<3x4xf16>
+  %d = graph.add %c, %x
+  return %a, %b, %d : tensor<3x4xi32>, tensor<7xi64>, tensor<3x4xf16>
+}
+"""
+
+    def want(x: Tensor) -> tuple[Tensor, ...]:
+        a = torch.arange(4, dtype=torch.int32).expand(3, 4).contiguous()
+        c = torch.arange(3, dtype=torch.float16)[:, None]
+        return a, torch.arange(7), c + x
+
+    check(text, want)

@@ -276,6 +276,15 @@ def _concat(op: graph.ConcatOp, args: list[Tensor]) -> Tensor:
     return torch.cat(args, dim=op.axis())
 
 
+@evaluator(graph.IotaOp)
+def _iota(op: graph.IotaOp, args: list[Tensor]) -> Tensor:
+    shape = _result_shape(op)
+    d = op.axis()
+    line = torch.arange(shape[d], dtype=_result_dtype(op))
+    along = [shape[d] if i == d else 1 for i in range(len(shape))]
+    return line.reshape(along).expand(shape).contiguous()
+
+
 def _int_list(attr: Attribute | None) -> list[int]:
     assert isinstance(attr, ArrayAttr), attr
     return [a.value.data for a in attr.data]  # type: ignore[union-attr]
