@@ -1237,11 +1237,15 @@ def kind_of_ops(ops: Iterable[Operation]) -> KernelKind:
     """The kind of a kernel computing the graph ops `ops` (whether one loop nest
     can is `fuse.kernel_schema`'s question; this is only which nest it would be)."""
     kind = KernelKind.POINTWISE
+    matmuls = 0
     for op in ops:
         if isinstance(op, MatmulOp):
-            return KernelKind.CONTRACTION
-        if isinstance(op, ReduceOp):
+            matmuls += 1
+        elif isinstance(op, ReduceOp):
             kind = KernelKind.REDUCTION
+    if matmuls:
+        # Two matmuls in one kernel: only attention (passes/fuse_attention.py) fuses them.
+        return KernelKind.ATTENTION if matmuls > 1 else KernelKind.CONTRACTION
     return kind
 
 

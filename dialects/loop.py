@@ -193,7 +193,9 @@ class KernelOp(IRDLOperation):
     def _check_tiling(self) -> None:
         """The `tile` pass's choice, or a hand-written one, must be one Triton takes."""
         if self.block is not None:
-            want = {"pointwise": 1, "reduction": 2, "contraction": 3}[kernel_kind(self)]
+            want = {"pointwise": 1, "reduction": 2, "contraction": 3, "attention": 2}[
+                kernel_kind(self)
+            ]
             check_int_list(
                 self, "block", self.block, 1, MAX_BLOCK, lengths=(want,), power_of_two=True
             )
@@ -243,11 +245,16 @@ def body_kind(kernel: KernelOp) -> KernelKind:
     """The kind a kernel's body computes: a contracting `loop.reduce` makes a
     contraction, any other reduction loop (or an epilogue over one) a reduction."""
     kind = KernelKind.POINTWISE
+    contractions = 0
     for op in kernel.body.walk():
         if isinstance(op, ReduceOp) and op.contract is not None:
-            return KernelKind.CONTRACTION
-        if isinstance(op, ReduceOp | SoftmaxReduceOp | ForeachOp):
+            contractions += 1
+        elif isinstance(op, ReduceOp | SoftmaxReduceOp | ForeachOp):
             kind = KernelKind.REDUCTION
+    if contractions:
+        # Attention: a contraction over the rows of a softmax of another's scores.
+        softmax = any(isinstance(op, SoftmaxReduceOp) for op in kernel.body.walk())
+        return KernelKind.ATTENTION if softmax and contractions > 1 else KernelKind.CONTRACTION
     return kind
 
 

@@ -103,6 +103,9 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
         ):
             if x <= max(n, 512):
                 out.append(Tiling((x,), w))
+    elif shape.kind == "attention":
+        for bm, bn, w, s in ((128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3)):
+            out.append(Tiling((bm, bn), w, s))
     elif shape.kind == "reduction":
         rows, r = numel(shape.parallel), numel(shape.reduction)
         full = next_pow2(r)

@@ -39,6 +39,7 @@ from irc.dialects.graph import kind_of_ops
 from irc.ir.kernel_kind import NAME_PREFIX, KernelKind, RowGeometry
 from irc.ir.types import F32, HALF_TYPES, I1, element_of, int_array, shape_of
 from irc.ir.value_names import set_value_name
+from irc.lowering.attention_to_loop import attention_kernel
 from irc.syntax.diagnostics import IrcError, op_location
 
 INDEX = IndexType()
@@ -176,6 +177,9 @@ class KernelBuilder:
         # not visible after it, so its cache entry goes when the region closes.
         self.caches: list[dict[tuple[SSAValue, tuple[SSAValue, ...]], SSAValue]] = [{}]
         self.consts: dict[tuple[str, int | float], SSAValue] = {}
+        # Ops a kernel kind computes its own way (attention: the softmax's
+        # reductions and the second contraction; lowering/attention_to_loop.py).
+        self.overrides: dict[Operation, Callable[[list[SSAValue]], SSAValue]] = {}
 
     def add(self, op: Operation) -> SSAValue:
         self.blocks[-1].add_op(op)
@@ -237,6 +241,9 @@ class KernelBuilder:
 
     def compute(self, op: Operation, idx: list[SSAValue]) -> SSAValue:
         """Emits the scalar computation of a group member at `idx`."""
+        override = self.overrides.get(op)
+        if override is not None:
+            return override(idx)
         out_shape = shape_of(op.results[0].type)
         element = element_of(op.results[0].type)
         fn = ELEMENTWISE_FN.get(type(op))
@@ -470,6 +477,8 @@ class FunctionLowering:
         kind = op.kernel_kind()  # as fuse decided it
         if kind is KernelKind.REDUCTION:
             self.rows_kernel(members, outputs, name, op.row_geometry())
+        elif kind is KernelKind.ATTENTION:
+            attention_kernel(self, members, outputs, name)
         else:
             self.kernel(members, outputs, name, kind)
         for result, inner in zip(op.results, outputs, strict=True):
@@ -529,6 +538,14 @@ class FunctionLowering:
         self.add_kernel(members, body, rows, name, KernelKind.REDUCTION)
         for v, buf in zip(outputs, bufs, strict=True):
             self.access[v] = Buffer(buf)
+
+    def builder(self, body: Block, members: set[Operation]) -> KernelBuilder:
+        """A builder of one kernel's body (for lowerings of other kernel kinds)."""
+        return KernelBuilder(self, body, members)
+
+    def stored(self, v: SSAValue, buf: SSAValue) -> None:
+        """Records that a kernel stores `v` in `buf`."""
+        self.access[v] = Buffer(buf)
 
     def alloc(self, v: SSAValue) -> SSAValue:
         alloc = loop.AllocOp.create(result_types=[memref_of(v.type)])

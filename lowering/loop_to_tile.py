@@ -56,6 +56,7 @@ from irc.ir.types import (
     int_array,
     numel,
 )
+from irc.lowering.attention_to_tile import lay_out_attention
 from irc.passes.tile import KernelShape, kernel_shape, tiling_of
 
 I32 = ELEMENT_TYPES["i32"]
@@ -384,6 +385,8 @@ class KernelTranslator:
                 self.layout_pointwise()
             elif kind == "reduction":
                 self.layout_rows()
+            elif kind == "attention":
+                lay_out_attention(self)
             else:
                 self.layout_contraction()
             self.statements(self.kernel.body.block)
@@ -707,7 +710,7 @@ class KernelTranslator:
         props: dict[str, Attribute] = {}
         if mask is not None:
             props["other"] = identity("sum", element) if element != I1 else IntegerAttr(0, i64)
-        if self.shape.kind != "contraction":
+        if self.shape.kind not in ("contraction", "attention"):
             # Measured on an H200: softmax and layer norm run 3-5% faster, element-wise
             # kernels up to 2% faster, when their loads ask L2 to keep the lines
             # (evict_first made their rows slower). A reduction's input that nothing

@@ -50,6 +50,7 @@ from irc.dialects import graph
 from irc.dialects.graph import row_geometry
 from irc.ir.kernel_kind import NAME_PREFIX, GeometryMismatch, KernelKind, RowGeometry
 from irc.ir.types import element_bytes, element_of, numel, shape_of
+from irc.passes.fuse_attention import attention_problem, attention_seeds
 from irc.passes.options import check_option
 from irc.syntax.diagnostics import Diagnostic, IrcError
 
@@ -303,7 +304,11 @@ def kernel_schema(
             f"over the limit of {MAX_TENSORS}"
         )
     if len(matmuls) > 1:
-        raise Rejected("two matmuls in one kernel")
+        # Only an attention (two contractions joined by a row softmax) fuses two.
+        problem = attention_problem(ops)
+        if problem is not None:
+            raise Rejected(problem)
+        return Schema(KernelKind.ATTENTION)
     if matmuls and reductions:
         raise Rejected("a matmul and a reduction in one kernel")
     if reductions and not matmuls:  # contractions check their epilogue themselves
@@ -707,6 +712,22 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     next_id = len(g.compute)
     cost: dict[int, int] = {gr.id: group_bytes(g, gr.ops) for gr in group_of.values()}
     single_cost = {gr.ops[0]: cost[gr.id] for gr in group_of.values()}
+    # Attention starts as one group (passes/fuse_attention.py): pairwise merges would
+    # pass through groups no kernel computes (a matmul and a softmax without the other).
+    seeded: list[Group] = []
+    for pattern in attention_seeds(g.compute):
+        members = [op for op in pattern.core if op in group_of]
+        try:
+            kernel_schema(g, members, max_ops)
+        except Rejected:
+            continue  # left to the pairwise search, which records why
+        seed = Group(members, next_id)
+        next_id += 1
+        for op in members:
+            del cost[group_of[op].id]
+            group_of[op] = seed
+        cost[seed.id] = group_bytes(g, members)
+        seeded.append(seed)
     rejected_pairs: set[tuple[int, int]] = set()
     rejections: list[tuple[Group, Group, Rejection]] = []
 
@@ -771,15 +792,21 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     # so a merge's cycle check only searches between the two groups' labels.
     # Labels are tuples so that groups can be moved right after (or before) any
     # other without renumbering the rest: (7,) < (7, -2, 1) < (7, -1, 1) < (8,).
-    pos: dict[int, tuple[int, ...]] = {gr.id: (g.order[gr.ops[0]],) for gr in group_of.values()}
+    # A seeded group takes its last op's place: what it reads comes before that.
+    pos: dict[int, tuple[int, ...]] = {
+        gr.id: (g.order[gr.ops[-1]],) for gr in group_of.values()
+    }
     stamp = 0
 
     for gr in group_of.values():
-        (op,) = gr.ops
-        gr.out_ops = {c for r in op.results for c in g.consumers(r)} - {op}
+        inside = set(gr.ops)
+        gr.out_ops = {c for op in gr.ops for r in op.results for c in g.consumers(r)} - inside
         gr.in_ops = {
-            v.owner for v in g.inputs(op) if isinstance(v.owner, Operation) and v.owner in group_of
-        } - {op}
+            v.owner
+            for op in gr.ops
+            for v in g.inputs(op)
+            if isinstance(v.owner, Operation) and v.owner in group_of
+        } - inside
 
     def successors(gr: Group) -> set[Group]:
         return {group_of[c] for c in gr.out_ops}

@@ -74,6 +74,8 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
             if isinstance(op, loop.ReduceOp) and op.contract is not None:
                 half = op.result.type in HALF_TYPES
                 return KernelShape(kind, parallel, tuple(loop.int_list(op.bounds)), half)
+    if kind is KernelKind.ATTENTION:
+        return attention_shape(kernel, parallel)
     if kind is KernelKind.REDUCTION:
         for op in kernel.body.walk():
             if isinstance(op, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp):
@@ -81,6 +83,41 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                 return KernelShape(kind, parallel, tuple(loop.int_list(op.bounds)), False, epilogue)
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
     return KernelShape(kind, parallel, ())
+
+
+def attention_shape(kernel: loop.KernelOp, parallel: tuple[int, ...]) -> KernelShape:
+    """An attention's sizes: parallel [batch, rows, value dim]; reduction (keys,
+    head dim), the softmax's loop and the scores' contraction."""
+    keys = head = 1
+    half = False
+    for op in kernel.body.walk():
+        if isinstance(op, loop.SoftmaxReduceOp):
+            (keys,) = loop.int_list(op.bounds)
+            for inner in op.body.walk():
+                if isinstance(inner, loop.ReduceOp) and inner.contract is not None:
+                    (head,) = loop.int_list(inner.bounds)
+        if isinstance(op, loop.ReduceOp) and op.contract is not None:
+            half = op.result.type in HALF_TYPES
+    return KernelShape(KernelKind.ATTENTION, parallel, (keys, head), half)
+
+
+def attention_tiling(shape: KernelShape) -> Tiling:
+    """FlashAttention-2's tiles, from what a program holds in registers.
+
+    A program keeps a [BM, E] f32 accumulator and a [BM, BN] block of scores
+    (with its probabilities) live across the key loop. 128 query rows and
+    64-key tiles keep both within the registers of 4 warps (8 past 16K f32
+    values a program: head dims of 128) as FlashAttention-2's Triton kernel
+    does; short sequences get smaller tiles so that lanes are not all masked.
+    The K and V tiles of the next step are prefetched (stages) for half types.
+    """
+    *_, m, e = shape.parallel
+    keys, head = shape.reduction
+    bm = min(128, max(16, next_pow2(m)))
+    bn = min(64, max(16, next_pow2(keys)))
+    live = bm * (bn + max(next_pow2(e), next_pow2(head)))
+    warps = 8 if live > 16384 else 4
+    return Tiling((bm, bn), warps, 3 if shape.half else 2)
 
 
 @dataclass(frozen=True)
@@ -116,6 +153,8 @@ def choose_tiling(
                 return Tiling((x, full), _warps(x * full, 16, most=epilogue_warps))
             return Tiling((x, full), _warps(x * full, 8, most=32))
         return Tiling((1, min(rblock, full)), _warps(min(rblock, full)))
+    if shape.kind == "attention":
+        return attention_tiling(shape)
     *_, m, n = shape.parallel
     (k,) = shape.reduction
     if shape.half and m >= 1024 and n >= 1024:

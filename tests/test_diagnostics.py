@@ -431,7 +431,7 @@ CASES = [
       "2:3", 'graph.fused: kind "reduction", but the group is a "pointwise" kernel'),
     C("fused-kind-unknown", fn('  %y = graph.fused %x {kind = "rows"} (%a: tensor<4x8xf32>) {',
                                "    graph.yield %a", "  } : tensor<4x8xf32>"),
-      "2:3", 'graph.fused: kind must be one of "pointwise", "reduction", "contraction"'),
+      "2:3", 'graph.fused: kind must be one of "pointwise", "reduction", "contraction", "attention"'),
     C("fused-rows-wrong", fn('  %y = graph.fused %x {space = [4, 8], dims = [0]} (%a: tensor<4x8xf32>) {',
                              "    %r = graph.reduce_sum %a {dims = [1]}", "    graph.yield %r",
                              "  } : tensor<4xf32>"),

@@ -38,6 +38,17 @@ func @f(%x: tensor<6x4x10xf32>, %a: tensor<4x10xf32>, %w: tensor<10x3xf32>) -> (
   %q = graph.sqrt %c : tensor<4xf32>
   return %y, %r, %q : tensor<6x4x10xf32>, tensor<4x3xf32>, tensor<4xf32>
 }
+
+func @attn(%q: tensor<2x8x4xf32>, %k: tensor<2x4x8xf32>, %v: tensor<2x8x4xf32>) -> tensor<2x8x4xf32> {
+  %s = graph.matmul %q, %k : tensor<2x8x8xf32>
+  %m = graph.reduce_max %s {dims = [2], keepdim = true} : tensor<2x8x1xf32>
+  %c = graph.sub %s, %m : tensor<2x8x8xf32>
+  %e = graph.exp %c : tensor<2x8x8xf32>
+  %l = graph.reduce_sum %e {dims = [2], keepdim = true} : tensor<2x8x1xf32>
+  %p = graph.div %e, %l : tensor<2x8x8xf32>
+  %o = graph.matmul %p, %v : tensor<2x8x4xf32>
+  return %o : tensor<2x8x4xf32>
+}
 """
 
 
@@ -187,8 +198,8 @@ func @f(%x: tensor<4x8xf32>) -> tensor<4x1xf32> {{
 @pytest.mark.parametrize(
     ("props", "message"),
     [
-        ('kind = "rows"', 'graph.fused: kind must be one of "pointwise", "reduction", "contraction"'),
-        ("kind = 3", 'graph.fused: kind must be one of "pointwise", "reduction", "contraction"'),
+        ('kind = "rows"', 'graph.fused: kind must be one of "pointwise", "reduction", "contraction", "attention"'),
+        ("kind = 3", 'graph.fused: kind must be one of "pointwise", "reduction", "contraction", "attention"'),
         ('kind = "pointwise"', 'graph.fused: kind "pointwise", but the group is a "reduction" kernel'),
         (
             'kind = "reduction", space = [4, 8], dims = [0]',
@@ -256,7 +267,7 @@ func @f(%x: memref<4x8xf32>) -> memref<4xf32> {{
     [
         (', kind = "pointwise"', 'loop.kernel: kind "pointwise", but the body is a "reduction" kernel'),
         (', kind = "contraction"', 'loop.kernel: kind "contraction", but the body is a "reduction" kernel'),
-        (', kind = "red"', 'loop.kernel: kind must be one of "pointwise", "reduction", "contraction"'),
+        (', kind = "red"', 'loop.kernel: kind must be one of "pointwise", "reduction", "contraction", "attention"'),
     ],
 )
 def test_wrong_loop_kernel_kind_is_located(tmp_path: Path, props: str, message: str) -> None:

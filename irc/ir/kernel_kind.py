@@ -2,8 +2,10 @@
 
 One vocabulary for every level: `pointwise` (one index space, element by
 element), `reduction` (rows of a space, reduced along some of its dims, with
-an element-wise prologue and epilogue) and `contraction` (a matmul with its
-epilogue). `fuse` writes the kind on `graph.fused` (and, for a reduction, the
+an element-wise prologue and epilogue), `contraction` (a matmul with its
+epilogue) and `attention` (a contraction whose scores go through element-wise
+work and a row softmax into a second contraction over the softmax's dim:
+one FlashAttention-2 kernel, passes/fuse_attention.py). `fuse` writes the kind on `graph.fused` (and, for a reduction, the
 geometry its legality relied on); `graph-to-loop` carries the kind onto
 `loop.kernel`; `split-reduction`, `tile`, `loop-to-tile` and the kernel-name
 prefix read it. IR written by hand without it gets the kind its body has, by
@@ -26,6 +28,7 @@ class KernelKind(StrEnum):
     POINTWISE = "pointwise"
     REDUCTION = "reduction"
     CONTRACTION = "contraction"
+    ATTENTION = "attention"
 
 
 KINDS = ", ".join(f'"{k}"' for k in KernelKind)
@@ -35,6 +38,7 @@ NAME_PREFIX: dict[KernelKind, str] = {
     KernelKind.POINTWISE: "poi",
     KernelKind.REDUCTION: "red",
     KernelKind.CONTRACTION: "mm",
+    KernelKind.ATTENTION: "attn",
 }
 """The first part of a kernel's name, as in Inductor (`per` for a persistent
 reduction is chosen where the tiling is known: irc.ir.names.tile_kernel_name)."""

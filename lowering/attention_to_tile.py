@@ -1,0 +1,215 @@
+"""loop -> tile for an attention kernel: the FlashAttention-2 schedule.
+
+The loop nest graph-to-loop made (`lowering/attention_to_loop.py`) is
+
+    %m, %l = loop.softmax_reduce (%j) { scores(b, i, j) }
+    %acc = loop.reduce contract (%j) { exp(scores(b, i, j) - %m) * v[b, j, e] }
+    ... %acc / %l ... stored at (b, i, e)
+
+Each program takes BM rows `i` of one batch entry `b` (grid axes 0 and 1) and
+every `e` (the value dim in one block). One `tile.for` walks the keys `j` in
+tiles of BN and carries the running max `m`, the running sum `l` and the f32
+accumulator: the scores of a tile are one dot of the resident Q rows with a
+K tile, the element-wise work on them is translated as any fused body is (a
+bias or mask is loaded at its (i, j) tile), a larger max rescales `l` and the
+accumulator by exp(old - new), and the probabilities (in the values' type)
+times the V tile are one more dot. The division by `l` is the epilogue's, after
+the loop, with whatever element-wise work follows it, as the loop IR says.
+
+The two copies of the scores in the loop IR (one in each loop) translate to
+the same tile ops, which `tile-cse` shares: they are computed once a tile.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, StringAttr, f64, i64
+from xdsl.ir import Block, SSAValue
+
+from irc.dialects import loop, tile
+from irc.ir.types import ELEMENT_TYPES, F32, HALF_TYPES, numel
+from irc.passes.tile import next_pow2
+
+if TYPE_CHECKING:
+    from irc.lowering.loop_to_tile import KernelTranslator
+
+I32 = ELEMENT_TYPES["i32"]
+MINUS_INF = FloatAttr(-math.inf, f64)
+ZERO = FloatAttr(0.0, f64)
+
+
+def _parts(kernel: loop.KernelOp) -> tuple[loop.SoftmaxReduceOp, loop.ReduceOp]:
+    softmax = values = None
+    for op in kernel.body.block.ops:
+        if isinstance(op, loop.SoftmaxReduceOp):
+            softmax = op
+        elif isinstance(op, loop.ReduceOp) and op.contract is not None:
+            values = op
+    assert softmax is not None and values is not None, "graph-to-loop's attention nest"
+    return softmax, values
+
+
+def _score_dots(block: Block) -> list[loop.ReduceOp]:
+    """The contractions that make the scores in a loop body."""
+    return [
+        op for op in block.walk() if isinstance(op, loop.ReduceOp) and op.contract is not None
+    ]
+
+
+def _factors(op: loop.ReduceOp) -> tuple[SSAValue, SSAValue]:
+    product = op.body.block.last_op.values[0].owner  # type: ignore[union-attr]
+    assert isinstance(product, loop.ApplyOp) and product.fn.data == "mul"
+    a, b = product.args
+    return a, b
+
+
+class AttentionLayout:
+    """One program's rows and the key loop of an attention kernel."""
+
+    def __init__(self, t: KernelTranslator):
+        self.t = t
+        self.softmax, self.values = _parts(t.kernel)
+        self.bm, self.bn = t.tiling.block
+        *self.batch, self.m, self.e = t.shape.parallel
+        self.keys, self.head = t.shape.reduction
+        self.be, self.bd = next_pow2(self.e), next_pow2(self.head)
+        self.element = self.values.result.type
+
+    def build(self) -> None:
+        t, bm, bn = self.t, self.bm, self.bn
+        t.grid = [math.ceil(self.m / bm), numel(self.batch)]
+        rows = t.expand(t.apply("add", [t.iapply("mul", t.program_id(0), bm), t.arange(bm)]), 1)
+        cols = t.expand(t.arange(self.be), 0)
+        self.row_mask = t.mask_below(rows, self.m, bm)
+        self.col_mask = t.mask_below(cols, self.e, self.be)
+        t.scopes[-1].axis_masks = [self.row_mask, self.col_mask]
+        batch = t.unravel(t.program_id(1), self.batch) if self.batch else []
+        for iv, v in zip(t.kernel.body.block.args, [*batch, rows, cols], strict=True):
+            t.bind(iv, v)
+        kk = t.arange(self.bd)
+        self.k_row, self.k_col = t.expand(kk, 0), t.expand(kk, 1)
+        kmask = t.apply("lt", [kk, t.const(self.head, t.index)]) if self.head % self.bd else None
+        self.kmask_row = None if kmask is None else t.expand(kmask, 0)
+        self.kmask_col = None if kmask is None else t.expand(kmask, 1)
+        # The Q rows stay resident: loaded once, before the key loop.
+        self.queries: dict[loop.ReduceOp, SSAValue] = {}
+        for dot in (*_score_dots(self.softmax.body.block), *_score_dots(self.values.body.block)):
+            if dot is self.values:
+                continue
+            (kiv,) = dot.body.block.args
+            with t.scope(axis_masks=[self.row_mask, self.kmask_row]):
+                t.bind(kiv, self.k_row)
+                self.queries[dot] = t.dot_operand(_factors(dot)[0], (bm, self.bd), dot.result.type)
+        inits = [
+            t.full(MINUS_INF, F32, (bm, 1)),
+            t.full(ZERO, F32, (bm, 1)),
+            t.full(ZERO, F32, (bm, self.be)),
+        ]
+        block = Block(arg_types=[I32, *(v.type for v in inits)])
+        with t.scope(block=block):
+            new = self.key_tile(block)
+            t.add(tile.YieldOp.create(operands=new))
+        m, total, acc = t.for_loop(block, inits, self.keys, bn)
+        t.bind(self.softmax.maximum, m)
+        t.bind(self.softmax.sum_exp, total)
+        t.bind(self.values.result, acc)
+
+    def key_tile(self, block: Block) -> list[SSAValue]:
+        """One step of the key loop: scores, running max and sum, accumulator."""
+        t, bn = self.t, self.bn
+        m_old, l_old, acc_old = block.args[1:]
+        jj = t.apply("add", [t.arange(bn), t.loop_index(block)])
+        jmask = t.apply("lt", [jj, t.const(self.keys, t.index)]) if self.keys % bn else None
+        j_row, j_col = t.expand(jj, 0), t.expand(jj, 1)
+        jmask_row = None if jmask is None else t.expand(jmask, 0)
+        jmask_col = None if jmask is None else t.expand(jmask, 1)
+        t.scopes[-1].axis_masks = [self.row_mask, jmask_row]
+
+        (j_softmax,) = self.softmax.body.block.args
+        t.bind(j_softmax, j_row)
+        self.bind_scores(self.softmax.body.block, j_row, jmask_row)
+        x = self.tile_of(self.softmax.body.block.last_op.values[0])  # type: ignore[union-attr]
+        if jmask_row is not None:
+            x = t.apply("where", [jmask_row, x, t.const_attr(MINUS_INF, F32)])
+        m_new = t.apply("maximum", [m_old, self.row_reduce("max", x)])
+        # exp(-inf - -inf) is NaN: a row that has seen only -inf measures from 0.
+        empty = t.apply("eq", [m_new, t.const_attr(MINUS_INF, F32)])
+        base = t.apply("where", [empty, t.const(0.0, F32), m_new])
+        alpha = t.apply("exp", [t.apply("sub", [m_old, base])])
+
+        # The probabilities: the loop IR's exp(scores - m), with the running max.
+        t.bind(self.softmax.maximum, base)
+        (j_values,) = self.values.body.block.args
+        t.bind(j_values, j_row)
+        self.bind_scores(self.values.body.block, j_row, jmask_row)
+        p_value, v_value = _factors(self.values)
+        p = self.tile_of(p_value)
+        if jmask_row is not None:
+            p = t.apply("where", [jmask_row, p, t.const(0.0, F32)])
+        l_new = t.apply("add", [t.apply("mul", [l_old, alpha]), self.row_reduce("sum", p)])
+        with t.scope(axis_masks=[jmask_col, self.col_mask]):
+            t.bind(j_values, j_col)
+            v = t.dot_operand(v_value, (bn, self.be), self.element)
+        if self.element in HALF_TYPES:
+            p = t.apply("cast", [p], self.element)
+        acc = self.dot(p, v, t.apply("mul", [acc_old, alpha]))
+        return [m_new, l_new, acc]
+
+    def bind_scores(self, body: Block, j_row: SSAValue, jmask_row: SSAValue | None) -> None:
+        """Binds each score contraction in `body` to one dot of the Q rows and a K tile."""
+        t = self.t
+        for dot in _score_dots(body):
+            if dot is self.values:
+                continue
+            (kiv,) = dot.body.block.args
+            with t.scope(axis_masks=[self.kmask_col, jmask_row]):
+                t.bind(kiv, self.k_col)
+                k = t.dot_operand(_factors(dot)[1], (self.bd, self.bn), dot.result.type)
+            zero = t.full(ZERO, F32, (self.bm, self.bn))
+            t.bind(dot.result, t.round_to(self.dot(self.queries[dot], k, zero), dot.result.type))
+
+    def tile_of(self, v: SSAValue) -> SSAValue:
+        """`v` over the (rows, keys) tile, in f32."""
+        t = self.t
+        out = t.value(v)
+        if out.type != F32 and getattr(out.type, "element_type", out.type) != F32:
+            out = t.apply("cast", [out], F32)
+        return t.broadcast_to(out, (self.bm, self.bn))
+
+    def row_reduce(self, kind: str, x: SSAValue) -> SSAValue:
+        t = self.t
+        red = t.add(
+            tile.ReduceOp.create(
+                operands=[x],
+                properties={"kind": StringAttr(kind), "axis": IntegerAttr(1, i64)},
+                result_types=[_block(F32, (self.bm,))],
+            )
+        )
+        return t.expand(red, 1)
+
+    def dot(self, a: SSAValue, b: SSAValue, acc: SSAValue) -> SSAValue:
+        element = getattr(a.type, "element_type", a.type)
+        props = {}
+        if element not in HALF_TYPES:
+            # f32 products in full f32 as torch does by default; tf32 only when asked.
+            props["precision"] = StringAttr("tf32" if self.t.tf32 else "ieee")
+        return self.t.add(
+            tile.DotOp.create(operands=[a, b, acc], properties=props, result_types=[acc.type])
+        )
+
+
+def _block(element: object, shape: tuple[int, ...]) -> object:
+    from xdsl.dialects.builtin import TensorType
+
+    return TensorType(element, list(shape))  # type: ignore[arg-type]
+
+
+def lay_out_attention(t: KernelTranslator) -> None:
+    """Lays out an attention kernel and translates its key loop (see the module
+    docstring); the caller then translates the stores as for any kernel."""
+    AttentionLayout(t).build()
+
+
+__all__ = ["lay_out_attention"]
