@@ -4,12 +4,14 @@ checked against torch in Triton's interpreter at small sizes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -19,8 +21,20 @@ from irc.analysis.bounds import check_bounds
 from irc.compiler import triton_source
 from irc.dialects import graph
 
-sys.path.insert(0, str(Path(__file__).parent))
-from attention_programs import attention_ir, attention_reference  # noqa: E402
+
+def _benchmark() -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "attention.py"
+    spec = importlib.util.spec_from_file_location("irc_attention_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["irc_attention_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+benchmark = _benchmark()
+attention_ir = benchmark.attention_ir
+attention_reference = benchmark.attention_reference
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -146,3 +160,26 @@ def test_attention_matches_torch(
     batch: int, t_q: int, t_k: int, d: int, dv: int, dtype: str, variant: dict[str, object]
 ) -> None:
     run_case(batch, t_q, t_k, d, dv, dtype, **variant)
+
+
+def test_benchmark_rows_cover_the_issue_and_format() -> None:
+    rows = benchmark.rows(smoke=False)
+    plain = [r for r in rows if r["variant"] is None]
+    assert {(r["causal"], r["d"], r["t"]) for r in plain} == {
+        (c, d, t) for c in (False, True) for d in (64, 128) for t in (512, 1024, 4096, 16384)
+    }
+    assert all(r["bh"] * r["t"] == benchmark.TOKENS for r in rows)
+    row = {**plain[0], "irc_kernels": 1, "correct": True, "ms": {"irc": 0.5, "torch.compile": 1.0}}
+    row |= {"irc_over_sdpa": None, "irc_over_compile": 0.5}
+    line = benchmark.format_row(row)
+    assert line.count("|") == benchmark.HEADER.splitlines()[0].count("|")
+    assert "0.500" in line and "0.50" in line and "—" in line
+
+
+@pytest.mark.slow
+def test_benchmark_smoke_mode_checks_every_row_on_the_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    assert benchmark.main(["--smoke", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert len(results) == len(benchmark.rows(smoke=True))
+    assert all(r["correct"] and r["irc_kernels"] == 1 for r in results)

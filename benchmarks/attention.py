@@ -1,0 +1,308 @@
+"""Attention: irc's fused kernel against torch.compile and scaled_dot_product_attention.
+
+    python benchmarks/attention.py [--markdown FILE] [--json FILE]   # on a GPU
+    python benchmarks/attention.py --smoke                           # CPU, tiny, checks only
+
+Each row is one attention written out in `.ir` (matmul, scale, where-mask,
+softmax, matmul: `attention_ir`), compiled by irc, the same ops in torch run
+through torch.compile, and `F.scaled_dot_product_attention` on 4-D inputs with
+its flash and cuDNN backends (each where it runs). bf16, head dims 64 and 128,
+T = 512 ... 16384 with batch x heads chosen so that every row holds 32K query
+tokens (64 heads at 512, 2 at 16384), causal and not; then the variants SDPA
+cannot express (tanh soft-capping, an additive bias tensor), against
+torch.compile only. Causal masks are an i1 [T, T] input until masks from
+`iota` are recognized. Times are `triton.testing.do_bench` medians, the
+variants of a row timed in turns (benchmarks/bench.py's interleaved_medians);
+each output is checked against the f32 reference first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+TOKENS = 32768
+"""Query tokens a row (batch x heads x T): the same work per row of the table."""
+
+
+def attention_ir(
+    batch: int,
+    t_q: int,
+    t_k: int,
+    d: int,
+    dv: int | None = None,
+    dtype: str = "f32",
+    *,
+    mask: bool = False,
+    bias: bool = False,
+    softcap: float | None = None,
+    epilogue: bool = False,
+    name: str = "attn",
+) -> str:
+    """softmax(Q K^T * scale [+ bias] [softcap] [masked]) V over `batch` (batch x
+    heads), one op a line, as a user writes it. `mask` is an i1 [t_q, t_k] input
+    (true where a key is seen), `bias` an additive [t_q, t_k] input of `dtype`."""
+    dv = dv or d
+    ty = dtype
+    q = f"tensor<{batch}x{t_q}x{d}x{ty}>"
+    k = f"tensor<{batch}x{t_k}x{d}x{ty}>"
+    kt = f"tensor<{batch}x{d}x{t_k}x{ty}>"
+    v = f"tensor<{batch}x{t_k}x{dv}x{ty}>"
+    s = f"tensor<{batch}x{t_q}x{t_k}x{ty}>"
+    row = f"tensor<{batch}x{t_q}x1x{ty}>"
+    o = f"tensor<{batch}x{t_q}x{dv}x{ty}>"
+    args = [f"%q: {q}", f"%k: {k}", f"%v: {v}"]
+    if mask:
+        args.append(f"%mask: tensor<{t_q}x{t_k}xi1>")
+    if bias:
+        args.append(f"%bias: tensor<{t_q}x{t_k}x{ty}>")
+    lines = [
+        f"func @{name}({', '.join(args)}) -> {o} {{",
+        f"  %kt = graph.transpose %k {{perm = [0, 2, 1]}} : {kt}",
+        f"  %s = graph.matmul %q, %kt : {s}",
+        f"  %scale = graph.constant {{value = {1 / math.sqrt(d)!r}}} : tensor<{ty}>",
+        f"  %x0 = graph.mul %s, %scale : {s}",
+    ]
+    x = "%x0"
+    if bias:
+        lines.append(f"  %x1 = graph.add {x}, %bias : {s}")
+        x = "%x1"
+    if softcap is not None:
+        lines += [
+            f"  %cap = graph.constant {{value = {softcap!r}}} : tensor<{ty}>",
+            f"  %x2 = graph.div {x}, %cap : {s}",
+            f"  %x3 = graph.tanh %x2 : {s}",
+            f"  %x4 = graph.mul %x3, %cap : {s}",
+        ]
+        x = "%x4"
+    if mask:
+        lines += [
+            f"  %ninf = graph.constant {{value = -inf}} : tensor<{ty}>",
+            f"  %x5 = graph.where %mask, {x}, %ninf : {s}",
+        ]
+        x = "%x5"
+    lines += [
+        f"  %m = graph.reduce_max {x} {{dims = [2], keepdim = true}} : {row}",
+        f"  %c = graph.sub {x}, %m : {s}",
+        f"  %e = graph.exp %c : {s}",
+        f"  %l = graph.reduce_sum %e {{dims = [2], keepdim = true}} : {row}",
+        f"  %p = graph.div %e, %l : {s}",
+        f"  %o = graph.matmul %p, %v : {o}",
+    ]
+    out = "%o"
+    if epilogue:
+        lines.append(f"  %y = graph.relu %o : {o}")
+        out = "%y"
+    lines += [f"  return {out} : {o}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    softcap: float | None = None,
+    epilogue: bool = False,
+) -> torch.Tensor:
+    """The same attention in f32 torch ops (the exact answer the kernel approximates)."""
+    q, k, v = q.float(), k.float(), v.float()
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        s = s + bias.float()
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
+    out = torch.softmax(s, -1) @ v
+    return torch.relu(out) if epilogue else out
+
+
+def written_out(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """The `.ir` program's ops in torch, in its element type (for torch.compile)."""
+    s = (q @ k.transpose(-1, -2)) * (1 / math.sqrt(q.shape[-1]))
+    if bias is not None:
+        s = s + bias
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
+    if mask is not None:
+        s = torch.where(mask, s, torch.tensor(-math.inf, dtype=s.dtype, device=s.device))
+    m = s.amax(-1, keepdim=True)
+    e = torch.exp(s - m)
+    return (e / e.sum(-1, keepdim=True)) @ v
+
+
+def rows(smoke: bool) -> list[dict[str, Any]]:
+    """The table's rows: what each one computes."""
+    if smoke:
+        return [
+            {"causal": c, "d": d, "t": t, "bh": 2, "variant": None}
+            for c in (False, True)
+            for d, t in ((16, 40), (32, 64))
+        ] + [
+            {"causal": True, "d": 16, "t": 40, "bh": 2, "variant": "softcap"},
+            {"causal": False, "d": 16, "t": 40, "bh": 2, "variant": "bias"},
+        ]
+    out = [
+        {"causal": c, "d": d, "t": t, "bh": TOKENS // t, "variant": None}
+        for c in (False, True)
+        for d in (64, 128)
+        for t in (512, 1024, 4096, 16384)
+    ]
+    out += [
+        {"causal": True, "d": 64, "t": t, "bh": TOKENS // t, "variant": v}
+        for v in ("softcap", "bias")
+        for t in (1024, 4096)
+    ]
+    return out
+
+
+def _sdpa(backend_name: str) -> Callable[..., torch.Tensor] | None:
+    """F.scaled_dot_product_attention restricted to one backend, or None without it."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return None
+    backend = getattr(SDPBackend, backend_name, None)
+    if backend is None:
+        return None
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+        with sdpa_kernel([backend]):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run
+
+
+def measure(row: dict[str, Any], device: str, timer: Callable[..., dict[str, float]] | None) -> dict[str, Any]:
+    """Checks every implementation of one row against the f32 reference, then times them."""
+    import irc
+
+    t, d, bh, causal, variant = row["t"], row["d"], row["bh"], row["causal"], row["variant"]
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    ty = "bf16" if device == "cuda" else "f32"
+    softcap = 30.0 if variant == "softcap" else None
+    bias_on = variant == "bias"
+    text = attention_ir(bh, t, t, d, dtype=ty, mask=causal, bias=bias_on, softcap=softcap)
+    compiled = irc.compile(irc.parse(text), device=device)
+    gen = torch.Generator(device=device).manual_seed(t + d)
+    q, k, v = (torch.randn(bh, t, d, device=device, generator=gen, dtype=dtype) for _ in range(3))
+    mask = torch.ones(t, t, dtype=torch.bool, device=device).tril() if causal else None
+    bias = torch.randn(t, t, device=device, generator=gen, dtype=dtype) if bias_on else None
+    args = [a for a in (q, k, v, mask, bias) if a is not None]
+    fns: dict[str, Callable[[], Any]] = {"irc": lambda: compiled.attn(*args)}
+    if device == "cuda":
+        written = torch.compile(written_out)
+        fns["torch.compile"] = lambda: written(q, k, v, mask, bias, softcap)
+        if variant is None:
+            q4, k4, v4 = (x.view(1, bh, t, d) for x in (q, k, v))
+            for name, backend in (("sdpa flash", "FLASH_ATTENTION"), ("sdpa cudnn", "CUDNN_ATTENTION")):
+                sdpa = _sdpa(backend)
+                if sdpa is None:
+                    continue
+                try:
+                    sdpa(q4, k4, v4, causal)
+                except RuntimeError:
+                    continue  # the backend does not take this shape or GPU
+                fns[name] = (lambda f: lambda: f(q4, k4, v4, causal).view(bh, t, d))(sdpa)
+    # The check: an f32 reference in chunks of heads (16K x 16K f32 scores are 1 GiB a head).
+    errors: dict[str, float] = {}
+    outs = {name: fn().float() for name, fn in fns.items()}
+    for h0 in range(0, bh, 4):
+        sl = slice(h0, h0 + 4)
+        want = attention_reference(q[sl], k[sl], v[sl], mask, bias, softcap)
+        for name, got in outs.items():
+            errors[name] = max(errors.get(name, 0.0), (got[sl] - want).abs().max().item())
+    del outs
+    result: dict[str, Any] = {**row, "max_abs_err": errors}
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    result["correct"] = all(e <= tol for e in errors.values())
+    result["irc_kernels"] = compiled.kernel_count
+    if timer is not None:
+        ms = timer(fns)
+        result["ms"] = ms
+        flops = 4 * bh * t * t * d / (2 if causal else 1)
+        result["tflops"] = {k: flops / (m * 1e-3) / 1e12 for k, m in ms.items()}
+        sdpa_best = min((m for k, m in ms.items() if k.startswith("sdpa")), default=None)
+        result["irc_over_sdpa"] = ms["irc"] / sdpa_best if sdpa_best else None
+        result["irc_over_compile"] = ms["irc"] / ms["torch.compile"]
+    return result
+
+
+def format_row(r: dict[str, Any]) -> str:
+    name = f"{'causal' if r['causal'] else 'full'}{'+' + r['variant'] if r['variant'] else ''}"
+    ms = r.get("ms", {})
+
+    def cell(key: str) -> str:
+        return f"{ms[key]:.3f}" if key in ms else "—"
+
+    def ratio(x: float | None) -> str:
+        return f"{x:.2f}" if x is not None else "—"
+
+    return (
+        f"| {name} | {r['d']} | {r['t']} | {r['bh']} | {cell('irc')} | {cell('torch.compile')} "
+        f"| {cell('sdpa flash')} | {cell('sdpa cudnn')} | {ratio(r.get('irc_over_sdpa'))} "
+        f"| {ratio(r.get('irc_over_compile'))} | {r['irc_kernels']} | {'yes' if r['correct'] else 'NO'} |"
+    )
+
+
+HEADER = (
+    "| mask | d | T | batch x heads | irc ms | torch.compile ms | sdpa flash ms | sdpa cudnn ms "
+    "| irc / best sdpa | irc / compile | irc kernels | correct |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, correctness only")
+    p.add_argument("--markdown", type=Path)
+    p.add_argument("--json", type=Path)
+    p.add_argument("--only-t", type=int, action="append", help="only rows of these T")
+    args = p.parse_args(argv)
+    device = "cpu" if args.smoke else "cuda"
+    timer = None
+    if not args.smoke:
+        spec = importlib.util.spec_from_file_location("irc_bench", HERE / "bench.py")
+        assert spec is not None and spec.loader is not None
+        bench = importlib.util.module_from_spec(spec)
+        sys.modules["irc_bench"] = bench
+        spec.loader.exec_module(bench)
+        timer = bench.interleaved_medians
+        print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    print(HEADER, flush=True)
+    results = []
+    for row in rows(args.smoke):
+        if args.only_t and row["t"] not in args.only_t:
+            continue
+        r = measure(row, device, timer)
+        results.append(r)
+        print(format_row(r), flush=True)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    if args.markdown:
+        args.markdown.write_text(HEADER + "\n" + "\n".join(format_row(r) for r in results) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0 if all(r["correct"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
