@@ -74,7 +74,9 @@ class AttentionLayout:
         self.bm, self.bn = t.tiling.block
         *self.batch, self.m, self.e = t.shape.parallel
         self.keys, self.head = t.shape.reduction
-        self.be, self.bd = next_pow2(self.e), next_pow2(self.head)
+        # Tensor-core dots take at least 16 along every axis: narrower heads are padded
+        # (and masked) to 16.
+        self.be, self.bd = max(16, next_pow2(self.e)), max(16, next_pow2(self.head))
         self.element = self.values.result.type
 
     def build(self) -> None:

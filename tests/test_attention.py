@@ -147,6 +147,7 @@ def test_small_f32_with_a_causal_mask_matches_torch() -> None:
     ("batch", "t_q", "t_k", "d", "dv", "dtype", "variant"),
     [
         (4, 64, 64, 32, 32, "f32", {}),
+        (3, 24, 24, 8, 8, "f32", {}),  # a head narrower than a tensor-core dot: padded to 16
         (4, 100, 100, 16, 16, "f32", {"mask": True}),  # two key tiles, the last ragged
         (4, 40, 72, 32, 16, "f32", {"bias": True, "epilogue": True}),
         (4, 64, 64, 16, 16, "bf16", {}),
