@@ -383,6 +383,8 @@ class KernelTranslator:
         else:
             if kind == "pointwise":
                 self.layout_pointwise()
+            elif kind == "reduction" and self.shape.columns:
+                self.layout_columns()
             elif kind == "reduction":
                 self.layout_rows()
             elif kind == "attention":
@@ -436,6 +438,30 @@ class KernelTranslator:
         for iv, v in zip(
             self.kernel.body.block.args, self.unravel(x, self.shape.parallel), strict=True
         ):
+            self.bind(iv, v)
+        self.rbase = self.expand(self.arange(rb), 0)
+
+    def layout_columns(self) -> None:
+        """A column reduction: axis 0 runs along the innermost kept dim (contiguous in
+        memory, so loads are coalesced along it), axis 1 along the reduced dims.
+
+        Programs take `xb`-wide tiles of the innermost dim, in order, then the outer
+        kept dims (a split reduction's chunk first): `pid = outer * tiles + tile`.
+        """
+        xb, rb = self.tiling.block
+        *outer, inner = self.shape.parallel
+        tiles = math.ceil(inner / xb)
+        self.grid = [tiles * numel(outer)]
+        pid = self.program_id(0)
+        if outer:
+            tile_id = self.iapply("mod", pid, tiles) if tiles > 1 else self.const(0, self.index)
+            outer_ivs = self.unravel(self.iapply("floordiv", pid, tiles), outer)
+        else:
+            tile_id, outer_ivs = pid, []
+        x = self.apply("add", [self.iapply("mul", tile_id, xb), self.arange(xb)])
+        x = self.expand(x, 1)
+        self.scopes[-1].axis_masks = [self.mask_below(x, inner, xb), None]
+        for iv, v in zip(self.kernel.body.block.args, [*outer_ivs, x], strict=True):
             self.bind(iv, v)
         self.rbase = self.expand(self.arange(rb), 0)
 

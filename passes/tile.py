@@ -37,13 +37,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, i64
+from xdsl.ir import BlockArgument, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import loop
 from irc.dialects.attrs import MAX_BLOCK, MAX_WARPS
 from irc.ir.kernel_kind import KernelKind
-from irc.ir.types import HALF_TYPES, int_array, numel
+from irc.ir.types import HALF_TYPES, element_bytes, int_array, numel
 from irc.passes.options import check_option
 
 
@@ -63,6 +64,63 @@ class KernelShape:
     reduction: tuple[int, ...]
     half: bool = False
     epilogue: bool = False  # a reduction whose rows an element-wise epilogue reads again
+    columns: int = 0
+    """A reduction whose streamed loads are contiguous along a kept dim, not the
+    reduced one (a column sum): that kept dim's size (0 for row reductions)."""
+    element_bytes: int = 4  # the widest element the reduction streams
+
+
+def index_args(v: SSAValue) -> set[BlockArgument]:
+    """The loop indices an index value is computed from."""
+    seen: set[BlockArgument] = set()
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, BlockArgument):
+            seen.add(x)
+        elif isinstance(x.owner, loop.ApplyOp):
+            stack.extend(x.owner.args)
+    return seen
+
+
+def column_extent(kernel: loop.KernelOp) -> tuple[int, int]:
+    """(size of the kept dim the reduction's loads are contiguous along, or 0; widest
+    element in bytes).
+
+    A load inside a reduction's loop that moves with the reduced indices is
+    *streamed*. Its last index (stride 1) tells where memory is contiguous: along
+    a reduced index (a row: tile the reduction across threads), or along a kept
+    one only (a column sum, a reduction over a leading or middle dim: tile that
+    kept dim across threads and reduce across the strided one). The majority of
+    streamed loads, by bytes, decides; a tie stays a row.
+    """
+    parallel = list(kernel.body.block.args)
+    rows = cols = 0
+    inner = 0
+    widest = 1
+    for red in kernel.body.walk():
+        if not isinstance(red, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp):
+            continue
+        if isinstance(red, loop.ReduceOp) and red.contract is not None:
+            continue
+        reduced = set(red.body.block.args)
+        for op in red.body.walk():
+            if not isinstance(op, loop.LoadOp) or not op.indices:
+                continue
+            deps = [index_args(i) for i in op.indices]
+            if not any(d & reduced for d in deps):
+                continue  # read once a row: a weight, a bias
+            buffer = op.buffer.type
+            assert isinstance(buffer, MemRefType)
+            size = element_bytes(buffer.element_type)
+            widest = max(widest, size)
+            last = deps[-1]
+            if last & reduced or not parallel or last & set(parallel) != {parallel[-1]}:
+                rows += size
+            else:
+                cols += size
+    inner = kernel.parallel_bounds()[-1] if parallel else 0
+    return (inner if cols > rows and inner > 1 else 0), widest
 
 
 def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
@@ -80,7 +138,11 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
         for op in kernel.body.walk():
             if isinstance(op, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp):
                 epilogue = any(isinstance(o, loop.ForeachOp) for o in kernel.body.walk())
-                return KernelShape(kind, parallel, tuple(loop.int_list(op.bounds)), False, epilogue)
+                columns, widest = column_extent(kernel)
+                return KernelShape(
+                    kind, parallel, tuple(loop.int_list(op.bounds)), False, epilogue,
+                    columns, widest,
+                )  # fmt: skip
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
     return KernelShape(kind, parallel, ())
 
@@ -144,6 +206,8 @@ def choose_tiling(
     if shape.kind == "pointwise":
         x = min(block, next_pow2(numel(shape.parallel)))
         return Tiling((x,), _warps(x, thread_elements, most=32))
+    if shape.kind == "reduction" and shape.columns:
+        return column_tiling(shape)
     if shape.kind == "reduction":
         rows, r = numel(shape.parallel), numel(shape.reduction)
         full = next_pow2(r)
@@ -163,6 +227,33 @@ def choose_tiling(
     bn = min(64, max(16, next_pow2(n)))
     bk = min(32, max(16, next_pow2(k)))
     return Tiling((bm, bn, bk), 4, 2)
+
+
+COLUMN_BYTES = 512
+"""Bytes of one row a column reduction's program reads side by side: 32 threads of
+a warp, 16 bytes each, a full line of each of four 128-byte sectors."""
+PROGRAM_ELEMENTS = 4096
+"""Elements a reduction program holds in flight per step (4-8 a thread)."""
+
+
+def column_tiling(shape: KernelShape) -> Tiling:
+    """A column reduction: `x` kept elements side by side along the contiguous dim
+    (block axis 0, `COLUMN_BYTES` of them), `r` rows of the strided reduced dims a
+    step (block axis 1), summed across axis 1 at the end. Loads are coalesced along
+    axis 0; the loop walks the reduced dim `r` rows at a time."""
+    x = min(next_pow2(shape.columns), max(1, COLUMN_BYTES // shape.element_bytes))
+    r = min(next_pow2(numel(shape.reduction)), max(1, PROGRAM_ELEMENTS // x))
+    if shape.epilogue:
+        return Tiling((x, r), _warps(x * r, 16))
+    return Tiling((x, r), _warps(x * r, 8))
+
+
+def programs(shape: KernelShape, t: Tiling) -> int:
+    """Programs a reduction kernel launches with tiling `t` (see loop-to-tile's layouts)."""
+    if shape.columns:
+        inner = shape.columns
+        return -(-inner // t.block[0]) * (numel(shape.parallel) // inner)
+    return -(-numel(shape.parallel) // t.block[0])
 
 
 def tiling_of(kernel: loop.KernelOp) -> Tiling:
