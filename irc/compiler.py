@@ -61,6 +61,7 @@ def lower_to_tile(
     tiled = passes.index("tile") + 1
     if target is not None:
         passes[tiled - 1] = target.tile_pass()
+        passes[passes.index("split-reduction")] = target.split_pass()
     if tf32:
         passes[passes.index("loop-to-tile")] += "{tf32=true}"
     run_pipeline(module, ",".join(passes[:tiled]), verify_each=verify_each)

@@ -36,6 +36,7 @@ class Target:
     thread_elements: int = 8  # elements a thread of an element-wise kernel
     epilogue_warps: int = 8  # most warps of a reduction with an element-wise epilogue
     reason: str = "default tiling"
+    sms: int = 132  # SMs, which a reduction's grid must fill (split-reduction)
 
     def tile_pass(self) -> str:
         """The `tile` step of a pipeline, with this target's options."""
@@ -45,6 +46,11 @@ class Target:
         )
 
 
+    def split_pass(self) -> str:
+        """The `split-reduction` step of a pipeline, for this GPU's SM count."""
+        return f"split-reduction{{sms={self.sms}}}"
+
+
 def dram_gbps(props: Mapping[str, int]) -> float:
     """Peak DRAM bandwidth from Triton's device properties (kHz, bits; double data rate)."""
     return props["mem_clock_rate"] * 1e3 * 2 * props["mem_bus_width"] / 8 / 1e9
@@ -52,15 +58,17 @@ def dram_gbps(props: Mapping[str, int]) -> float:
 
 def target_for(props: Mapping[str, int]) -> Target:
     """The target for a GPU described by Triton's `get_device_properties`."""
-    per_sm = dram_gbps(props) / props["multiprocessor_count"]
+    sms = props["multiprocessor_count"]
+    per_sm = dram_gbps(props) / sms
     if per_sm < SMALL_TILES_BELOW_GBPS_PER_SM:
         return Target(
             512,
             2,
             16,
             f"{per_sm:.0f} GB/s an SM: 512-element programs, 2 a thread; up to 16 warps a row",
+            sms,
         )
-    return Target(reason=f"{per_sm:.0f} GB/s an SM: default tiling")
+    return Target(reason=f"{per_sm:.0f} GB/s an SM: default tiling", sms=sms)
 
 
 def cuda_target() -> Target:

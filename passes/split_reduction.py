@@ -26,7 +26,7 @@ program summing all the partials, then costs more than they save
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
@@ -37,16 +37,16 @@ from xdsl.dialects.builtin import (
     StringAttr,
     i64,
 )
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import F32, HALF_TYPES, int_array, numel
 from irc.passes.options import check_option
+from irc.passes.tile import choose_tiling, kernel_shape, programs
 
 INDEX = IndexType()
-
 
 
 def _index_const(block: Block, n: int, before: Operation) -> SSAValue:
@@ -73,100 +73,127 @@ def split_count(n: int, splits: int) -> int:
     return g
 
 
-def _the_reduction(kernel: loop.KernelOp) -> loop.ReduceOp | None:
-    reductions = [op for op in kernel.body.block.ops if isinstance(op, loop.ReduceOp)]
-    others = [op for op in kernel.body.block.ops if isinstance(op, loop.ForeachOp)]
-    if len(reductions) != 1 or others or reductions[0].contract is not None:
-        return None
-    return reductions[0]
+def _reductions(kernel: loop.KernelOp) -> list[loop.ReduceOp]:
+    """The kernel's own reductions (not a contraction's), in order."""
+    return [
+        op for op in kernel.body.block.ops if isinstance(op, loop.ReduceOp) and op.contract is None
+    ]
 
 
-def split_kernel(kernel: loop.KernelOp, threshold: int, splits: int, min_chunk: int = 1) -> bool:
-    """Splits one kernel in place (before it: the partials buffer and stage 1)."""
-    if kernel.parallel_bounds() or loop.kernel_kind(kernel) is not KernelKind.REDUCTION:
-        return False
-    red = _the_reduction(kernel)
-    if red is None:
-        return False
-    bounds = loop.int_list(red.bounds)
-    n = numel(bounds)
-    g = split_count(n, min(splits, n // min_chunk))
-    if n < threshold or g < 16:
-        return False
-    chunk = n // g
-    acc = F32 if red.result.type in HALF_TYPES else red.result.type
-    parent = kernel.parent_block()
-    assert parent is not None
-    partials = loop.AllocOp.create(result_types=[MemRefType(acc, [g])])
-    parent.insert_op_before(partials, kernel)
+def _slice(ops: list[Operation], roots: list[Operation]) -> set[Operation]:
+    """The top-level ops of `ops` that `roots` use, roots included (operands of ops
+    nested in their regions count)."""
+    top = set(ops)
+    keep: set[Operation] = set()
+    stack = list(roots)
+    while stack:
+        op = stack.pop()
+        if op in keep:
+            continue
+        keep.add(op)
+        for inner in op.walk():
+            for v in inner.operands:
+                owner = v.owner
+                if isinstance(owner, Operation) and owner in top:
+                    stack.append(owner)
+    return keep
 
-    # Stage 1: a copy of the kernel, cut after its reduction, over G chunks.
-    stage1 = kernel.clone()
-    body1 = Block(arg_types=[INDEX])
-    for op in list(stage1.body.block.ops):
-        op.detach()
-        body1.add_op(op)
-    (gi,) = body1.args
-    red1 = next(op for op in body1.ops if isinstance(op, loop.ReduceOp))
-    for op in list(body1.ops)[::-1]:
-        if op is red1:
-            break
-        body1.erase_op(op)
-    rblock = red1.body.block
-    chunk_block = Block(arg_types=[INDEX])
-    first = rblock.first_op
+
+def _levels(kernel: loop.KernelOp) -> list[list[loop.ReduceOp]]:
+    """The reductions by dependence: level 0 reads none of the others, level k one of level k-1."""
+    reductions = _reductions(kernel)
+    ops = list(kernel.body.block.ops)
+    level: dict[Operation, int] = {}
+    for red in reductions:
+        needs = _slice(ops, [red]) - {red}
+        level[red] = 1 + max((level[r] for r in needs if r in level), default=-1)
+    out: list[list[loop.ReduceOp]] = [[] for _ in range(1 + max(level.values(), default=-1))]
+    for red in reductions:
+        out[level[red]].append(red)
+    return out
+
+
+def _chunk_region(block: Block, g: SSAValue, chunk: int, bounds: list[int]) -> None:
+    """Re-indexes a region over `bounds` as chunk `g` of `chunk` flat elements:
+    its argument becomes the offset in the chunk and the old indices are computed."""
+    first = block.first_op
     assert first is not None
-    for op in list(rblock.ops):
-        op.detach()
-        chunk_block.add_op(op)
-    (rr,) = chunk_block.args
-    first = chunk_block.first_op
-    assert first is not None
+    old_args = list(block.args)
+    rr = block.insert_arg(INDEX, 0)
     flat = _apply(
-        chunk_block,
+        block,
         "add",
-        [_apply(chunk_block, "mul", [gi, _index_const(chunk_block, chunk, first)], first), rr],
+        [_apply(block, "mul", [g, _index_const(block, chunk, first)], first), rr],
         first,
     )
-    stride = n
-    for d, (old, size) in enumerate(zip(rblock.args, bounds, strict=True)):
+    stride = numel(bounds)
+    for d, (old, size) in enumerate(zip(old_args, bounds, strict=True)):
         stride //= size
         v = flat
         if stride != 1:
-            v = _apply(
-                chunk_block, "floordiv", [v, _index_const(chunk_block, stride, first)], first
-            )
+            v = _apply(block, "floordiv", [v, _index_const(block, stride, first)], first)
         if d > 0:
-            v = _apply(chunk_block, "mod", [v, _index_const(chunk_block, size, first)], first)
+            v = _apply(block, "mod", [v, _index_const(block, size, first)], first)
         old.replace_all_uses_with(v)
-    yielded = chunk_block.last_op
-    assert isinstance(yielded, loop.YieldOp)
-    if acc != red.result.type:
-        value = _apply(chunk_block, "cast", [yielded.values[0]], yielded, acc)
-        yielded.operands = [value]
-    partial = loop.ReduceOp.create(
-        properties={"kind": red1.kind, "bounds": int_array([chunk])},
-        result_types=[acc],
-        regions=[Region(chunk_block)],
-    )
-    body1.insert_op_before(partial, red1)
-    body1.erase_op(red1)
-    body1.add_op(loop.StoreOp.create(operands=[partial.result, partials.result, gi]))
-    new_stage1 = loop.KernelOp.create(
+        block.erase_arg(old)
+
+
+def _chunked_kernel(
+    kernel: loop.KernelOp,
+    keep: list[Operation],
+    chunked: list[Operation],
+    g: int,
+    chunk: int,
+    name: str,
+) -> tuple[loop.KernelOp, dict[Operation, Operation]]:
+    """A copy of `kernel` over `[g, *parallel]` holding what `keep` needs, whose
+    loops `chunked` (over the split space) run over one chunk each.
+
+    Returns the copy and the map from the original's top-level ops to the copy's."""
+    ops = list(kernel.body.block.ops)
+    needed = _slice(ops, keep)
+    copy = kernel.clone()
+    mapping = dict(zip(ops, copy.body.block.ops, strict=True))
+    for op in reversed(ops):
+        if op not in needed:
+            copy.body.block.erase_op(mapping.pop(op))
+    parallel = kernel.parallel_bounds()
+    body = Block(arg_types=[INDEX] * (1 + len(parallel)))
+    for old, new in zip(copy.body.block.args, body.args[1:], strict=True):
+        old.replace_all_uses_with(new)
+    for op in list(copy.body.block.ops):
+        op.detach()
+        body.add_op(op)
+    gi = body.args[0]
+    for op in chunked:
+        c = mapping[op]
+        assert isinstance(c, loop.ReduceOp | loop.ForeachOp)
+        _chunk_region(c.body.block, gi, chunk, loop.int_list(c.bounds))
+        c.bounds = int_array([chunk])
+    stage = loop.KernelOp.create(
         properties={
-            "name": StringAttr(kernel.kernel_name.data + "_split"),
-            "bounds": int_array([g]),
+            "name": StringAttr(name),
+            "bounds": int_array([g, *parallel]),
             "kind": StringAttr(KernelKind.REDUCTION),
         },
-        regions=[Region(body1)],
+        regions=[Region(body)],
     )
-    new_stage1.location = kernel.location
-    parent.insert_op_before(new_stage1, kernel)
-    stage1.erase()
+    stage.location = kernel.location
+    copy.erase()
+    return stage, mapping
 
-    # Stage 2: the original kernel reduces the partials instead.
+
+def _partial_accumulator(red: loop.ReduceOp) -> Attribute:
+    return F32 if red.result.type in HALF_TYPES else red.result.type
+
+
+def _combine(kernel: loop.KernelOp, red: loop.ReduceOp, partials: SSAValue, g: int) -> None:
+    """Replaces `red` in `kernel` by the reduction of its `g` partials."""
+    acc = _partial_accumulator(red)
     combine = Block(arg_types=[INDEX])
-    load = loop.LoadOp.create(operands=[partials.result, combine.args[0]], result_types=[acc])
+    load = loop.LoadOp.create(
+        operands=[partials, combine.args[0], *kernel.body.block.args], result_types=[acc]
+    )
     combine.add_op(load)
     combine.add_op(loop.YieldOp.create(operands=[load.result]))
     final = loop.ReduceOp.create(
@@ -174,14 +201,165 @@ def split_kernel(kernel: loop.KernelOp, threshold: int, splits: int, min_chunk: 
         result_types=[acc],
         regions=[Region(combine)],
     )
-    block = kernel.body.block
+    block = red.parent_block()
+    assert block is not None
     block.insert_op_before(final, red)
     result = final.result
     if acc != red.result.type:
         result = _apply(block, "cast", [result], red, red.result.type)
     red.result.replace_all_uses_with(result)
     block.erase_op(red)
-    return True
+
+
+def split_kernel(kernel: loop.KernelOp, g: int) -> None:
+    """Splits the reduced space of `kernel` into `g` chunks, in place.
+
+    Reductions that read no other go first: one kernel over `[g, *parallel]`
+    stores each one's partial per chunk (with any foreach loop that reads no
+    reduction, so a full-size output beside a full reduction is written while
+    its input is read for it). Reductions that read those come next, in a
+    kernel that combines the partials they read in every program, and so on.
+    The original kernel then combines the partials; a foreach loop left in it
+    (one that reads a reduction) is split into chunks as well, its programs
+    combining the partials they need.
+    """
+    parent = kernel.parent_block()
+    assert parent is not None
+    parallel = kernel.parallel_bounds()
+    levels = _levels(kernel)
+    n = numel(loop.int_list(levels[0][0].bounds))
+    chunk = n // g
+    base = kernel.kernel_name.data
+    for depth, level in enumerate(levels):
+        keep: list[Operation] = list(level)
+        if depth == 0:
+            reds = set(_reductions(kernel))
+            ops = list(kernel.body.block.ops)
+            keep += [
+                op
+                for op in ops
+                if isinstance(op, loop.ForeachOp) and not (_slice(ops, [op]) & reds)
+            ]
+        name = base + "_split" + (str(depth) if depth else "")
+        stage, mapping = _chunked_kernel(kernel, keep, keep, g, chunk, name)
+        body = stage.body.block
+        g_index, *p_index = body.args
+        for red in level:
+            copy = mapping[red]
+            assert isinstance(copy, loop.ReduceOp)
+            acc = _partial_accumulator(red)
+            partials = loop.AllocOp.create(result_types=[MemRefType(acc, [g, *parallel])])
+            parent.insert_op_before(partials, kernel)
+            value: SSAValue = copy.result
+            if acc != copy.result.type:  # half values: partials accumulate in f32
+                yielded = copy.body.block.last_op
+                assert isinstance(yielded, loop.YieldOp)
+                cast = _apply(copy.body.block, "cast", [yielded.values[0]], yielded, acc)
+                yielded.operands = [cast]
+                wide = loop.ReduceOp.create(
+                    properties={"kind": copy.kind, "bounds": copy.bounds},
+                    result_types=[acc],
+                    regions=[copy.body.clone()],
+                )
+                body.insert_op_before(wide, copy)
+                narrow = _apply(body, "cast", [wide.result], copy, copy.result.type)
+                copy.result.replace_all_uses_with(narrow)
+                body.erase_op(copy)
+                value = wide.result
+            body.add_op(loop.StoreOp.create(operands=[value, partials.result, g_index, *p_index]))
+            _combine(kernel, red, partials.result, g)
+        for op in keep:
+            if isinstance(op, loop.ForeachOp):
+                kernel.body.block.erase_op(op)
+        _drop_unused_top(stage)
+        parent.insert_op_before(stage, kernel)
+    if any(isinstance(op, loop.ForeachOp) for op in kernel.body.block.ops):
+        rest = list(kernel.body.block.ops)
+        loops = [op for op in rest if isinstance(op, loop.ForeachOp)]
+        final, _ = _chunked_kernel(kernel, rest, loops, g, chunk, base)
+        parent.insert_op_before(final, kernel)
+        parent.erase_op(kernel)
+
+
+def _drop_unused_top(kernel: loop.KernelOp) -> None:
+    """Removes pure top-level ops nobody reads (a stage keeps only what it stores)."""
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(kernel.body.block.ops)):
+            if isinstance(op, loop.StoreOp | loop.ForeachOp):
+                continue
+            if all(not r.uses for r in op.results):
+                kernel.body.block.erase_op(op)
+                changed = True
+
+
+def split_chunks(
+    kernel: loop.KernelOp, threshold: int, splits: int, min_chunk: int, sms: int
+) -> int:
+    """How many chunks to split `kernel`'s reduced space into (1: leave it).
+
+    No parallel dims (a full reduction): the largest power of two dividing N
+    that is at most `splits` and N / `min_chunk`, and at least 16 (the module
+    docstring says why). With parallel dims: the fewest power-of-two chunks that
+    give the GPU `PROGRAMS_PER_SM` programs an SM under the tiling `tile` would
+    choose, as long as a chunk is at least `min_chunk` elements a program and a
+    full step of its tile. Where programs combine partials they did not make
+    (a reduction reading another, a foreach reading one), chunks are at least 4 G
+    long, so that combining costs at most a quarter of the chunk's reads.
+    """
+    if loop.kernel_kind(kernel) is not KernelKind.REDUCTION:
+        return 1
+    if any(isinstance(op, loop.SoftmaxReduceOp) for op in kernel.body.walk()):
+        return 1
+    levels = _levels(kernel)
+    if not levels:
+        return 1
+    bounds = loop.int_list(levels[0][0].bounds)
+    n = numel(bounds)
+    ops = list(kernel.body.block.ops)
+    reds = set(_reductions(kernel))
+    for op in ops:
+        if (op in reds or isinstance(op, loop.ForeachOp)) and loop.int_list(op.bounds) != bounds:  # type: ignore[attr-defined]
+            return 1  # one split of one space
+    recombines = len(levels) > 1 or any(
+        isinstance(op, loop.ForeachOp) and _slice(ops, [op]) & reds for op in ops
+    )
+    most = n
+    if recombines:
+        most = 1
+        while (most * 2) ** 2 * 4 <= n:
+            most *= 2
+    parallel = kernel.parallel_bounds()
+    if not parallel:
+        if n < threshold:
+            return 1
+        g = split_count(n, min(splits, most, n // min_chunk))
+        return g if g >= 16 else 1
+    shape = kernel_shape(kernel)
+    unsplit = choose_tiling(shape)
+    now = programs(shape, unsplit)
+    want = PROGRAMS_PER_SM * sms
+    if now >= want or numel(parallel) * n < threshold:
+        return 1
+    best = 1
+    g = 2
+    while g <= min(splits, most) and n % g == 0:
+        split = replace(shape, parallel=(g, *parallel), reduction=(n // g,))
+        t = choose_tiling(split)
+        kept = t.block[0] if not shape.columns else min(t.block[0], parallel[-1])
+        if (n // g) * kept < min_chunk or n // g < unsplit.block[1]:
+            break
+        best = g
+        if programs(split, t) >= want:
+            break
+        g *= 2
+    return best if best > 1 else 1
+
+
+PROGRAMS_PER_SM = 4
+"""Programs a kernel should give each SM: several resident at once keep enough
+loads in flight, and the last wave is short."""
 
 
 @dataclass(frozen=True)
@@ -194,12 +372,17 @@ class SplitReductionPass(ModulePass):
     threshold: int = 65536
     splits: int = 8192
     min_chunk: int = 1024
+    sms: int = 132
+    """The GPU's SM count (`irc.target` sets it), which a split must keep busy."""
 
     def __post_init__(self) -> None:
         check_option(self.name, "threshold", self.threshold, 0)
         check_option(self.name, "splits", self.splits, 1)
         check_option(self.name, "min_chunk", self.min_chunk, 1)
+        check_option(self.name, "sms", self.sms, 1, 1 << 16)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
-            split_kernel(kernel, self.threshold, self.splits, self.min_chunk)
+            g = split_chunks(kernel, self.threshold, self.splits, self.min_chunk, self.sms)
+            if g > 1:
+                split_kernel(kernel, g)

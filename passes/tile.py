@@ -135,14 +135,19 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
     if kind is KernelKind.ATTENTION:
         return attention_shape(kernel, parallel)
     if kind is KernelKind.REDUCTION:
-        for op in kernel.body.walk():
-            if isinstance(op, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp):
-                epilogue = any(isinstance(o, loop.ForeachOp) for o in kernel.body.walk())
-                columns, widest = column_extent(kernel)
-                return KernelShape(
-                    kind, parallel, tuple(loop.int_list(op.bounds)), False, epilogue,
-                    columns, widest,
-                )  # fmt: skip
+        # The longest reduced space sets the tiling (a split stage also combines
+        # the few partials of another reduction).
+        spaces = [
+            tuple(loop.int_list(op.bounds))
+            for op in kernel.body.walk()
+            if isinstance(op, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp)
+        ]
+        if spaces:
+            epilogue = any(isinstance(o, loop.ForeachOp) for o in kernel.body.walk())
+            columns, widest = column_extent(kernel)
+            return KernelShape(
+                kind, parallel, max(spaces, key=numel), False, epilogue, columns, widest
+            )
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
     return KernelShape(kind, parallel, ())
 

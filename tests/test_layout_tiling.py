@@ -1,0 +1,297 @@
+"""Tiling that follows the access pattern (issue 16): column reductions, reductions
+over leading, middle and several dims, two-stage splits of reductions with kept
+dims, full reductions beside full-size outputs.
+
+Structural facts are read from the tile IR at the sizes the issue measured (no
+kernel runs): grid sizes, the axis loads are contiguous along. Results are
+checked against torch in Triton's interpreter at small sizes (where the split
+rules still split, with random inputs).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch.testing import assert_close
+from xdsl.dialects.builtin import MemRefType
+from xdsl.ir import SSAValue
+
+import irc
+from irc.compiler import lower_to_tile
+from irc.dialects import loop, tile
+from irc.ir.types import numel
+from irc.passes.tile import kernel_shape
+from irc.pipeline import run_pipeline
+from irc.testing.reference import functions, random_inputs
+from irc.testing.reference import run as reference_run
+
+DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
+SMS = 132  # the split rule's default GPU
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IRC_CACHE_DIR", str(tmp_path_factory.mktemp("irc-cache")))
+        yield
+
+
+def t(shape: tuple[int, ...], el: str = "f32") -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + el + ">"
+
+
+def reduce_fn(op: str, shape: tuple[int, ...], dims: list[int], el: str = "f32") -> str:
+    out = tuple(d for i, d in enumerate(shape) if i not in dims)
+    return f"""func @f(%x: {t(shape, el)}) -> {t(out, el)} {{
+  %s = graph.{op} %x {{dims = {dims}}} : {t(out, el)}
+  return %s : {t(out, el)}
+}}
+"""
+
+
+def batch_norm_stats(rows: int, cols: int, el: str = "f32") -> str:
+    x, s = t((rows, cols), el), t((1, cols), el)
+    return f"""func @f(%x: {x}) -> ({s}, {s}) {{
+  %m = graph.reduce_mean %x {{dims = [0], keepdim = true}} : {s}
+  %d = graph.sub %x, %m : {x}
+  %q = graph.mul %d, %d : {x}
+  %v = graph.reduce_mean %q {{dims = [0], keepdim = true}} : {s}
+  return %m, %v : {s}, {s}
+}}
+"""
+
+
+def sigmoid_and_max(shape: tuple[int, ...], el: str = "f32") -> str:
+    x, s = t(shape, el), t((), el)
+    dims = list(range(len(shape)))
+    return f"""func @f(%x: {x}) -> ({x}, {s}) {{
+  %y = graph.sigmoid %x : {x}
+  %m = graph.reduce_max %x {{dims = {dims}}} : {s}
+  return %y, %m : {x}, {s}
+}}
+"""
+
+
+def normalize_by_sum(shape: tuple[int, ...]) -> str:
+    """A full-size output that reads a full reduction: x / sum(x)."""
+    x, s = t(shape), t(())
+    dims = list(range(len(shape)))
+    return f"""func @f(%x: {x}) -> {x} {{
+  %s = graph.reduce_sum %x {{dims = {dims}}} : {s}
+  %b = graph.broadcast %s : {x}
+  %y = graph.div %x, %b : {x}
+  return %y : {x}
+}}
+"""
+
+
+def tiled(text: str) -> irc.ModuleOp:  # type: ignore[name-defined]
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, "fuse")
+    lower_to_tile(module)
+    return module
+
+
+def launches(module: object) -> list[tuple[tile.KernelOp, int, int]]:
+    """(kernel, programs, elements of the buffers it touches) per launch."""
+    kernels = {k.kernel_name.data: k for k in module.walk() if isinstance(k, tile.KernelOp)}  # type: ignore[attr-defined]
+    out = []
+    for launch in module.walk():  # type: ignore[attr-defined]
+        if isinstance(launch, tile.LaunchOp):
+            k = kernels[launch.kernel.root_reference.data]
+            programs = numel([int(g.value.data) for g in k.grid.data])
+            elements = sum(
+                numel(a.type.get_shape()) for a in launch.args if isinstance(a.type, MemRefType)
+            )
+            out.append((k, programs, elements))
+    return out
+
+
+def assert_grids_fill_the_gpu(module: object, per_sm: int = 4) -> None:
+    """No kernel over large data (4M elements or more) runs fewer programs than
+    `per_sm` an SM."""
+    for k, programs, elements in launches(module):
+        if elements >= 1 << 22:
+            assert programs >= per_sm * SMS, (
+                f"{k.kernel_name.data}: {programs} programs over {elements}"
+            )
+
+
+def unit_stride_axes(v: SSAValue) -> set[int]:
+    """Block axes along which the offsets `v` step by one element: an arange that
+    reaches them unscaled (added, expanded, cast), not multiplied by a stride."""
+    op = v.owner
+    if isinstance(op, tile.ArangeOp):
+        return {0}
+    if isinstance(op, tile.ExpandDimsOp):
+        inner = unit_stride_axes(op.operands[0])
+        axis = op.axis.value.data
+        return {a + (1 if a >= axis else 0) for a in inner}
+    if isinstance(op, tile.BroadcastToOp):
+        return unit_stride_axes(op.operands[0])
+    if isinstance(op, tile.ApplyOp) and op.fn.data in ("add", "cast"):
+        out: set[int] = set()
+        for a in op.args:
+            out |= unit_stride_axes(a)
+        return out
+    return set()
+
+
+def streamed_loads(k: tile.KernelOp) -> list[tile.LoadOp]:
+    """The kernel's 2-d loads (a reduction's tile of its input)."""
+    return [
+        op
+        for op in k.walk()
+        if isinstance(op, tile.LoadOp) and len(op.result.type.get_shape()) == 2  # type: ignore[attr-defined]
+    ]
+
+
+# --- structure at the issue's sizes --------------------------------------------------
+
+
+def test_column_sum_loads_along_the_contiguous_kept_dim_and_splits() -> None:
+    module = irc.parse(reduce_fn("reduce_sum", (8192, 8192), [0]), "t.ir")
+    run_pipeline(module, "graph-to-loop")
+    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    assert kernel_shape(k).columns == 8192
+    module = tiled(reduce_fn("reduce_sum", (8192, 8192), [0]))
+    runs = launches(module)
+    assert len(runs) == 2  # partials over row chunks, then their sum
+    first, programs, _ = runs[0]
+    assert programs >= 4 * SMS
+    for load in streamed_loads(first):
+        shape = load.result.type.get_shape()  # type: ignore[attr-defined]
+        assert shape[0] * 4 >= 512, "a program reads 512 bytes of each row side by side"
+        assert unit_stride_axes(load.offsets) == {0}, "block axis 0 is the contiguous kept dim"
+    assert_grids_fill_the_gpu(module)
+
+
+def test_row_sum_keeps_its_row_layout() -> None:
+    module = tiled(reduce_fn("reduce_sum", (8192, 8192), [1]))
+    ((k, programs, _),) = launches(module)
+    assert programs == 8192
+    for load in streamed_loads(k):
+        assert unit_stride_axes(load.offsets) == {1}
+
+
+@pytest.mark.parametrize(
+    ("shape", "dims"),
+    [((64, 512, 512), [1]), ((512, 64, 512), [0, 1]), ((16384, 4096), [0])],
+    ids=["middle", "two-leading", "leading"],
+)
+def test_leading_and_middle_reductions_are_coalesced_and_fill_the_gpu(
+    shape: tuple[int, ...], dims: list[int]
+) -> None:
+    module = tiled(reduce_fn("reduce_sum", shape, dims))
+    assert_grids_fill_the_gpu(module)
+    k, _, _ = launches(module)[0]
+    for load in streamed_loads(k):
+        assert unit_stride_axes(load.offsets) == {0}
+
+
+def test_batch_norm_statistics_split_across_rows() -> None:
+    module = tiled(batch_norm_stats(65536, 256))
+    runs = launches(module)
+    # mean partials, variance partials (reading the mean's), then both combined
+    assert len(runs) == 3
+    # The variance's programs each combine the mean's partials, so chunks are at
+    # least 4 partials long: 128 of them, 2 column tiles each.
+    assert_grids_fill_the_gpu(module, per_sm=1)
+    for k, programs, _ in runs[:2]:
+        assert programs >= SMS
+        for load in streamed_loads(k):
+            assert unit_stride_axes(load.offsets) == {0}
+
+
+@pytest.mark.parametrize("el", ["f32", "bf16"])
+def test_full_reduction_beside_a_full_size_output_splits(el: str) -> None:
+    """sigmoid(x) and max(x) in one kernel: the output is written by the programs
+    that read x for the partial maxima (x is read once), then the partials combine."""
+    module = tiled(sigmoid_and_max((8192, 8192), el))
+    runs = launches(module)
+    assert len(runs) == 2
+    first, programs, _ = runs[0]
+    assert programs >= 4096
+    assert any(isinstance(op, tile.StoreOp) for op in first.walk())
+    assert_grids_fill_the_gpu(module)
+
+
+def test_full_size_output_of_a_full_reduction_is_split_too() -> None:
+    module = tiled(normalize_by_sum((8192, 8192)))
+    assert_grids_fill_the_gpu(module)
+
+
+# --- results against torch, in the interpreter ------------------------------------------
+
+
+def check(text: str, expect_kernels: int | None = None) -> None:
+    module = irc.parse(text, "t.ir")
+    (fn,) = functions(module).values()
+    inputs = random_inputs(fn, seed=11, device=DEVICE)
+    want = reference_run(irc.parse(text, "t.ir"), "f", inputs, device=DEVICE)
+    compiled = irc.compile(irc.parse(text, "t.ir"), device=DEVICE)
+    if expect_kernels is not None:
+        assert compiled.kernel_count == expect_kernels
+    got = compiled.f(*inputs)
+    got = list(got) if isinstance(got, tuple | list) else [got]
+    for g, w in zip(got, want, strict=True):
+        assert_close(g, w.to(g.dtype))
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "dims", "el"),
+    [
+        ("reduce_sum", (300, 70), [0], "f32"),
+        ("reduce_sum", (300, 70), [0], "bf16"),
+        ("reduce_max", (7, 9, 33), [0, 1], "f32"),
+        ("reduce_sum", (5, 37, 19), [1], "f32"),
+        ("reduce_min", (6, 9, 33), [0, 2], "f32"),
+        ("reduce_mean", (4, 5, 6, 7), [0, 2], "f16"),
+    ],
+    ids=str,
+)
+def test_reductions_over_any_dims_match_torch(
+    op: str, shape: tuple[int, ...], dims: list[int], el: str
+) -> None:
+    check(reduce_fn(op, shape, dims, el))
+
+
+def test_split_column_sum_matches_torch() -> None:
+    check(reduce_fn("reduce_sum", (512, 384), [0]), expect_kernels=2)
+
+
+def test_split_batch_norm_statistics_match_torch() -> None:
+    check(batch_norm_stats(4096, 48), expect_kernels=3)
+
+
+def test_split_sigmoid_and_max_match_torch() -> None:
+    check(sigmoid_and_max((512, 384)), expect_kernels=2)
+
+
+def test_split_normalize_by_sum_matches_torch() -> None:
+    check(normalize_by_sum((512, 384)))
+
+
+def test_target_sm_count_reaches_the_split() -> None:
+    from irc.target import Target
+
+    few, many = Target(sms=8), Target(sms=132)
+    counts = []
+    for target in (few, many):
+        module = irc.parse(reduce_fn("reduce_sum", (8192, 8192), [0]), "t.ir")
+        run_pipeline(module, "fuse")
+        lower_to_tile(module, target=target)
+        counts.append(launches(module)[0][1])
+    assert counts[0] < counts[1]
+    assert counts[0] >= 4 * 8 and counts[1] >= 4 * 132
+
+
+def test_torch_reference_is_not_trivial() -> None:
+    """The inputs the checks above use are not all equal (a reduction that ignores
+    its input would not pass by luck)."""
+    (fn,) = functions(irc.parse(reduce_fn("reduce_sum", (300, 70), [0]), "t.ir")).values()
+    (x,) = random_inputs(fn, seed=11)
+    assert torch.unique(x).numel() > 1000
