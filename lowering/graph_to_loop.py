@@ -426,11 +426,14 @@ class FunctionLowering:
             self.access[old] = Buffer(new)
             if old.name_hint:
                 set_value_name(new, old.name_hint)
+        self.store_as: dict[SSAValue, SSAValue] = {}
+        """A kernel's output -> the returned reshape of it that its buffer is laid out as."""
 
     def lower(self) -> func.FuncOp:
         ops = list(self.fn.body.block.ops)
         ret = ops[-1]
         assert isinstance(ret, func.ReturnOp)
+        self.store_as = returned_reshapes(ret)
         for op in ops[:-1]:
             self.lower_op(op)
         results = [self.materialize(v) for v in ret.operands]
@@ -445,6 +448,8 @@ class FunctionLowering:
         return new
 
     def lower_op(self, op: Operation) -> None:
+        if op.results and op.results[0] in self.access:
+            return  # a returned reshape: its kernel stored it in place (`returned_reshapes`)
         view = view_map(op)
         if view is not None:
             self.access[op.results[0]] = View(op.operands[0], view)
@@ -473,6 +478,9 @@ class FunctionLowering:
         outputs = list(last.values)
         if not outputs:
             return  # a group of dead ops: nothing to compute, no kernel
+        for result, inner in zip(op.results, outputs, strict=True):
+            if result in self.store_as:
+                self.store_as[inner] = self.store_as[result]
         name = op.kernel.data if isinstance(op.kernel, StringAttr) else None
         kind = op.kernel_kind()  # as fuse decided it
         if kind is KernelKind.REDUCTION:
@@ -519,8 +527,7 @@ class FunctionLowering:
         for v, buf in zip(outputs, bufs, strict=True):
             shape = shape_of(v.type)
             if shape in (row_keep, tuple(rows)):
-                idx = row_index(shape)
-                kb.add(loop.StoreOp.create(operands=[kb.value_at(v, idx), buf, *idx]))
+                self.store(kb, v, buf, row_index(shape))
             else:
                 full_outputs.append((v, buf))
         if full_outputs:
@@ -529,15 +536,14 @@ class FunctionLowering:
                 pit, rit = iter(pivs), iter(rivs)
                 idx = [next(rit) if d in dims else next(pit) for d in range(len(full))]
                 for v, buf in full_outputs:
-                    kb.add(loop.StoreOp.create(operands=[kb.value_at(v, idx), buf, *idx]))
+                    self.store(kb, v, buf, idx)
             kb.add(
                 loop.ForeachOp.create(
                     properties={"bounds": int_array(reduced)}, regions=[Region(fblock)]
                 )
             )
         self.add_kernel(members, body, rows, name, KernelKind.REDUCTION)
-        for v, buf in zip(outputs, bufs, strict=True):
-            self.access[v] = Buffer(buf)
+        self.bind_outputs(outputs, bufs)
 
     def builder(self, body: Block, members: set[Operation]) -> KernelBuilder:
         """A builder of one kernel's body (for lowerings of other kernel kinds)."""
@@ -548,9 +554,30 @@ class FunctionLowering:
         self.access[v] = Buffer(buf)
 
     def alloc(self, v: SSAValue) -> SSAValue:
-        alloc = loop.AllocOp.create(result_types=[memref_of(v.type)])
+        """The buffer a kernel stores `v` in: shaped as its returned reshape, if any."""
+        shaped = self.store_as.get(v, v)
+        alloc = loop.AllocOp.create(result_types=[memref_of(shaped.type)])
         self.block.add_op(alloc)
         return alloc.result
+
+    def store(self, kb: KernelBuilder, v: SSAValue, buf: SSAValue, idx: list[SSAValue]) -> None:
+        """Stores `v[idx]` in `buf`; at the reshaped index where `buf` is `v` reshaped
+        (row-major: the same element offset, so the store is as contiguous)."""
+        value = kb.value_at(v, idx)
+        shaped = self.store_as.get(v)
+        if shaped is not None:
+            idx = _reshape_map(shape_of(shaped.type), shape_of(v.type))(kb, idx)
+        kb.add(loop.StoreOp.create(operands=[value, buf, *idx]))
+
+    def bind_outputs(self, outputs: Sequence[SSAValue], bufs: Sequence[SSAValue]) -> None:
+        """Kernel outputs are their buffers, or views of their returned reshapes."""
+        for v, buf in zip(outputs, bufs, strict=True):
+            shaped = self.store_as.get(v)
+            if shaped is None:
+                self.access[v] = Buffer(buf)
+            else:
+                self.access[shaped] = Buffer(buf)
+                self.access[v] = View(shaped, _reshape_map(shape_of(shaped.type), shape_of(v.type)))
 
     def add_kernel(
         self,
@@ -610,10 +637,38 @@ class FunctionLowering:
         kb = KernelBuilder(self, body, set(members))
         idx = list(body.args)
         for v, buf in zip(outputs, bufs, strict=True):
-            kb.add(loop.StoreOp.create(operands=[kb.value_at(v, idx), buf, *idx]))
+            self.store(kb, v, buf, idx)
         self.add_kernel(members, body, shape, name, kind or kind_of_ops(members))
-        for v, buf in zip(outputs, bufs, strict=True):
-            self.access[v] = Buffer(buf)
+        self.bind_outputs(outputs, bufs)
+
+
+def returned_reshapes(ret: func.ReturnOp) -> dict[SSAValue, SSAValue]:
+    """Kernel outputs whose buffer can be laid out as a returned reshape of them.
+
+    A row-major reshape changes no element's offset: the kernel that computes
+    `v` can store it straight into the buffer of `reshape(v)`, which is then
+    returned without a copy kernel (reshapes are views). Not for a function's
+    arguments or constants (they have no kernel), nor when `v` itself, or
+    another reshape of it, is returned too (one buffer cannot have two shapes).
+    """
+    base_of: dict[SSAValue, SSAValue] = {}
+    for r in ret.operands:
+        v = r
+        while isinstance(v.owner, graph.ReshapeOp):
+            v = v.owner.operands[0]
+        if v is not r and isinstance(v.owner, Operation) and not isinstance(
+            v.owner, (*VIEW_OPS, graph.ConstantOp)
+        ):
+            base_of[r] = v
+    returned = set(ret.operands)
+    out: dict[SSAValue, SSAValue] = {}
+    for r, v in base_of.items():
+        if v not in returned and sum(1 for v2 in base_of.values() if v2 is v) == 1:
+            out[v] = r
+    return out
+
+
+VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp, graph.SliceOp)
 
 
 def lower_module(module: ModuleOp) -> None:
