@@ -78,7 +78,7 @@ def test_logsumexp_reshaped_to_rows_launches_no_copy() -> None:
     run_against_torch(LOGSUMEXP, "lse", lambda x: torch.logsumexp(x, 1), (9, 40))
 
 
-RESHAPED_OUTPUT = """func @f(%x: tensor<3x5x33xf32>, %w: tensor<9xf32>) -> tensor<15x33xf32> {
+RESHAPED_OUTPUT = """func @f(%x: tensor<3x5x33xf32>, %w: tensor<33xf32>) -> tensor<15x33xf32> {
   %a = graph.mul %x, %w
   %r = graph.relu %a
   %y = graph.reshape %r : tensor<15x33xf32>
