@@ -23,6 +23,10 @@ for that mix; each patch below names the Triton behaviour it works around:
    them, so they are put back in while kernels run again (`_ADDED`).
 4. The interpreter computes some things differently from the compiled code
    and from torch: bf16 rounding and bf16 dots (`INTERPRETED_FORMS`).
+5. The interpreter reduces with NumPy only for Triton's own combine functions;
+   any other (irc's NaN-propagating `_irc_max`, `_irc_min`) it folds one element
+   at a time in Python, about 0.1 ms an element: a softmax of 8192 x 8192 took
+   45 minutes. Those two reduce with NumPy as well (`NUMPY_REDUCTIONS`).
 """
 
 from __future__ import annotations
@@ -87,6 +91,38 @@ def interpreted_form(fn: Callable[..., Any]) -> InterpretedFunction[Any]:
     from triton.runtime.interpreter import InterpretedFunction
 
     return InterpretedFunction(INTERPRETED_FORMS.get(fn.__name__, fn))
+
+
+# --- 5. Reductions the interpreter would fold element by element ---------------------
+
+NUMPY_REDUCTIONS: dict[str, Callable[..., Any]] = {}
+"""irc combine function name -> the NumPy reduction that computes the same fold.
+
+`np.max` and `np.min` are `np.maximum.reduce` and `np.minimum.reduce`: NaN
+propagates, as `tl.maximum(..., propagate_nan=ALL)` does (which the
+interpreter runs as `np.maximum`), and max and min are exact in any order."""
+
+
+def _install_numpy_reductions() -> None:
+    """Makes the interpreter's `tl.reduce` use `NUMPY_REDUCTIONS` (once; the
+    interpreter's reduce is used by nothing else, so this is never undone)."""
+    import numpy as np
+    from triton.runtime.interpreter import ReduceOps
+
+    if getattr(ReduceOps.apply_impl, "_irc_numpy", False):
+        return
+    NUMPY_REDUCTIONS.update(_irc_max=np.max, _irc_min=np.min)
+    generic = ReduceOps.apply_impl
+
+    def apply_impl(self: ReduceOps, input: Any) -> Any:
+        fn = getattr(self.combine_fn, "fn", None)
+        reduction = NUMPY_REDUCTIONS.get(getattr(fn, "__name__", ""))
+        if reduction is None or getattr(fn, "__module__", "") != "irc.runtime.helpers":
+            return generic(self, input)
+        return self.min_max(input[0], val_reduce_op=reduction)
+
+    apply_impl._irc_numpy = True  # type: ignore[attr-defined]
+    ReduceOps.apply_impl = apply_impl  # type: ignore[method-assign]
 
 
 # --- 2. Twins of compiled @jit functions -------------------------------------------
@@ -202,6 +238,7 @@ def interpreting(on: bool) -> Iterator[None]:
     snapshot = _snapshot() if on and _DEPTH == 0 else None
     _DEPTH += on
     if on:
+        _install_numpy_reductions()
         _put_back_added()
         _install_twins()
     try:
