@@ -157,6 +157,27 @@ def test_max_and_min_as_reductions_propagate_nan(kernels: ModuleType) -> None:
     torch.testing.assert_close(got, want, equal_nan=True)
 
 
+def test_interpreted_max_and_min_reductions_do_not_fold_element_by_element(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Triton's interpreter folds a custom combine function one element at a time in
+    Python (0.1 ms an element); irc's max and min must reduce with NumPy there."""
+    from triton.runtime.interpreter import ReduceOps
+
+    def fold(self: Any, input: Any) -> Any:
+        raise AssertionError(f"element-by-element fold of {self.combine_fn}")
+
+    cpu_kernels = load_source(HELPER_KERNELS, "cpu")
+    monkeypatch.setattr(ReduceOps, "generic_reduce", fold)
+    rows = torch.randn(4, 1024)
+    rows[1, 700] = NAN
+    rows[2, 3] = -INF
+    rows[3, 5] = INF
+    got = cpu_kernels.FUNCTIONS["row_max_min"](rows)
+    want = torch.stack([rows.amax(1), rows.amin(1)], 1)
+    torch.testing.assert_close(got, want, equal_nan=True)
+
+
 def test_tanh_matches_torch_and_keeps_the_sign_of_zero(kernels: ModuleType) -> None:
     x = padded([0.0, -0.0, INF, -INF, NAN, 1e-30, -1e-8, 44.0, -100.0, 3e38, 0.5], 64)
     got = run(kernels, "tanh", x)
