@@ -26,7 +26,15 @@ from xdsl.dialects.builtin import (
     SymbolRefAttr,
     TensorType,
 )
-from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.ir import (
+    Attribute,
+    Block,
+    Dialect,
+    Operation,
+    ParametrizedAttribute,
+    SSAValue,
+    TypeAttribute,
+)
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -568,6 +576,33 @@ class ForOp(IRDLOperation):
 
 
 @irdl_op_definition
+class ForStopOp(IRDLOperation):
+    """Ends the enclosing `tile.for` early: it runs while its index is below
+    min(ub, `stop`), a scalar computed before the loop. The first op of the loop's
+    body. The loop's iterations are a prefix of `range(lb, ub, step)`, so what is
+    proved of those holds (irc.analysis.bounds). An attention under a causal mask
+    stops at the diagonal of its rows, skipping the key tiles it would mask whole
+    (lowering/attention_to_tile.py)."""
+
+    name = "tile.for_stop"
+    stop = operand_def()
+
+    def verify_(self) -> None:
+        loop = self.parent_op()
+        if not isinstance(loop, ForOp) or loop.body.block.first_op is not self:
+            raise VerifyException("tile.for_stop: the first op of a tile.for's body")
+        t = self.stop.type
+        if not isinstance(t, IntegerType) or t.width.data not in (32, 64):
+            raise VerifyException(f"tile.for_stop: the stop is an i32 or i64 scalar, not {format_type(t)}")
+        owner = self.stop.owner
+        inside = owner.parent_op() if isinstance(owner, Block) else owner
+        while inside is not None:
+            if inside is loop:
+                raise VerifyException("tile.for_stop: the stop is computed before the loop")
+            inside = inside.parent_op()
+
+
+@irdl_op_definition
 class YieldOp(IRDLOperation):
     name = "tile.yield"
     values = var_operand_def()
@@ -579,7 +614,7 @@ Tile = Dialect(
     [
         KernelOp, LaunchOp, ProgramIdOp, ArangeOp, ExpandDimsOp, BroadcastToOp, ApplyOp,
         ConstantOp, LoadOp, StoreOp, BlockLoadOp, BlockStoreOp, ReduceOp, DotOp, ForOp,
-        TilesOp, YieldOp,
+        ForStopOp, TilesOp, YieldOp,
     ],
     [PtrType],
 )  # fmt: skip

@@ -82,7 +82,8 @@ class AttentionLayout:
     def build(self) -> None:
         t, bm, bn = self.t, self.bm, self.bn
         t.grid = [math.ceil(self.m / bm), numel(self.batch)]
-        rows = t.expand(t.apply("add", [t.iapply("mul", t.program_id(0), bm), t.arange(bm)]), 1)
+        row_start = t.iapply("mul", t.program_id(0), bm)
+        rows = t.expand(t.apply("add", [row_start, t.arange(bm)]), 1)
         cols = t.expand(t.arange(self.be), 0)
         self.row_mask = t.mask_below(rows, self.m, bm)
         self.col_mask = t.mask_below(cols, self.e, self.be)
@@ -110,9 +111,19 @@ class AttentionLayout:
             t.full(ZERO, F32, (bm, self.be)),
         ]
         block = Block(arg_types=[I32, *(v.type for v in inits)])
+        offset = causal_offset(self.softmax, t.kernel.body.block.args[-2])
+        stop = None
+        if offset is not None:
+            # Keys past row + offset are masked for every row: the tiles of keys past the
+            # program's last row + offset are not visited.
+            stop = t.iapply("add", row_start, bm + offset)
         with t.scope(block=block):
             new = self.key_tile(block)
             t.add(tile.YieldOp.create(operands=new))
+        if stop is not None:
+            first = block.first_op
+            assert first is not None
+            block.insert_op_before(tile.ForStopOp.create(operands=[stop]), first)
         m, total, acc = t.for_loop(block, inits, self.keys, bn)
         t.bind(self.softmax.maximum, m)
         t.bind(self.softmax.sum_exp, total)
@@ -200,6 +211,80 @@ class AttentionLayout:
         return self.t.add(
             tile.DotOp.create(operands=[a, b, acc], properties=props, result_types=[acc.type])
         )
+
+
+COMPARISONS = ("lt", "le", "gt", "ge")
+INDEX_EXACT = 2**24
+"""Indices below this are exact in f32 too (a float iota compares exactly)."""
+
+
+def causal_offset(softmax: loop.SoftmaxReduceOp, row: SSAValue) -> int | None:
+    """`off` such that the scores mask every key j > i + off of row i, if they do.
+
+    The softmax's input must be `where(c, s, -inf)` (casts aside) with `c` a
+    comparison of the row index and the key index, each plus a constant: what an
+    iota-made causal mask (`i >= j`, `j <= i + 8`, ...) lowers to. None for any
+    other scores (a mask tensor, a bias after the mask: nothing is skipped).
+    """
+    (key,) = softmax.body.block.args
+    v = _uncast(softmax.body.block.last_op.values[0])  # type: ignore[union-attr]
+    where = v.owner
+    if not (isinstance(where, loop.ApplyOp) and where.fn.data == "where"):
+        return None
+    cond, _, other = where.args
+    if _number(_uncast(other)) != -math.inf:
+        return None
+    cmp = cond.owner
+    if not (isinstance(cmp, loop.ApplyOp) and cmp.fn.data in COMPARISONS):
+        return None
+    a, b = (_linear(x) for x in cmp.args)
+    if a is None or b is None:
+        return None
+    fn = cmp.fn.data
+    if a[0] is key and b[0] is row:  # j + ca OP i + cb: flip to i + cb OP' j + ca
+        a, b = b, a
+        fn = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[fn]
+    if not (a[0] is row and b[0] is key) or fn not in ("gt", "ge"):
+        return None  # keys kept below a row's diagonal only (or not a mask of rows by keys)
+    offset = a[1] - b[1]  # i + ca >= j + cb: j <= i + (ca - cb)
+    return offset if fn == "ge" else offset - 1
+
+
+def _uncast(v: SSAValue) -> SSAValue:
+    while isinstance(v.owner, loop.ApplyOp) and v.owner.fn.data == "cast":
+        v = v.owner.args[0]
+    return v
+
+
+def _number(v: SSAValue) -> float | None:
+    owner = v.owner
+    if isinstance(owner, loop.ConstantOp):
+        value = owner.value
+        if isinstance(value, FloatAttr | IntegerAttr):
+            return float(value.value.data)
+    return None
+
+
+def _linear(v: SSAValue) -> tuple[SSAValue, int] | None:
+    """(index, c) when `v` is a loop index plus a whole constant (casts aside)."""
+    v = _uncast(v)
+    if isinstance(v.owner, Block):
+        bounds = v.owner.parent_op()
+        sizes = bounds.properties.get("bounds") if bounds is not None else None
+        if sizes is None or max(loop.int_list(sizes)) >= INDEX_EXACT:  # type: ignore[arg-type]
+            return None
+        return v, 0
+    op = v.owner
+    if not (isinstance(op, loop.ApplyOp) and op.fn.data in ("add", "sub")):
+        return None
+    x, y = op.args
+    c = _number(_uncast(y))
+    inner = _linear(x)
+    if c is None and op.fn.data == "add":
+        c, inner = _number(_uncast(x)), _linear(y)
+    if c is None or inner is None or c != int(c) or abs(c) >= INDEX_EXACT:
+        return None
+    return inner[0], inner[1] + int(c) * (1 if op.fn.data == "add" else -1)
 
 
 def _block(element: object, shape: tuple[int, ...]) -> object:

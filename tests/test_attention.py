@@ -15,11 +15,14 @@ from types import ModuleType
 
 import pytest
 import torch
+from xdsl.dialects.builtin import ModuleOp
 
 import irc
 from irc.analysis.bounds import check_bounds
 from irc.compiler import triton_source
-from irc.dialects import graph
+from irc.dialects import graph, loop, tile
+from irc.lowering.tile_to_triton import emit_triton
+from irc.passes.tile import Tiling, set_tiling
 
 
 def _benchmark() -> ModuleType:
@@ -184,3 +187,74 @@ def test_benchmark_smoke_mode_checks_every_row_on_the_cpu(tmp_path: Path) -> Non
     results = json.loads(out.read_text())
     assert len(results) == len(benchmark.rows(smoke=True))
     assert all(r["correct"] and r["irc_kernels"] == 1 for r in results)
+
+
+def causal_ir(t: int, d: int, row: str = "%ri", cmp: str = "ge %r, %ci", offset: int = 0) -> str:
+    """Attention under a mask made of two iotas compared (`cmp` of row and key)."""
+    text = attention_ir(2, t, t, d)
+    mask = [
+        f"  %ri = graph.iota {{dim = 0}} : tensor<{t}x{t}xi32>",
+        f"  %ci = graph.iota {{dim = 1}} : tensor<{t}x{t}xi32>",
+        f"  %off = graph.constant {{value = {offset}}} : tensor<i32>",
+        f"  %r = graph.add {row}, %off : tensor<{t}x{t}xi32>",
+        f"  %keep = graph.{cmp} : tensor<{t}x{t}xi1>",
+        "  %ninf = graph.constant {value = -inf} : tensor<f32>",
+        f"  %xm = graph.where %keep, %x0, %ninf : tensor<2x{t}x{t}xf32>",
+    ]
+    text = text.replace("  %m = graph.reduce_max %x0", "\n".join(mask) + "\n  %m = graph.reduce_max %xm")
+    return text.replace("graph.sub %x0, %m", "graph.sub %xm, %m")
+
+
+def lowered_with_small_tiles(text: str) -> ModuleOp:
+    """Lowered to tile kernels with 16x16 attention tiles: several row and key tiles."""
+    module = irc.parse(text)
+    irc.run_pipeline(module, "decompose,fuse,graph-to-loop,tile")
+    for kernel in module.walk():
+        if isinstance(kernel, loop.KernelOp):
+            set_tiling(kernel, Tiling((16, 16), 4, 2))
+    irc.run_pipeline(module, "online-softmax,loop-to-tile,tile-cse,dce")
+    return module
+
+
+@pytest.mark.parametrize(
+    ("cmp", "offset", "stop"),
+    [
+        ("ge %r, %ci", 0, 16),  # i >= j: the keys up to the program's last row
+        ("le %ci, %r", 8, 24),  # j <= i + 8
+        ("gt %r, %ci", 0, 15),  # i > j
+    ],
+)
+def test_iota_causal_masks_stop_the_key_loop_at_the_diagonal(cmp: str, offset: int, stop: int) -> None:
+    module = lowered_with_small_tiles(causal_ir(40, 16, cmp=cmp, offset=offset))
+    assert check_bounds(module) == []
+    (for_op,) = [op for op in module.walk() if isinstance(op, tile.ForOp)]
+    first = for_op.body.block.first_op
+    assert isinstance(first, tile.ForStopOp)
+    # stop = program id * 16 + stop
+    assert "tl.minimum(" in emit_triton(module)
+    add = first.stop.owner
+    assert isinstance(add, tile.ApplyOp) and add.fn.data == "add"
+    constant = add.args[1].owner
+    assert isinstance(constant, tile.ConstantOp) and constant.value.value.data == stop
+
+
+def test_a_mask_tensor_or_a_lower_bound_skips_nothing() -> None:
+    for text in (attention_ir(2, 40, 40, 16, mask=True), causal_ir(40, 16, cmp="le %r, %ci")):
+        module = lowered_with_small_tiles(text)
+        assert not any(isinstance(op, tile.ForStopOp) for op in module.walk())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("cmp", "offset"), [("ge %r, %ci", 0), ("le %ci, %r", 8), ("gt %r, %ci", 0), ("le %r, %ci", 0)])
+def test_iota_masked_attention_matches_torch(cmp: str, offset: int) -> None:
+    module = lowered_with_small_tiles(causal_ir(40, 16, cmp=cmp, offset=offset))
+    compiled = irc.compile(module, device=DEVICE)
+    torch.manual_seed(offset)
+    q, k, v = (torch.randn(2, 40, 16, device=DEVICE) for _ in range(3))
+    i = torch.arange(40, device=DEVICE)[:, None]
+    j = torch.arange(40, device=DEVICE)[None, :]
+    keep = {"ge": i + offset >= j, "le": j <= i + offset, "gt": i + offset > j}[cmp[:2]]
+    if cmp == "le %r, %ci":
+        keep = i + offset <= j
+    want = attention_reference(q, k, v, keep)
+    torch.testing.assert_close(compiled.attn(q, k, v), want, atol=1e-5, rtol=1e-5, equal_nan=True)
