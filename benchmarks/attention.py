@@ -10,8 +10,9 @@ its flash and cuDNN backends (each where it runs). bf16, head dims 64 and 128,
 T = 512 ... 16384 with batch x heads chosen so that every row holds 32K query
 tokens (64 heads at 512, 2 at 16384), causal and not; then the variants SDPA
 cannot express (tanh soft-capping, an additive bias tensor), against
-torch.compile only. Causal masks are an i1 [T, T] input until masks from
-`iota` are recognized. Times are `triton.testing.do_bench` medians, the
+torch.compile only, and grouped-query attention (4 query heads a K/V head).
+Causal masks are written as two iotas compared, which irc recognizes: the key
+tiles above the diagonal are not visited. Times are `triton.testing.do_bench` medians, the
 variants of a row timed in turns (benchmarks/bench.py's interleaved_medians);
 each output is checked against the f32 reference first.
 """
@@ -43,31 +44,48 @@ def attention_ir(
     dtype: str = "f32",
     *,
     mask: bool = False,
+    causal: bool = False,
     bias: bool = False,
     softcap: float | None = None,
     epilogue: bool = False,
+    kv_heads: int | None = None,
     name: str = "attn",
 ) -> str:
     """softmax(Q K^T * scale [+ bias] [softcap] [masked]) V over `batch` (batch x
     heads), one op a line, as a user writes it. `mask` is an i1 [t_q, t_k] input
-    (true where a key is seen), `bias` an additive [t_q, t_k] input of `dtype`."""
+    (true where a key is seen); `causal` a mask of two iotas compared (row + t_k -
+    t_q >= key); `bias` an additive [t_q, t_k] input of `dtype`; `kv_heads` K and V
+    of that many heads, each shared by batch / kv_heads query heads in turn (grouped
+    query attention: a reshape, broadcast and reshape, no copy)."""
     dv = dv or d
     ty = dtype
+    kvb = kv_heads or batch
     q = f"tensor<{batch}x{t_q}x{d}x{ty}>"
-    k = f"tensor<{batch}x{t_k}x{d}x{ty}>"
+    k = f"tensor<{kvb}x{t_k}x{d}x{ty}>"
     kt = f"tensor<{batch}x{d}x{t_k}x{ty}>"
-    v = f"tensor<{batch}x{t_k}x{dv}x{ty}>"
+    v = f"tensor<{kvb}x{t_k}x{dv}x{ty}>"
     s = f"tensor<{batch}x{t_q}x{t_k}x{ty}>"
     row = f"tensor<{batch}x{t_q}x1x{ty}>"
     o = f"tensor<{batch}x{t_q}x{dv}x{ty}>"
+    idx = f"tensor<{t_q}x{t_k}xi32>"
     args = [f"%q: {q}", f"%k: {k}", f"%v: {v}"]
     if mask:
         args.append(f"%mask: tensor<{t_q}x{t_k}xi1>")
     if bias:
         args.append(f"%bias: tensor<{t_q}x{t_k}x{ty}>")
-    lines = [
-        f"func @{name}({', '.join(args)}) -> {o} {{",
-        f"  %kt = graph.transpose %k {{perm = [0, 2, 1]}} : {kt}",
+    lines = [f"func @{name}({', '.join(args)}) -> {o} {{"]
+    kk, vv = "%k", "%v"
+    if kv_heads is not None:
+        group = batch // kv_heads
+        for x, width in (("k", d), ("v", dv)):
+            lines += [
+                f"  %{x}1 = graph.reshape %{x} : tensor<{kv_heads}x1x{t_k}x{width}x{ty}>",
+                f"  %{x}2 = graph.broadcast %{x}1 : tensor<{kv_heads}x{group}x{t_k}x{width}x{ty}>",
+                f"  %{x}3 = graph.reshape %{x}2 : tensor<{batch}x{t_k}x{width}x{ty}>",
+            ]
+        kk, vv = "%k3", "%v3"
+    lines += [
+        f"  %kt = graph.transpose {kk} {{perm = [0, 2, 1]}} : {kt}",
         f"  %s = graph.matmul %q, %kt : {s}",
         f"  %scale = graph.constant {{value = {1 / math.sqrt(d)!r}}} : tensor<{ty}>",
         f"  %x0 = graph.mul %s, %scale : {s}",
@@ -84,10 +102,22 @@ def attention_ir(
             f"  %x4 = graph.mul %x3, %cap : {s}",
         ]
         x = "%x4"
-    if mask:
+    if causal:
+        lines += [
+            f"  %ri = graph.iota {{dim = 0}} : {idx}",
+            f"  %ci = graph.iota {{dim = 1}} : {idx}",
+            f"  %shift = graph.constant {{value = {t_k - t_q}}} : tensor<i32>",
+            f"  %rs = graph.add %ri, %shift : {idx}",
+            f"  %seen = graph.ge %rs, %ci : tensor<{t_q}x{t_k}xi1>",
+        ]
+    if mask or causal:
+        cond = "%mask" if mask else "%seen"
+        if mask and causal:
+            lines.append(f"  %both = graph.where %mask, %seen, %mask : tensor<{t_q}x{t_k}xi1>")
+            cond = "%both"
         lines += [
             f"  %ninf = graph.constant {{value = -inf}} : tensor<{ty}>",
-            f"  %x5 = graph.where %mask, {x}, %ninf : {s}",
+            f"  %x5 = graph.where {cond}, {x}, %ninf : {s}",
         ]
         x = "%x5"
     lines += [
@@ -96,7 +126,7 @@ def attention_ir(
         f"  %e = graph.exp %c : {s}",
         f"  %l = graph.reduce_sum %e {{dims = [2], keepdim = true}} : {row}",
         f"  %p = graph.div %e, %l : {s}",
-        f"  %o = graph.matmul %p, %v : {o}",
+        f"  %o = graph.matmul %p, {vv} : {o}",
     ]
     out = "%o"
     if epilogue:
@@ -104,6 +134,11 @@ def attention_ir(
         out = "%y"
     lines += [f"  return {out} : {o}", "}"]
     return "\n".join(lines) + "\n"
+
+
+def causal_mask(t_q: int, t_k: int, device: str | torch.device = "cpu") -> torch.Tensor:
+    """What `attention_ir(causal=True)` keeps: row + t_k - t_q >= key."""
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(t_k - t_q)
 
 
 def attention_reference(
@@ -115,8 +150,12 @@ def attention_reference(
     softcap: float | None = None,
     epilogue: bool = False,
 ) -> torch.Tensor:
-    """The same attention in f32 torch ops (the exact answer the kernel approximates)."""
+    """The same attention in f32 torch ops (the exact answer the kernel approximates);
+    K and V of fewer heads than Q are shared by consecutive query heads."""
     q, k, v = q.float(), k.float(), v.float()
+    if k.shape[0] != q.shape[0]:
+        k = k.repeat_interleave(q.shape[0] // k.shape[0], 0)
+        v = v.repeat_interleave(q.shape[0] // v.shape[0], 0)
     s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if bias is not None:
         s = s + bias.float()
@@ -132,18 +171,24 @@ def written_out(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    mask: torch.Tensor | None = None,
+    causal: bool = False,
     bias: torch.Tensor | None = None,
     softcap: float | None = None,
 ) -> torch.Tensor:
     """The `.ir` program's ops in torch, in its element type (for torch.compile)."""
+    if k.shape[0] != q.shape[0]:  # grouped-query attention, as torch code writes it
+        k = k.repeat_interleave(q.shape[0] // k.shape[0], 0)
+        v = v.repeat_interleave(q.shape[0] // v.shape[0], 0)
     s = (q @ k.transpose(-1, -2)) * (1 / math.sqrt(q.shape[-1]))
     if bias is not None:
         s = s + bias
     if softcap is not None:
         s = torch.tanh(s / softcap) * softcap
-    if mask is not None:
-        s = torch.where(mask, s, torch.tensor(-math.inf, dtype=s.dtype, device=s.device))
+    if causal:
+        t_q, t_k = s.shape[-2:]
+        rows = torch.arange(t_q, device=s.device)[:, None] + (t_k - t_q)
+        keys = torch.arange(t_k, device=s.device)[None, :]
+        s = torch.where(rows >= keys, s, torch.tensor(-math.inf, dtype=s.dtype, device=s.device))
     m = s.amax(-1, keepdim=True)
     e = torch.exp(s - m)
     return (e / e.sum(-1, keepdim=True)) @ v
@@ -153,12 +198,12 @@ def rows(smoke: bool) -> list[dict[str, Any]]:
     """The table's rows: what each one computes."""
     if smoke:
         return [
-            {"causal": c, "d": d, "t": t, "bh": 2, "variant": None}
+            {"causal": c, "d": d, "t": t, "bh": 4, "variant": None}
             for c in (False, True)
             for d, t in ((16, 40), (32, 64))
         ] + [
-            {"causal": True, "d": 16, "t": 40, "bh": 2, "variant": "softcap"},
-            {"causal": False, "d": 16, "t": 40, "bh": 2, "variant": "bias"},
+            {"causal": True, "d": 16, "t": 40, "bh": 4, "variant": v}
+            for v in ("softcap", "bias", "gqa")
         ]
     out = [
         {"causal": c, "d": d, "t": t, "bh": TOKENS // t, "variant": None}
@@ -167,11 +212,15 @@ def rows(smoke: bool) -> list[dict[str, Any]]:
         for t in (512, 1024, 4096, 16384)
     ]
     out += [
-        {"causal": True, "d": 64, "t": t, "bh": TOKENS // t, "variant": v}
-        for v in ("softcap", "bias")
+        {"causal": True, "d": d, "t": t, "bh": TOKENS // t, "variant": v}
+        for v, d in (("softcap", 64), ("bias", 64), ("gqa", 128))
         for t in (1024, 4096)
     ]
     return out
+
+
+GQA_GROUP = 4
+"""Query heads a K/V head serves in the grouped-query rows."""
 
 
 def _sdpa(backend_name: str) -> Callable[..., torch.Tensor] | None:
@@ -184,9 +233,11 @@ def _sdpa(backend_name: str) -> Callable[..., torch.Tensor] | None:
     if backend is None:
         return None
 
-    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    def run(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, **kw: bool
+    ) -> torch.Tensor:
         with sdpa_kernel([backend]):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
 
     return run
 
@@ -200,34 +251,41 @@ def measure(row: dict[str, Any], device: str, timer: Callable[..., dict[str, flo
     ty = "bf16" if device == "cuda" else "f32"
     softcap = 30.0 if variant == "softcap" else None
     bias_on = variant == "bias"
-    text = attention_ir(bh, t, t, d, dtype=ty, mask=causal, bias=bias_on, softcap=softcap)
+    kv = bh // GQA_GROUP if variant == "gqa" else bh
+    text = attention_ir(
+        bh, t, t, d, dtype=ty, causal=causal, bias=bias_on, softcap=softcap,
+        kv_heads=kv if variant == "gqa" else None,
+    )  # fmt: skip
     compiled = irc.compile(irc.parse(text), device=device)
     gen = torch.Generator(device=device).manual_seed(t + d)
-    q, k, v = (torch.randn(bh, t, d, device=device, generator=gen, dtype=dtype) for _ in range(3))
-    mask = torch.ones(t, t, dtype=torch.bool, device=device).tril() if causal else None
+    q = torch.randn(bh, t, d, device=device, generator=gen, dtype=dtype)
+    k, v = (torch.randn(kv, t, d, device=device, generator=gen, dtype=dtype) for _ in range(2))
+    mask = causal_mask(t, t, device) if causal else None
     bias = torch.randn(t, t, device=device, generator=gen, dtype=dtype) if bias_on else None
-    args = [a for a in (q, k, v, mask, bias) if a is not None]
+    args = [a for a in (q, k, v, bias) if a is not None]
     fns: dict[str, Callable[[], Any]] = {"irc": lambda: compiled.attn(*args)}
     if device == "cuda":
         written = torch.compile(written_out)
-        fns["torch.compile"] = lambda: written(q, k, v, mask, bias, softcap)
-        if variant is None:
-            q4, k4, v4 = (x.view(1, bh, t, d) for x in (q, k, v))
+        fns["torch.compile"] = lambda: written(q, k, v, causal, bias, softcap)
+        if variant in (None, "gqa"):
+            q4, k4, v4 = (x.view(1, x.shape[0], t, d) for x in (q, k, v))
+            gqa = {"enable_gqa": True} if variant == "gqa" else {}
             for name, backend in (("sdpa flash", "FLASH_ATTENTION"), ("sdpa cudnn", "CUDNN_ATTENTION")):
                 sdpa = _sdpa(backend)
                 if sdpa is None:
                     continue
                 try:
-                    sdpa(q4, k4, v4, causal)
+                    sdpa(q4, k4, v4, causal, **gqa)
                 except RuntimeError:
                     continue  # the backend does not take this shape or GPU
-                fns[name] = (lambda f: lambda: f(q4, k4, v4, causal).view(bh, t, d))(sdpa)
+                fns[name] = (lambda f: lambda: f(q4, k4, v4, causal, **gqa).view(bh, t, d))(sdpa)
     # The check: an f32 reference in chunks of heads (16K x 16K f32 scores are 1 GiB a head).
     errors: dict[str, float] = {}
     outs = {name: fn().float() for name, fn in fns.items()}
     for h0 in range(0, bh, 4):
         sl = slice(h0, h0 + 4)
-        want = attention_reference(q[sl], k[sl], v[sl], mask, bias, softcap)
+        ksl = slice(h0 * kv // bh, (h0 + 4) * kv // bh) if kv != bh else sl
+        want = attention_reference(q[sl], k[ksl], v[ksl], mask, bias, softcap)
         for name, got in outs.items():
             errors[name] = max(errors.get(name, 0.0), (got[sl] - want).abs().max().item())
     del outs

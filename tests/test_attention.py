@@ -59,8 +59,9 @@ def run_case(
     torch.manual_seed(t_q * 31 + d)
     dt = DTYPES[dtype]
     q = torch.randn(batch, t_q, d, device=DEVICE).to(dt)
-    k = torch.randn(batch, t_k, d, device=DEVICE).to(dt)
-    v = torch.randn(batch, t_k, dv, device=DEVICE).to(dt)
+    kv = variant.get("kv_heads") or batch
+    k = torch.randn(kv, t_k, d, device=DEVICE).to(dt)  # type: ignore[call-overload]
+    v = torch.randn(kv, t_k, dv, device=DEVICE).to(dt)  # type: ignore[call-overload]
     args = [q, k, v]
     mask = bias = None
     if variant.get("mask"):
@@ -68,6 +69,8 @@ def run_case(
         # sees at least one key.
         mask = torch.ones(t_q, t_k, dtype=torch.bool, device=DEVICE).tril(t_k - t_q)
         args.append(mask)
+    if variant.get("causal"):
+        mask = benchmark.causal_mask(t_q, t_k, DEVICE)
     if variant.get("bias"):
         bias = torch.randn(t_q, t_k, device=DEVICE).to(dt)
         args.append(bias)
@@ -122,6 +125,20 @@ def test_bounds_are_proved_for_every_access() -> None:
     assert check_bounds(module) == []
 
 
+def test_grouped_query_attention_reads_shared_heads_in_place() -> None:
+    text = attention_ir(8, 40, 40, 16, kv_heads=2, causal=True)
+    module = irc.parse(text)
+    irc.run_pipeline(
+        module, "decompose,fuse,graph-to-loop,tile,online-softmax,loop-to-tile,tile-cse,dce"
+    )
+    assert check_bounds(module) == []
+    kernels = [op for op in module.walk() if isinstance(op, tile.KernelOp)]
+    assert len(kernels) == 1  # no copy of the repeated K and V
+    launch = next(op for op in module.walk() if isinstance(op, tile.LaunchOp))
+    shapes = [tuple(a.type.get_shape()) for a in launch.args]
+    assert shapes.count((2, 40, 16)) == 2 and (8, 40, 16) in shapes
+
+
 def test_a_score_needed_elsewhere_keeps_the_kernels_apart() -> None:
     text = attention_ir(2, 16, 16, 8).replace(
         "-> tensor<2x16x8xf32> {", "-> (tensor<2x16x8xf32>, tensor<2x16x16xf32>) {"
@@ -158,6 +175,9 @@ def test_small_f32_with_a_causal_mask_matches_torch() -> None:
         (4, 40, 40, 16, 16, "bf16", {"softcap": 5.0, "mask": True}),
         (4, 64, 64, 32, 32, "f16", {"bias": True, "softcap": 30.0}),
         (4, 40, 40, 16, 16, "f16", {"mask": True, "epilogue": True}),
+        (8, 40, 40, 16, 16, "f32", {"kv_heads": 2, "causal": True}),  # grouped-query
+        (6, 64, 64, 32, 32, "bf16", {"kv_heads": 3}),
+        (4, 40, 72, 16, 16, "bf16", {"causal": True, "softcap": 30.0}),  # more keys than rows
     ],
 )
 def test_attention_matches_torch(
