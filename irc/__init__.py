@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from irc.analysis.verifier import verify
     from irc.compiler import CompiledModule, compile
     from irc.pipeline import build_pipeline, run_pipeline
+    from irc.pytorch.export import export_ir
     from irc.syntax.diagnostics import Diagnostic, IrcError, Location
     from irc.syntax.parser import parse, parse_file
     from irc.syntax.printer import print_module
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "compile": "irc.compiler",
     "CompiledModule": "irc.compiler",
+    "export_ir": "irc.pytorch.export",
     "Diagnostic": "irc.syntax.diagnostics",
     "IrcError": "irc.syntax.diagnostics",
     "Location": "irc.syntax.diagnostics",
@@ -41,6 +43,7 @@ _HOMES = {
 __all__ = [
     "compile",
     "CompiledModule",
+    "export_ir",
     "Diagnostic",
     "IrcError",
     "Location",

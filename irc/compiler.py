@@ -261,7 +261,8 @@ class CompiledModule:
 
 
 def compile(
-    program: str | os.PathLike[str] | ModuleOp,
+    program: str | os.PathLike[str] | ModuleOp | Any,
+    example_inputs: Any = None,
     *,
     device: str | torch.device | None = None,
     fuse: bool = True,
@@ -278,7 +279,25 @@ def compile(
     outputs are reused by the next call with the same inputs).
     `device` is "cpu", "cuda" or a torch.device of either (default: CUDA when
     torch has it); it is checked before anything is compiled.
+
+    An `nn.Module` or a function with `example_inputs` (a tuple of its
+    arguments) is captured with torch.export and its ATen graph compiled
+    (`irc.pytorch`, docs/pytorch.md): the result is called as the module is,
+    and its `.report` lists the ops left to eager.
     """
+    if not isinstance(program, str | os.PathLike | ModuleOp):
+        from irc.pytorch.export import compile_torch
+
+        def compile_graph(module: ModuleOp, on: str) -> CompiledModule:
+            return compile(module, device=on, fuse=fuse, autotune=autotune, tf32=tf32,
+                           cuda_graphs=cuda_graphs)  # fmt: skip
+
+        return compile_torch(
+            program, example_inputs, compile_graph,
+            device=None if device is None else resolve_device(device),
+        )  # type: ignore[return-value]  # fmt: skip
+    if example_inputs is not None:
+        raise TypeError("irc.compile: example_inputs go with an nn.Module or a function, not .ir")
     device = resolve_device(device)
     if isinstance(program, ModuleOp):
         # xDSL's clone re-validates name hints and rejects the spec's `%0`: copy them as set.

@@ -1,0 +1,442 @@
+"""Core ATen ops as graph ops: one converter an op overload.
+
+A converter reads the FX node's arguments and `meta['val']` (torch's result
+type, which decides the computation dtype, as torch's type promotion does)
+and emits graph ops through an `Emitter`; it raises `Unsupported` for a case
+irc does not take (the node then runs in eager, and the report says so).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import fx
+from xdsl.ir import Attribute, SSAValue
+
+from irc.dialects import graph
+from irc.ir.types import F32, FLOAT_TYPES, HALF_TYPES, I1, element_of, shape_of, tensor
+from irc.pytorch.emitter import Emitter, Unsupported, boolean, dtype_elem, int_list
+from irc.pytorch.types import fake_of
+
+aten = torch.ops.aten
+Converter = Callable[[Emitter, fx.Node], Any]
+CONVERTERS: dict[Any, Converter] = {}
+
+
+def converts(*targets: Any) -> Callable[[Converter], Converter]:
+    def register(fn: Converter) -> Converter:
+        for t in targets:
+            CONVERTERS[t] = fn
+        return fn
+
+    return register
+
+
+def out_elem(node: fx.Node) -> Attribute:
+    val = fake_of(node)
+    if val is None:
+        raise Unsupported("its result is not a tensor")
+    return dtype_elem(val.dtype)
+
+
+def out_shape(node: fx.Node) -> list[int]:
+    val = fake_of(node)
+    assert val is not None
+    return [int(d) for d in val.shape]
+
+
+def _arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _dims(dims: Any, rank: int) -> list[int]:
+    if dims is None or (isinstance(dims, Sequence) and len(dims) == 0):
+        return list(range(rank))
+    if isinstance(dims, int):
+        return [dims % rank if rank else 0]
+    return [d % rank for d in dims]
+
+
+def _compute_elem(e: Emitter, node: fx.Node, operands: Sequence[Any]) -> Attribute:
+    """The dtype an element-wise op computes in: torch's promotion of its operands."""
+    tensors = [fake_of(a) for a in operands if isinstance(a, fx.Node)]
+    scalars = [a for a in operands if not isinstance(a, fx.Node)]
+    dtype = torch.result_type(
+        *(t for t in tensors if t is not None), *scalars
+    ) if len(tensors) + len(scalars) == 2 else None
+    if dtype is None:
+        return out_elem(node)
+    return dtype_elem(dtype)
+
+
+# --- element-wise ------------------------------------------------------------
+
+_UNARY: dict[Any, type[graph.GraphOp]] = {
+    aten.exp.default: graph.ExpOp,
+    aten.log.default: graph.LogOp,
+    aten.sqrt.default: graph.SqrtOp,
+    aten.rsqrt.default: graph.RsqrtOp,
+    aten.sin.default: graph.SinOp,
+    aten.cos.default: graph.CosOp,
+    aten.tanh.default: graph.TanhOp,
+    aten.sigmoid.default: graph.SigmoidOp,
+    aten.silu.default: graph.SiluOp,
+    aten.relu.default: graph.ReluOp,
+    aten.neg.default: graph.NegOp,
+    aten.abs.default: graph.AbsOp,
+    aten.erf.default: graph.ErfOp,
+    aten.reciprocal.default: graph.ReciprocalOp,
+    aten.floor.default: graph.FloorOp,
+    aten.ceil.default: graph.CeilOp,
+    aten.round.default: graph.RoundOp,
+}
+
+
+def _unary(e: Emitter, node: fx.Node) -> SSAValue:
+    cls = _UNARY[node.target]
+    x = e.cast(e.arg(node.args[0]), out_elem(node))
+    return e.op(cls, x)
+
+
+for _target in _UNARY:
+    CONVERTERS[_target] = _unary
+
+_BINARY: dict[Any, type[graph.GraphOp]] = {
+    aten.add.Tensor: graph.AddOp,
+    aten.add.Scalar: graph.AddOp,
+    aten.sub.Tensor: graph.SubOp,
+    aten.sub.Scalar: graph.SubOp,
+    aten.mul.Tensor: graph.MulOp,
+    aten.mul.Scalar: graph.MulOp,
+    aten.div.Tensor: graph.DivOp,
+    aten.div.Scalar: graph.DivOp,
+    aten.maximum.default: graph.MaximumOp,
+    aten.minimum.default: graph.MinimumOp,
+    aten.pow.Tensor_Tensor: graph.PowOp,
+    aten.pow.Tensor_Scalar: graph.PowOp,
+    aten.pow.Scalar: graph.PowOp,
+}
+_COMPARE: dict[Any, type[graph.GraphOp]] = {}
+for _name, _cls in (
+    ("eq", graph.EqOp), ("ne", graph.NeOp), ("lt", graph.LtOp),
+    ("le", graph.LeOp), ("gt", graph.GtOp), ("ge", graph.GeOp),
+):  # fmt: skip
+    _COMPARE[getattr(aten, _name).Tensor] = _cls
+    _COMPARE[getattr(aten, _name).Scalar] = _cls
+
+
+def _binary(e: Emitter, node: fx.Node) -> SSAValue:
+    cls = _BINARY[node.target]
+    a, b = node.args[0], node.args[1]
+    elem = out_elem(node)
+    if cls in (graph.DivOp, graph.PowOp) and elem not in FLOAT_TYPES:
+        raise Unsupported("integer division and power are not graph ops")
+    lhs, rhs = e.operand(a, elem), e.operand(b, elem)
+    alpha = node.kwargs.get("alpha", 1)
+    if alpha != 1:
+        rhs = e.op(graph.MulOp, rhs, e.scalar(alpha, elem))
+    return e.op(cls, lhs, rhs)
+
+
+def _compare(e: Emitter, node: fx.Node) -> SSAValue:
+    cls = _COMPARE[node.target]
+    a, b = node.args[0], node.args[1]
+    elem = _compute_elem(e, node, [a, b])
+    return e.op(cls, e.operand(a, elem), e.operand(b, elem))
+
+
+for _target in _BINARY:
+    CONVERTERS[_target] = _binary
+for _target in _COMPARE:
+    CONVERTERS[_target] = _compare
+
+
+def _to_bool(e: Emitter, value: SSAValue) -> SSAValue:
+    if element_of(value.type) == I1:
+        return value
+    return e.op(graph.NeOp, value, e.scalar(0, element_of(value.type)))
+
+
+@converts(aten.logical_not.default)
+def _logical_not(e: Emitter, node: fx.Node) -> SSAValue:
+    x = _to_bool(e, e.arg(node.args[0]))
+    return e.op(graph.EqOp, x, e.scalar(False, I1))
+
+
+@converts(aten.logical_and.default, aten.logical_or.default)
+def _logical_and_or(e: Emitter, node: fx.Node) -> SSAValue:
+    a, b = (_to_bool(e, e.arg(x)) for x in node.args[:2])
+    if node.target == aten.logical_and.default:
+        return e.op(graph.WhereOp, a, b, e.scalar(False, I1))
+    return e.op(graph.WhereOp, a, e.scalar(True, I1), b)
+
+
+@converts(aten.where.self)
+def _where(e: Emitter, node: fx.Node) -> SSAValue:
+    elem = out_elem(node)
+    cond = _to_bool(e, e.arg(node.args[0]))
+    return e.op(graph.WhereOp, cond, e.operand(node.args[1], elem), e.operand(node.args[2], elem))
+
+
+@converts(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(e: Emitter, node: fx.Node) -> SSAValue:
+    elem = out_elem(node)
+    x, mask, value = node.args[:3]
+    return e.op(graph.WhereOp, _to_bool(e, e.arg(mask)), e.operand(value, elem), e.operand(x, elem))
+
+
+@converts(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
+def _clamp(e: Emitter, node: fx.Node) -> SSAValue:
+    elem = out_elem(node)
+    x = e.operand(node.args[0], elem)
+    if node.target == aten.clamp.default:
+        low, high = _arg(node, 1, "min"), _arg(node, 2, "max")
+    elif node.target == aten.clamp_min.default:
+        low, high = node.args[1], None
+    else:
+        low, high = None, node.args[1]
+    if low is not None:
+        x = e.op(graph.MaximumOp, x, e.operand(low, elem))
+    if high is not None:
+        x = e.op(graph.MinimumOp, x, e.operand(high, elem))
+    return x
+
+
+def _in_f32(e: Emitter, x: SSAValue) -> SSAValue:
+    """Half-precision inputs of a multi-op formula compute in f32, as torch's kernels do."""
+    return e.cast(x, F32) if element_of(x.type) in HALF_TYPES else x
+
+
+@converts(aten.gelu.default)
+def _gelu(e: Emitter, node: fx.Node) -> SSAValue:
+    x = e.arg(node.args[0])
+    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    if approximate == "none":
+        return e.op(graph.GeluOp, x)
+    if approximate != "tanh":
+        raise Unsupported(f"gelu approximate={approximate!r}")
+    if "approximate" in graph.GeluOp.get_irdl_definition().properties:
+        from xdsl.dialects.builtin import StringAttr
+
+        return e.op(graph.GeluOp, x, approximate=StringAttr("tanh"))
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3))), in f32 for half inputs.
+    elem = element_of(x.type)
+    xf = _in_f32(e, x)
+    fe = element_of(xf.type)
+    cube = e.op(graph.MulOp, e.op(graph.MulOp, xf, xf), xf)
+    inner = e.op(graph.AddOp, xf, e.op(graph.MulOp, cube, e.scalar(0.044715, fe)))
+    t = e.op(graph.TanhOp, e.op(graph.MulOp, inner, e.scalar(math.sqrt(2 / math.pi), fe)))
+    half_x = e.op(graph.MulOp, xf, e.scalar(0.5, fe))
+    y = e.op(graph.MulOp, half_x, e.op(graph.AddOp, t, e.scalar(1.0, fe)))
+    return e.cast(y, elem)
+
+
+# --- type, layout, creation --------------------------------------------------
+
+
+@converts(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+          aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
+          aten.view_copy.default, aten.flatten.using_ints)  # fmt: skip
+def _reshape(e: Emitter, node: fx.Node) -> SSAValue:
+    return e.reshape(e.arg(node.args[0]), out_shape(node))
+
+
+@converts(aten.permute.default, aten.permute_copy.default)
+def _permute(e: Emitter, node: fx.Node) -> SSAValue:
+    x = e.arg(node.args[0])
+    rank = len(shape_of(x.type))
+    perm = [p % rank for p in node.args[1]]
+    if perm == list(range(rank)):
+        return x
+    return e.op(graph.TransposeOp, x, perm=int_list(perm))
+
+
+@converts(aten.t.default, aten.transpose.int)
+def _transpose(e: Emitter, node: fx.Node) -> SSAValue:
+    x = e.arg(node.args[0])
+    rank = len(shape_of(x.type))
+    if rank < 2:
+        return x
+    a, b = (node.args[1] % rank, node.args[2] % rank) if len(node.args) > 2 else (0, 1)
+    perm = list(range(rank))
+    perm[a], perm[b] = perm[b], perm[a]
+    return e.op(graph.TransposeOp, x, perm=int_list(perm))
+
+
+@converts(aten.expand.default, aten.expand_copy.default)
+def _expand(e: Emitter, node: fx.Node) -> SSAValue:
+    x = e.arg(node.args[0])
+    shape = out_shape(node)
+    if list(shape_of(x.type)) == shape:
+        return x
+    return e.op(graph.BroadcastOp, x, result_type=tensor(shape, element_of(x.type)))
+
+
+@converts(aten.clone.default, aten.alias.default, aten.detach.default,
+          aten.lift_fresh_copy.default, aten.contiguous.default)  # fmt: skip
+def _identity(e: Emitter, node: fx.Node) -> SSAValue:
+    return e.arg(node.args[0])
+
+
+@converts(aten._to_copy.default)
+def _to_copy(e: Emitter, node: fx.Node) -> SSAValue:
+    src, val = fake_of(node.args[0]), fake_of(node)  # type: ignore[arg-type]
+    if src is None or val is None or src.device != val.device:
+        raise Unsupported("it moves a tensor between devices")
+    return e.cast(e.arg(node.args[0]), out_elem(node))
+
+
+@converts(aten.full.default, aten.full_like.default, aten.scalar_tensor.default,
+          aten.zeros.default, aten.ones.default, aten.zeros_like.default,
+          aten.ones_like.default, aten.new_full.default, aten.new_zeros.default,
+          aten.new_ones.default)  # fmt: skip
+def _full(e: Emitter, node: fx.Node) -> SSAValue:
+    name = node.target._overloadpacket.__name__  # type: ignore[union-attr]
+    if name.startswith("zeros") or name == "new_zeros":
+        value: Any = 0
+    elif name.startswith("ones") or name == "new_ones":
+        value = 1
+    elif name == "scalar_tensor":
+        value = node.args[0]
+    elif name == "new_full":
+        value = node.args[2]
+    else:
+        value = node.args[1]
+    if not isinstance(value, bool | int | float):
+        raise Unsupported("its fill value is not a number")
+    return e.constant(value, tensor(out_shape(node), out_elem(node)))
+
+
+# --- reductions, contractions, composites ------------------------------------
+
+
+def _reduce(
+    e: Emitter, cls: type[graph.GraphOp], x: SSAValue, dims: list[int], keep: bool
+) -> SSAValue:
+    if not shape_of(x.type):  # a rank-0 reduction is the value itself
+        return x
+    return e.op(cls, x, dims=int_list(dims), keepdim=boolean(keep))
+
+
+@converts(aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default,
+          aten.sum.default, aten.mean.default, aten.any.dim, aten.any.dims,
+          aten.any.default)  # fmt: skip
+def _reduction(e: Emitter, node: fx.Node) -> SSAValue:
+    name = node.target._overloadpacket.__name__  # type: ignore[union-attr]
+    x = e.arg(node.args[0])
+    rank = len(shape_of(x.type))
+    dims = _dims(_arg(node, 1, "dim"), rank)
+    keep = bool(_arg(node, 2, "keepdim", False))
+    elem = out_elem(node)
+    if name == "any":
+        counted = e.cast(_to_bool(e, x), dtype_elem(torch.int32))
+        return e.cast(_reduce(e, graph.ReduceMaxOp, counted, dims, keep), I1)
+    cls = {"sum": graph.ReduceSumOp, "mean": graph.ReduceMeanOp,
+           "amax": graph.ReduceMaxOp, "amin": graph.ReduceMinOp}[name]  # fmt: skip
+    if name in ("sum", "mean"):
+        x = e.cast(x, elem)
+    return _reduce(e, cls, x, dims, keep)
+
+
+def _variance(
+    e: Emitter, x: SSAValue, dims: list[int], correction: float, keep: bool
+) -> tuple[SSAValue, SSAValue]:
+    """(var, mean) over `dims`: the two-pass formula, in f32 for half inputs."""
+    xf = _in_f32(e, x)
+    mean = e.op(graph.ReduceMeanOp, xf, dims=int_list(dims), keepdim=boolean(True))
+    d = e.op(graph.SubOp, xf, mean)
+    sq = e.op(graph.ReduceSumOp, e.op(graph.MulOp, d, d), dims=int_list(dims), keepdim=boolean(keep))
+    count = math.prod(shape_of(x.type)[i] for i in dims)
+    var = e.op(graph.DivOp, sq, e.scalar(max(count - correction, 0), element_of(xf.type)))
+    if not keep:
+        mean = e.reshape(mean, list(shape_of(var.type)))
+    return var, mean
+
+
+@converts(aten.var.correction, aten.var_mean.correction)
+def _var(e: Emitter, node: fx.Node) -> Any:
+    x = e.arg(node.args[0])
+    dims = _dims(_arg(node, 1, "dim"), len(shape_of(x.type)))
+    correction = node.kwargs.get("correction", 1)
+    correction = 1 if correction is None else correction
+    var, mean = _variance(e, x, dims, correction, bool(node.kwargs.get("keepdim", False)))
+    elem = element_of(x.type)
+    if node.target == aten.var.correction:
+        return e.cast(var, elem)
+    return [e.cast(var, elem), e.cast(mean, elem)]
+
+
+@converts(aten.mm.default, aten.bmm.default)
+def _matmul(e: Emitter, node: fx.Node) -> SSAValue:
+    return e.op(graph.MatmulOp, e.arg(node.args[0]), e.arg(node.args[1]))
+
+
+@converts(aten.addmm.default)
+def _addmm(e: Emitter, node: fx.Node) -> SSAValue:
+    bias, a, b = (e.arg(x) for x in node.args[:3])
+    beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+    elem = element_of(a.type)
+    prod = e.op(graph.MatmulOp, a, b)
+    if alpha != 1:
+        prod = e.op(graph.MulOp, prod, e.scalar(alpha, elem))
+    if beta != 1:
+        bias = e.op(graph.MulOp, bias, e.scalar(beta, elem))
+    return e.op(graph.AddOp, prod, bias)
+
+
+@converts(aten._softmax.default)
+def _softmax(e: Emitter, node: fx.Node) -> SSAValue:
+    x = e.cast(e.arg(node.args[0]), out_elem(node))
+    return e.op(graph.SoftmaxOp, x, dim=int_list([node.args[1]]).data[0])
+
+
+@converts(aten._log_softmax.default)
+def _log_softmax(e: Emitter, node: fx.Node) -> SSAValue:
+    """x - max - log(sum(exp(x - max))): exact where log(softmax) underflows."""
+    elem = out_elem(node)
+    x = _in_f32(e, e.cast(e.arg(node.args[0]), elem))
+    dim = [node.args[1] % max(len(shape_of(x.type)), 1)]
+    m = e.op(graph.ReduceMaxOp, x, dims=int_list(dim), keepdim=boolean(True))
+    shifted = e.op(graph.SubOp, x, m)
+    total = e.op(graph.ReduceSumOp, e.op(graph.ExpOp, shifted), dims=int_list(dim),
+                 keepdim=boolean(True))  # fmt: skip
+    return e.cast(e.op(graph.SubOp, shifted, e.op(graph.LogOp, total)), elem)
+
+
+@converts(aten.native_layer_norm.default)
+def _layer_norm(e: Emitter, node: fx.Node) -> list[SSAValue | None]:
+    x = e.arg(node.args[0])
+    normalized = list(node.args[1])
+    shape = list(shape_of(x.type))
+    elem = element_of(x.type)
+    dims = list(range(len(shape) - len(normalized), len(shape)))
+    weight, bias, eps = node.args[2], node.args[3], node.args[4]
+    w = e.arg(weight) if weight is not None else e.constant(1, tensor(normalized, elem))
+    b = e.arg(bias) if bias is not None else e.constant(0, tensor(normalized, elem))
+    from xdsl.dialects.builtin import FloatAttr, f64
+
+    out = e.op(graph.LayerNormOp, x, w, b, dims=int_list(dims), eps=FloatAttr(float(eps), f64))
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    results: list[SSAValue | None] = [out, None, None]
+    if used & {1, 2}:
+        vals = node.meta["val"]
+        var, mean = _variance(e, x, dims, 0, True)
+        rstd = e.op(graph.RsqrtOp, e.op(graph.AddOp, var, e.scalar(eps, element_of(var.type))))
+        results[1] = e.cast(mean, dtype_elem(vals[1].dtype))
+        results[2] = e.cast(rstd, dtype_elem(vals[2].dtype))
+    return results
+
+
+@converts(operator.getitem)
+def _getitem(e: Emitter, node: fx.Node) -> SSAValue:
+    source, index = node.args
+    found = e.values.get(source)
+    if not isinstance(found, list | tuple) or found[index] is None:  # type: ignore[index]
+        raise Unsupported("it takes an item of a value irc does not hold")
+    return found[index]  # type: ignore[index]

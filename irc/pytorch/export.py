@@ -1,0 +1,246 @@
+"""`irc.compile(module, example_inputs)` and `irc.export_ir`: capture with torch.export.
+
+The module is captured by `torch.export.export(...).run_decompositions(table)`.
+Parameters, buffers and constants stay arguments of the compiled graph, read
+from the module at each call, so a weight update needs no recompile. The
+returned callable takes the module's own arguments and returns what it
+returns; inputs are checked against the example's shapes, dtypes and device
+(irc compiles static shapes), and made contiguous at the islands' boundary.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import fx
+from torch.utils import _pytree as pytree
+
+from irc.pytorch.decompositions import irc_decompositions
+from irc.pytorch.emitter import Unsupported
+from irc.pytorch.importer import IGNORED, import_graph, op_name
+from irc.pytorch.islands import (
+    CompileModule,
+    EagerReport,
+    log_report,
+    partition_and_compile,
+)
+from irc.pytorch.types import fake_of
+
+
+class _FunctionModule(torch.nn.Module):
+    """A plain callable as a module, which torch.export needs."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def as_module(module_or_fn: Any) -> torch.nn.Module:
+    if isinstance(module_or_fn, torch.nn.Module):
+        return module_or_fn
+    if callable(module_or_fn):
+        return _FunctionModule(module_or_fn)
+    raise TypeError(
+        f"irc.compile takes a .ir path, a parsed module, an nn.Module or a function; "
+        f"got {type(module_or_fn).__name__}"
+    )
+
+
+def capture(
+    module: torch.nn.Module, example_inputs: Sequence[Any], example_kwargs: dict[str, Any] | None
+) -> torch.export.ExportedProgram:
+    """The module as a core-ATen graph with irc's decomposition table."""
+    if not isinstance(example_inputs, tuple | list):
+        example_inputs = (example_inputs,)
+    ep = torch.export.export(module, tuple(example_inputs), kwargs=example_kwargs or None)
+    return ep.run_decompositions(irc_decompositions())
+
+
+def _state(module: torch.nn.Module, ep: torch.export.ExportedProgram) -> list[Callable[[], Any]]:
+    """Readers of the graph's non-user inputs, by their place in the signature: the live
+    parameters and buffers (a weight updated in place or reassigned is seen at once)."""
+    from torch.export.graph_signature import InputKind
+
+    readers: list[Callable[[], Any]] = []
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            continue
+        target = spec.target
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            readers.append(lambda t=target: _live_tensor(module, t))
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            readers.append(lambda t=target: ep.constants[t])
+        else:
+            raise Unsupported(f"input {spec.arg.name} of kind {spec.kind.name}")
+    return readers
+
+
+def _live_tensor(module: torch.nn.Module, target: str) -> torch.Tensor:
+    """The module's parameter or buffer `target` as it is now."""
+    owner, _, leaf = target.rpartition(".")
+    sub = module.get_submodule(owner) if owner else module
+    found = sub._parameters.get(leaf)
+    return found if found is not None else sub._buffers[leaf]  # type: ignore[return-value]
+
+
+class CompiledTorchModule:
+    """The compiled module: call it as the module; `.report` lists what ran in eager."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        ep: torch.export.ExportedProgram,
+        graph_module: fx.GraphModule,
+        report: EagerReport,
+    ):
+        from torch.export.graph_signature import InputKind, OutputKind
+
+        self.module = module
+        self.exported = ep
+        self.graph_module = graph_module
+        self.report = report
+        self._state = _state(module, ep)
+        self._in_spec = ep.call_spec.in_spec
+        self._out_spec = ep.call_spec.out_spec
+        placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+        self._expected = [
+            (spec.arg.name, fake_of(p))
+            for spec, p in zip(ep.graph_signature.input_specs, placeholders, strict=True)
+            if spec.kind == InputKind.USER_INPUT
+        ]
+        self._mutations = [
+            (i, spec.target)
+            for i, spec in enumerate(ep.graph_signature.output_specs)
+            if spec.kind == OutputKind.BUFFER_MUTATION
+        ]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            raise TypeError(
+                f"irc.compile: the module was compiled for arguments shaped as {self._in_spec}, "
+                f"got {spec}"
+            )
+        for (name, want), got in zip(self._expected, flat, strict=True):
+            check_input(name, want, got)
+        outputs = self.graph_module(*(read() for read in self._state), *flat)
+        outputs = list(outputs) if isinstance(outputs, tuple | list) else [outputs]
+        for i, target in self._mutations:
+            self.module.get_buffer(target).copy_(outputs[i])
+        user = [o for i, o in enumerate(outputs) if i not in {m for m, _ in self._mutations}]
+        return pytree.tree_unflatten(user, self._out_spec)
+
+
+def check_input(name: str, want: torch.Tensor | None, got: Any) -> None:
+    """A clear error for an input the compiled graph was not made for."""
+    if want is None:
+        return
+    if not isinstance(got, torch.Tensor):
+        raise TypeError(f"irc.compile: input {name} must be a tensor, got {type(got).__name__}")
+    problems = []
+    if tuple(got.shape) != tuple(want.shape):
+        problems.append(f"shape {list(got.shape)}, compiled for {list(want.shape)}")
+    if got.dtype != want.dtype:
+        problems.append(f"dtype {got.dtype}, compiled for {want.dtype}")
+    if got.device.type != want.device.type:
+        problems.append(f"device {got.device}, compiled for {want.device}")
+    if problems:
+        raise ValueError(
+            f"irc.compile: input {name} has " + "; ".join(problems)
+            + " (shapes are static: compile again with an example of this input)"
+        )
+
+
+def compile_torch(
+    module_or_fn: Any,
+    example_inputs: Sequence[Any] | Any,
+    compile_module: CompileModule,
+    device: str | None = None,
+    example_kwargs: dict[str, Any] | None = None,
+) -> CompiledTorchModule:
+    """Captures `module_or_fn` on `example_inputs` and compiles its irc islands."""
+    module = as_module(module_or_fn)
+    if example_inputs is None:
+        raise TypeError("irc.compile of a module or function needs example_inputs")
+    ep = capture(module, example_inputs, example_kwargs)
+    device = device or _device_of(example_inputs)
+    gm = fx.GraphModule(ep.graph_module, ep.graph_module.graph)
+    fused, report = partition_and_compile(gm, compile_module, device, _stem(module_or_fn))
+    log_report(report)
+    return CompiledTorchModule(module, ep, fused, report)
+
+
+def _device_of(example_inputs: Any) -> str:
+    flat, _ = pytree.tree_flatten(example_inputs)
+    return "cuda" if any(isinstance(t, torch.Tensor) and t.is_cuda for t in flat) else "cpu"
+
+
+def _stem(module_or_fn: Any) -> str:
+    if isinstance(module_or_fn, torch.nn.Module) and not isinstance(module_or_fn, _FunctionModule):
+        return type(module_or_fn).__name__
+    return getattr(module_or_fn, "__name__", "fn")
+
+
+def export_text(
+    module_or_fn: Any, example_inputs: Sequence[Any] | Any, name: str | None = None
+) -> str:
+    """The captured graph as `.ir` text: one function, or one an irc island when
+    some ops have no graph op yet (a comment at the top lists them)."""
+    from irc.syntax.printer import print_module
+
+    module = as_module(module_or_fn)
+    ep = capture(module, example_inputs, None)
+    graph = ep.graph
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target in IGNORED and not node.users:
+            graph.erase_node(node)
+    name = name or _stem(module_or_fn)
+    try:
+        return print_module(import_graph(graph, name))
+    except Unsupported:
+        pass
+    gm = fx.GraphModule(ep.graph_module, graph)
+    texts: list[str] = []
+    report = EagerReport()
+
+    def keep(ir_module: Any, device: str) -> Any:
+        texts.append(print_module(ir_module))
+        return _Printed()
+
+    _, report = partition_and_compile(gm, keep, "cpu", name)
+    header = [
+        f"// {name}: {report.islands} irc islands; between them these ops run in eager",
+        "// (no graph op for them yet):",
+        *(f"//   {op} x{count}: {report.reasons.get(op, '')}" for op, count in
+          sorted(report.eager_ops.items())),  # fmt: skip
+    ]
+    return "\n".join(header) + "\n\n" + "\n".join(texts)
+
+
+class _Printed:
+    """What export_text's stand-in compiler returns: nothing to run."""
+
+    functions = {"printed": lambda *a: None}
+    kernel_count = 0
+
+
+def export_ir(
+    module_or_fn: Any,
+    example_inputs: Sequence[Any] | Any,
+    path: str | os.PathLike[str],
+    name: str | None = None,
+) -> str:
+    """Writes the captured module as a readable `.ir` file and returns its text."""
+    text = export_text(module_or_fn, example_inputs, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return text
+
+
+__all__ = ["CompiledTorchModule", "compile_torch", "export_ir", "export_text", "op_name"]
