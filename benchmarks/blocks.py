@@ -10,7 +10,16 @@ and the largest difference from eager.
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -172,3 +181,169 @@ class LlamaBlock(nn.Module):
 
 
 BLOCKS: dict[str, type[nn.Module]] = {"gpt2": GPT2Block, "llama": LlamaBlock}
+
+
+# --- the benchmark -----------------------------------------------------------
+
+ROWS = ("eager", "inductor", "irc-dynamo", "irc-compile")
+"""eager; torch.compile (Inductor, default mode); torch.compile(backend="irc");
+irc.compile(module, example_inputs)."""
+
+TOLERANCE = {torch.float32: 2e-3, torch.bfloat16: 6e-2}
+"""Largest difference from eager allowed, relative to eager's largest magnitude."""
+
+
+def _make(row: str, model: nn.Module, x: torch.Tensor) -> Any:
+    if row == "eager":
+        return model
+    if row == "inductor":
+        return torch.compile(model)
+    if row == "irc-dynamo":
+        return torch.compile(model, backend="irc")
+    import irc
+
+    return irc.compile(model, (x,))
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time_ms(fn: Callable[[], Any], device: str, smoke: bool) -> float:
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=25, rep=200))
+    runs = 2 if smoke else 10
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    return (time.perf_counter() - t0) / runs * 1e3
+
+
+def _launches(fn: Callable[[], Any], device: str) -> int | None:
+    """CUDA kernels one call launches (torch.profiler); None on the CPU."""
+    if device != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def measure(
+    block: str, dtype: torch.dtype, cfg: BlockConfig, batch: int, device: str,
+    rows: Sequence[str], smoke: bool,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """One table row per entry point for one block and dtype."""
+    torch.manual_seed(0)
+    model = BLOCKS[block](cfg).eval().to(device=device, dtype=dtype)
+    x = torch.randn(batch, cfg.seq_len, cfg.d_model, device=device, dtype=dtype)
+    out: list[dict[str, Any]] = []
+    with torch.no_grad():
+        want = model(x)
+        scale = float(want.abs().max())
+        for row in rows:
+            torch._dynamo.reset()
+            _sync(device)
+            t0 = time.perf_counter()
+            fn = _make(row, model, x)
+            got = fn(x)  # the first call compiles (dynamo compiles lazily)
+            _sync(device)
+            cold = time.perf_counter() - t0
+            err = float((got.float() - want.float()).abs().max()) / max(scale, 1e-6)
+            report = getattr(fn, "report", None)
+            if row == "irc-dynamo":
+                from irc.pytorch.backend import last_report
+
+                report = last_report()
+            out.append({
+                "block": block, "dtype": str(dtype).removeprefix("torch."), "row": row,
+                "ms": _time_ms(lambda fn=fn: fn(x), device, smoke),
+                "launches": _launches(lambda fn=fn: fn(x), device),
+                "cold_s": cold if row != "eager" else None,
+                "rel_err": err, "ok": err <= TOLERANCE[dtype],
+                "eager_ops": sum(report.eager_ops.values()) if report is not None else None,
+            })  # fmt: skip
+            print(format_row(out[-1]), flush=True)
+    return out
+
+
+HEADER = (
+    f"{'block':<6} {'dtype':<9} {'row':<12} {'ms':>9} {'launches':>8} {'cold s':>7} "
+    f"{'rel err':>9} {'eager ops':>9}  ok"
+)
+
+
+def format_row(r: dict[str, Any]) -> str:
+    def cell(v: Any, fmt: str, width: int) -> str:
+        return f"{'-':>{width}}" if v is None else f"{v:>{width}{fmt}}"
+
+    return (
+        f"{r['block']:<6} {r['dtype']:<9} {r['row']:<12} {cell(r['ms'], '.3f', 9)} "
+        f"{cell(r['launches'], 'd', 8)} {cell(r['cold_s'], '.1f', 7)} {r['rel_err']:>9.2e} "
+        f"{cell(r['eager_ops'], 'd', 9)}  {'yes' if r['ok'] else 'NO'}"
+    )
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| block | dtype | row | ms | launches | cold compile s | rel. error | ops in eager |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        cold = "-" if r["cold_s"] is None else f"{r['cold_s']:.1f}"
+        lines.append(
+            f"| {r['block']} | {r['dtype']} | {r['row']} | {r['ms']:.3f} | {r['launches'] or '-'} "
+            f"| {cold} | {r['rel_err']:.1e} "
+            f"| {'-' if r['eager_ops'] is None else r['eager_ops']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (a test run)")
+    ap.add_argument("--blocks", nargs="*", default=sorted(BLOCKS), choices=sorted(BLOCKS))
+    ap.add_argument("--dtypes", nargs="*", default=["bf16", "f32"], choices=["bf16", "f32"])
+    ap.add_argument("--rows", nargs="*", default=list(ROWS), choices=ROWS)
+    ap.add_argument("--markdown", help="also write the table as Markdown here")
+    ap.add_argument("--json", help="also write the rows as JSON here")
+    ap.add_argument("--warm-caches", action="store_true",
+                    help="keep Triton's, Inductor's and irc's caches (default: fresh, cold)")  # fmt: skip
+    args = ap.parse_args(argv)
+    if not args.warm_caches:
+        root = tempfile.mkdtemp(prefix="irc-blocks-")
+        os.environ["TRITON_CACHE_DIR"] = f"{root}/triton"
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{root}/inductor"
+        os.environ["IRC_CACHE_DIR"] = f"{root}/irc"
+    if args.smoke:
+        cfg, batch, device = BlockConfig(d_model=32, n_head=4, n_kv_head=2, seq_len=8), 2, "cpu"
+    else:
+        if not torch.cuda.is_available():
+            print("blocks: needs a CUDA GPU (or --smoke for a CPU run)", file=sys.stderr)
+            return 1
+        cfg, batch, device = BlockConfig(), 8, "cuda"
+    dtypes = {"bf16": torch.bfloat16, "f32": torch.float32}
+    print(HEADER, flush=True)
+    rows: list[dict[str, Any]] = []
+    for block in args.blocks:
+        for name in args.dtypes:
+            rows += measure(block, dtypes[name], cfg, batch, device, args.rows, args.smoke)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -440,3 +440,51 @@ def _getitem(e: Emitter, node: fx.Node) -> SSAValue:
     if not isinstance(found, list | tuple) or found[index] is None:  # type: ignore[index]
         raise Unsupported("it takes an item of a value irc does not hold")
     return found[index]  # type: ignore[index]
+
+
+# --- slices and joins ---------------------------------------------------------
+
+
+def _slice(e: Emitter, x: SSAValue, dim: int, start: int, end: int, step: int = 1) -> SSAValue:
+    shape = list(shape_of(x.type))
+    dim %= len(shape)
+    start, end, _ = slice(start, end, step).indices(shape[dim])
+    if (start, end, step) == (0, shape[dim], 1):
+        return x
+    starts, ends, steps = [0] * len(shape), list(shape), [1] * len(shape)
+    starts[dim], ends[dim], steps[dim] = start, max(end, start), step
+    return e.op(graph.SliceOp, x, start=int_list(starts), end=int_list(ends), step=int_list(steps))
+
+
+@converts(aten.slice.Tensor)
+def _slice_tensor(e: Emitter, node: fx.Node) -> SSAValue:
+    x = e.arg(node.args[0])
+    dim = _arg(node, 1, "dim", 0)
+    start, end, step = _arg(node, 2, "start", None), _arg(node, 3, "end", None), _arg(node, 4, "step", 1)
+    return _slice(e, x, dim, start, end, step or 1)
+
+
+@converts(aten.split_with_sizes.default, aten.split.Tensor)
+def _split(e: Emitter, node: fx.Node) -> list[SSAValue]:
+    x = e.arg(node.args[0])
+    dim = _arg(node, 2, "dim", 0) % len(shape_of(x.type))
+    size = shape_of(x.type)[dim]
+    sizes = node.args[1]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, size - s) for s in range(0, size, sizes)]
+    out, start = [], 0
+    for s in sizes:
+        out.append(_slice(e, x, dim, start, start + s))
+        start += s
+    return out
+
+
+@converts(aten.cat.default)
+def _cat(e: Emitter, node: fx.Node) -> SSAValue:
+    elem = out_elem(node)
+    parts = [e.cast(e.arg(t), elem) for t in node.args[0]]
+    parts = [p for p in parts if 0 not in shape_of(p.type)]
+    dim = _arg(node, 1, "dim", 0)
+    if len(parts) == 1:
+        return parts[0]
+    return e.op(graph.ConcatOp, *parts, dim=int_list([dim]).data[0])

@@ -123,9 +123,12 @@ class CompiledTorchModule:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat, spec = pytree.tree_flatten((args, kwargs))
         if spec != self._in_spec:
+            names = ", ".join(name for name, _ in self._expected)
+            given = ", ".join(type(a).__name__ for a in args)
+            given += "".join(f", {k}={type(v).__name__}" for k, v in kwargs.items())
             raise TypeError(
-                f"irc.compile: the module was compiled for arguments shaped as {self._in_spec}, "
-                f"got {spec}"
+                f"irc.compile: the module was compiled for the arguments ({names}) as the "
+                f"example gave them; got ({given})"
             )
         for (name, want), got in zip(self._expected, flat, strict=True):
             check_input(name, want, got)

@@ -24,6 +24,7 @@ from xdsl.dialects.builtin import FunctionType, ModuleOp
 from xdsl.ir import Block, Region, SSAValue
 
 from irc.ir.types import format_type
+from irc.ir.value_names import set_value_name
 from irc.pytorch.aten import CONVERTERS
 from irc.pytorch.emitter import Emitter, Unsupported, clean_name
 from irc.pytorch.types import dtype_supported, fake_of, is_static, tensor_type
@@ -148,12 +149,17 @@ def import_graph(
         if node.op != "call_function" or node.target not in CONVERTERS:
             raise Unsupported(f"{op_name(node)} (node {node.name}) has no graph op")
         e.name = node.name
+        start = len(block.ops)
+        e.taken.add(clean_name(node.name))  # the node's own value takes its name below
         try:
             _tensor_inputs_ok(node)
             produced = CONVERTERS[node.target](e, node)
         except Unsupported as why:
             raise Unsupported(f"{op_name(node)} (node {node.name}): {why}") from None
         _check(node, produced)
+        new = {r for op in list(block.ops)[start:] for r in op.results}
+        if isinstance(produced, SSAValue) and produced in new:
+            set_value_name(produced, clean_name(node.name))
         e.values[node] = produced
     fn_type = FunctionType.from_lists([a.type for a in block.args], [v.type for v in outputs])
     block.add_op(func.ReturnOp(*outputs))

@@ -1,0 +1,232 @@
+"""The PyTorch frontend on small modules: irc.compile(module, example_inputs) and
+torch.compile(backend="irc") against eager, on random inputs (CPU, Triton's
+interpreter)."""
+
+from __future__ import annotations
+
+import logging
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+import irc
+from irc.pytorch.backend import REPORTS, register
+from irc.pytorch.importer import Support, TypeMismatch, import_graph
+
+torch.manual_seed(0)
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 32)
+        self.proj = nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class NormSoftmax(nn.Module):
+    """LayerNorm, softmax and a second output (a dict), kwargs with a default."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(12)
+
+    def forward(self, x: torch.Tensor, scale: float = 2.0) -> dict[str, torch.Tensor]:
+        y = self.ln(x)
+        return {"p": torch.softmax(y * scale, dim=-1), "s": y.sum(dim=0)}
+
+
+class LossHead(nn.Module):
+    """A language-model head and its cross-entropy loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lm = nn.Linear(16, 24)
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.lm(x).view(-1, 24), targets.view(-1))
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> None:
+    assert a.shape == b.shape and a.dtype == b.dtype
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def test_mlp_through_irc_compile_matches_eager() -> None:
+    m = MLP().eval()
+    x = torch.randn(4, 16)
+    compiled = irc.compile(m, (x,))
+    _close(compiled(x), m(x))
+    assert compiled.report.eager_ops == {}
+    assert compiled.report.islands == 1
+
+
+def test_weight_update_needs_no_recompile() -> None:
+    m = MLP().eval()
+    x = torch.randn(4, 16)
+    compiled = irc.compile(m, (x,))
+    with torch.no_grad():
+        m.fc.weight.mul_(-1.5)  # in place
+    m.proj.bias = nn.Parameter(torch.randn(8))  # reassigned
+    _close(compiled(x), m(x))
+
+
+def test_dict_outputs_kwargs_and_non_contiguous_inputs() -> None:
+    m = NormSoftmax().eval()
+    x = torch.randn(12, 6).t()  # non-contiguous
+    assert not x.is_contiguous()
+    compiled = irc.compile(m, (x,))
+    out, ref = compiled(x), m(x)
+    assert set(out) == {"p", "s"}
+    _close(out["p"], ref["p"])
+    _close(out["s"], ref["s"])
+
+
+def test_a_function_compiles_too() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (a * b).amax(dim=-1), torch.where(a > b, a, b - 1.0)
+
+    a, b = torch.randn(3, 5), torch.randn(3, 5)
+    compiled = irc.compile(f, (a, b))
+    for got, want in zip(compiled(a, b), f(a, b), strict=True):
+        _close(got, want)
+
+
+def test_bf16_module() -> None:
+    m = MLP().eval().to(torch.bfloat16)
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    got = irc.compile(m, (x,))(x)
+    assert got.dtype == torch.bfloat16
+    _close(got, m(x), tol=3e-2)
+
+
+def test_bad_inputs_get_a_clear_error() -> None:
+    m = MLP().eval()
+    compiled = irc.compile(m, (torch.randn(4, 16),))
+    with pytest.raises(ValueError, match=r"input x has shape \[5, 16\], compiled for \[4, 16\]"):
+        compiled(torch.randn(5, 16))
+    with pytest.raises(ValueError, match="dtype torch.float64, compiled for torch.float32"):
+        compiled(torch.randn(4, 16, dtype=torch.float64))
+    with pytest.raises(ValueError, match="device meta, compiled for cpu"):
+        compiled(torch.randn(4, 16, device="meta"))
+    with pytest.raises(TypeError, match="input x must be a tensor, got float"):
+        compiled(3.0)
+    with pytest.raises(TypeError, match=r"compiled for the arguments \(x\) .*; got \(list\)"):
+        compiled([1.0] * 16)
+
+
+def test_unsupported_op_runs_in_eager_and_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x.exp(), dim=1) * 2.0
+
+    x = torch.randn(3, 7)
+    with caplog.at_level(logging.INFO, logger="irc"):
+        compiled = irc.compile(f, (x,))
+    _close(compiled(x), f(x))
+    assert dict(compiled.report.eager_ops) == {"aten.cumsum.default": 1}
+    assert compiled.report.islands == 2  # exp before, mul after
+    lines = [r.getMessage() for r in caplog.records if r.name == "irc"]
+    assert lines == ["irc: 1 op ran in eager: aten.cumsum.default x1 (no graph op for it)"]
+
+
+def test_loss_head_matches_eager() -> None:
+    m = LossHead().eval()
+    x, t = torch.randn(2, 4, 16), torch.randint(0, 24, (2, 4))
+    compiled = irc.compile(m, (x, t))
+    _close(compiled(x, t), m(x, t))
+    eager = set(compiled.report.eager_ops)
+    assert eager <= {"aten.gather.default"}, eager  # gather: graph.gather, when it lands
+
+
+def test_type_inference_is_checked_against_meta_val() -> None:
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(4, 8)
+    y = g.call_function(torch.ops.aten.sum.dim_IntList, (x, [1], True))
+    y.meta["val"] = torch.empty(4)  # torch would say [4, 1]: a wrong converter looks like this
+    g.output((y,))
+    with pytest.raises(TypeMismatch, match=r"irc infers tensor<4x1xf32>, torch says tensor<4xf32>"):
+        import_graph(g)
+    assert Support().why_not(y) is not None and "type mismatch" in str(Support().why_not(y))
+
+
+def test_value_names_come_from_fx_node_names() -> None:
+    from irc.pytorch.export import export_text
+
+    text = export_text(MLP().eval(), (torch.randn(4, 16),))
+    assert "func @MLP(%p_fc_weight: tensor<32x16xf32>" in text
+    assert "%addmm = graph.add" in text and "%gelu = graph.gelu" in text
+    module = irc.parse(text)  # re-reads
+    assert irc.print_module(module).strip() == text.strip()
+
+
+# --- torch.compile(backend="irc") -------------------------------------------
+
+
+def test_backend_is_registered_and_matches_eager() -> None:
+    register()
+    register()  # idempotent
+    m = MLP().eval()
+    x = torch.randn(4, 16)
+    torch._dynamo.reset()
+    before = len(REPORTS)
+    with torch.no_grad():
+        got = torch.compile(m, backend="irc")(x)
+    _close(got, m(x))
+    assert len(REPORTS) == before + 1 and REPORTS[-1].eager_ops == {}
+
+
+def test_backend_training_forward_and_backward() -> None:
+    m = NormSoftmax()
+    x = torch.randn(5, 12, requires_grad=True)
+    torch._dynamo.reset()
+    out = torch.compile(m, backend="irc")(x)["p"]
+    (out * torch.randn_like(out)).sum().backward()
+    assert x.grad is not None
+    x2 = x.detach().clone().requires_grad_()
+    ref = m(x2)["p"]
+    _close(out.detach(), ref.detach())
+
+
+def test_graph_break_compiles_both_graphs() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(x) * 3.0
+        torch._dynamo.graph_break()
+        return torch.softmax(y, dim=-1)
+
+    x = torch.randn(4, 9)
+    torch._dynamo.reset()
+    before = len(REPORTS)
+    _close(torch.compile(f, backend="irc")(x), f(x))
+    assert len(REPORTS) == before + 2
+    assert all(r.islands == 1 and not r.eager_ops for r in REPORTS[before:])
+
+
+def test_symbolic_shapes_fall_back_to_eager_with_a_warning() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) + 1.0
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="irc", dynamic=True)
+    x = torch.randn(5, 3)
+    with pytest.warns(UserWarning, match=r"^irc: this graph runs in eager: symbolic size"):
+        got = compiled(x)
+    _close(got, f(x))
+    assert REPORTS[-1].fallback is not None
+
+
+def test_getitem_is_not_an_op() -> None:
+    support = Support()
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(4, 6)
+    parts = g.call_function(torch.ops.aten.split_with_sizes.default, (x, [2, 4], 1))
+    parts.meta["val"] = [torch.empty(4, 2), torch.empty(4, 4)]
+    first = g.call_function(operator.getitem, (parts, 1))
+    first.meta["val"] = torch.empty(4, 4)
+    assert support.why_not(first) is None
