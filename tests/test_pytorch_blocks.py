@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import irc
-from irc.dialects import graph
 from irc.pytorch.backend import REPORTS
 from irc.pytorch.export import capture
 from irc.pytorch.importer import Support, op_name
@@ -55,20 +54,8 @@ def _eager_ops(name: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.xfail(
-    not hasattr(graph, "IotaOp"), strict=True,
-    reason="graph.iota is not on main yet: the causal mask's aten.arange runs in eager",
-)  # fmt: skip
 def test_block_leaves_nothing_to_eager(name: str) -> None:
     assert _eager_ops(name) == {}
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_only_ops_without_a_graph_op_are_left(name: str) -> None:
-    """Until every op lands, what is left to eager is exactly the ops with no graph op."""
-    left = _eager_ops(name)
-    assert all(why == "no graph op for it" for why in left.values()), left
-    assert set(left) <= {"aten.arange.start_step"}, left
 
 
 @pytest.mark.slow
@@ -77,7 +64,7 @@ def test_block_through_irc_compile(name: str) -> None:
     model, x = _model(name)
     compiled = irc.compile(model, (x,))
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
-    assert set(compiled.report.eager_ops) <= {"aten.arange.start_step"}
+    assert compiled.report.eager_ops == {}
 
 
 @pytest.mark.slow
@@ -91,7 +78,7 @@ def test_block_through_torch_compile(name: str) -> None:
         want = model(x)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert len(REPORTS) == before + 1
-    assert set(REPORTS[-1].eager_ops) <= {"aten.arange.start_step"}
+    assert REPORTS[-1].eager_ops == {}
 
 
 @pytest.mark.slow

@@ -488,3 +488,23 @@ def _cat(e: Emitter, node: fx.Node) -> SSAValue:
     if len(parts) == 1:
         return parts[0]
     return e.op(graph.ConcatOp, *parts, dim=int_list([dim]).data[0])
+
+
+@converts(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _arange(e: Emitter, node: fx.Node) -> SSAValue:
+    """start + step * iota: the numbers torch.arange gives."""
+    args = list(node.args)
+    if node.target == aten.arange.default:
+        start, step = 0, 1
+    else:
+        start = args[0]
+        step = args[2] if len(args) > 2 else node.kwargs.get("step", 1)
+    if not all(isinstance(v, int | float) for v in (start, step)):
+        raise Unsupported("its bounds are not numbers")
+    out = tensor(out_shape(node), out_elem(node))
+    value = e.op(graph.IotaOp, result_type=out, dim=int_list([0]).data[0])
+    if step != 1:
+        value = e.op(graph.MulOp, value, e.scalar(step, element_of(out)))
+    if start != 0:
+        value = e.op(graph.AddOp, value, e.scalar(start, element_of(out)))
+    return value
