@@ -868,6 +868,78 @@ class IotaOp(GraphOp):
         return _int(self.name, dict(self.properties), "dim") % rank
 
 
+def _index_operand(op_name: str, t: TensorType[Attribute]) -> None:
+    if t.element_type not in INDEX_ELEMENTS:
+        raise GraphVerifyError(
+            f"{op_name}: indices must be an i32 or i64 tensor, got {format_type(t)}"
+            " (use graph.cast to convert)",
+            1,
+        )
+
+
+class IndexingOp(GraphOp):
+    """Reads `input` at positions loaded from `indices` along `dim`. Computed where it is
+    read: the consumer's kernel loads the index, checks it (an index outside
+    `[0, size)` is an error at run time: `irc-run --check` reports it, and the kernel
+    asserts it when Triton's debug mode is on) and clamps it, so no load is ever wild."""
+
+    input = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    dim = opt_prop_def(Attribute)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    COST: ClassVar[Cost] = Cost.CHEAP
+    """Two loads and a clamp: cheap enough to recompute (passes/fuse.py)."""
+
+    def axis(self) -> int:
+        rank = len(self.input.type.get_shape())  # type: ignore[attr-defined]
+        return _int(self.name, dict(self.properties), "dim") % rank
+
+
+@irdl_op_definition
+class IndexSelectOp(IndexingOp):
+    """`x` indexed along `dim` by every index (`torch.index_select`, any index shape):
+    the result's shape is `x.shape[:d] + indices.shape + x.shape[d+1:]`."""
+
+    name = "graph.index_select"
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        x, idx = (_tensor_operand(cls.name, t, i) for i, t in enumerate(operands))
+        _index_operand(cls.name, idx)
+        shape = x.get_shape()
+        if not shape:
+            raise GraphVerifyError(f"{cls.name} needs an input of rank 1 or more", 0)
+        (d,) = normalize_dims(cls.name, [_int(cls.name, props, "dim")], len(shape), "dim")
+        return tensor([*shape[:d], *idx.get_shape(), *shape[d + 1 :]], x.element_type)
+
+
+@irdl_op_definition
+class GatherOp(IndexingOp):
+    """`out[i][j][k] = x[index[i][j][k]][j][k]` for dim 0 (`torch.gather`): indices of
+    x's rank, no larger than x in the other dimensions; the result has their shape."""
+
+    name = "graph.gather"
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        x, idx = (_tensor_operand(cls.name, t, i) for i, t in enumerate(operands))
+        _index_operand(cls.name, idx)
+        shape, ishape = x.get_shape(), idx.get_shape()
+        if not shape:
+            raise GraphVerifyError(f"{cls.name} needs an input of rank 1 or more", 0)
+        (d,) = normalize_dims(cls.name, [_int(cls.name, props, "dim")], len(shape), "dim")
+        if len(ishape) != len(shape) or any(
+            i > s for k, (i, s) in enumerate(zip(ishape, shape, strict=True)) if k != d
+        ):
+            raise GraphVerifyError(
+                f"{cls.name}: indices {format_type(idx)} must have the rank of the input "
+                f"{format_type(x)} and no larger sizes in every dimension but {d}",
+                1,
+            )
+        return tensor(ishape, x.element_type)
+
+
 # --- reductions and contractions ---------------------------------------------
 
 
@@ -1210,7 +1282,7 @@ Graph = Dialect(
         AddOp, SubOp, MulOp, DivOp, MaximumOp, MinimumOp, PowOp,
         EqOp, NeOp, LtOp, LeOp, GtOp, GeOp,
         WhereOp, CastOp, ConstantOp, ReshapeOp, BroadcastOp, TransposeOp,
-        SliceOp, ConcatOp, IotaOp,
+        SliceOp, ConcatOp, IotaOp, IndexSelectOp, GatherOp,
         ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceMeanOp, MatmulOp,
         SoftmaxOp, LayerNormOp, FusedOp, YieldOp,
     ],

@@ -72,8 +72,12 @@ def _apply_fns() -> dict[str, int]:
     return {**graph.SCALAR_FUNCTIONS, **INDEX_FNS}
 
 
-INDEX_FNS: dict[str, int] = {"floordiv": 2, "mod": 2, "and": 2, "or": 2}
-"""The functions of loop.apply that are no graph op: index arithmetic, mask logic."""
+INDEX_FNS: dict[str, int] = {"floordiv": 2, "mod": 2, "and": 2, "or": 2, "checked_index": 2}
+"""The functions of loop.apply that are no graph op: index arithmetic, mask logic, and
+`checked_index(i, n)`: an index loaded from a tensor (i32 or i64) as an `index` in
+`[0, n)`, clamped into it; outside it is the program's error, which the kernel
+checks at run time (index_select, gather; loop-to-tile adds that check as a
+`tile.check`, and a `tile.apply` of it is the clamp alone)."""
 
 
 def _element(t: Attribute) -> Attribute:

@@ -603,6 +603,23 @@ class ForStopOp(IRDLOperation):
 
 
 @irdl_op_definition
+class CheckOp(IRDLOperation):
+    """Asserts `cond` in every lane at run time (`tl.device_assert`, active when
+    Triton's debug mode is): the loaded indices of index_select and gather are in
+    range. Not pure, so nothing removes it; `what` names the check in words."""
+
+    name = "tile.check"
+    cond = operand_def()
+    what = prop_def(StringAttr)
+
+    def verify_(self) -> None:
+        t = self.cond.type
+        element = t.element_type if isinstance(t, TensorType) else t
+        if element != IntegerType(1):
+            raise VerifyException(f"tile.check: the condition must be i1, got {format_type(t)}")
+
+
+@irdl_op_definition
 class YieldOp(IRDLOperation):
     name = "tile.yield"
     values = var_operand_def()
@@ -614,7 +631,7 @@ Tile = Dialect(
     [
         KernelOp, LaunchOp, ProgramIdOp, ArangeOp, ExpandDimsOp, BroadcastToOp, ApplyOp,
         ConstantOp, LoadOp, StoreOp, BlockLoadOp, BlockStoreOp, ReduceOp, DotOp, ForOp,
-        ForStopOp, TilesOp, YieldOp,
+        ForStopOp, TilesOp, YieldOp, CheckOp,
     ],
     [PtrType],
 )  # fmt: skip

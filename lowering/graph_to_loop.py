@@ -266,6 +266,14 @@ class KernelBuilder:
             return self.matmul(op, idx)
         if isinstance(op, graph.ConcatOp):
             return self.concat(op, idx)
+        if isinstance(op, graph.IndexSelectOp):
+            d, rank = op.axis(), len(shape_of(op.indices.type))
+            pos = self.checked_index(op, self.value_at(op.indices, idx[d : d + rank]))
+            return self.value_at(op.input, [*idx[:d], pos, *idx[d + rank :]])
+        if isinstance(op, graph.GatherOp):
+            d = op.axis()
+            pos = self.checked_index(op, self.value_at(op.indices, idx))
+            return self.value_at(op.input, [pos if i == d else x for i, x in enumerate(idx)])
         raise NotImplementedError(f"cannot lower {op.name} inside a kernel")
 
     @contextmanager
@@ -367,6 +375,11 @@ class KernelBuilder:
                 out = self.apply("where", [inside, v, out], element)
         assert out is not None
         return out
+
+    def checked_index(self, op: graph.IndexingOp, i: SSAValue) -> SSAValue:
+        """A loaded index as a position along `op`'s dim: checked and clamped."""
+        size = shape_of(op.input.type)[op.axis()]
+        return self.apply("checked_index", [i, self.index_const(size)], INDEX)
 
     def matmul(self, op: graph.MatmulOp, idx: list[SSAValue]) -> SSAValue:
         a, b = op.lhs, op.rhs

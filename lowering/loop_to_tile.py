@@ -604,6 +604,8 @@ class KernelTranslator:
         fn = op.fn.data
         args = [self.value(a) for a in op.args]
         result = op.result.type
+        if fn == "checked_index":
+            return self.checked_index(op, args)
         if result == INDEX:
             if fn in ("floordiv", "mod", "mul", "add") and args[1] in self.constants:
                 return self.iapply(fn, args[0], self.constants[args[1]])
@@ -630,6 +632,33 @@ class KernelTranslator:
             # floor(x) of a half value is a half value: there is nothing to round.
             return self.apply(fn, args, compute_type(result))
         return self.round_to(self.apply(fn, args, compute_type(result)), result)
+
+    def checked_index(self, op: loop.ApplyOp, args: list[SSAValue]) -> SSAValue:
+        """An index loaded from a tensor, checked to lie in `[0, n)` in every live lane
+        (tile.check) and clamped into it: a bad index never makes a wild load."""
+        i, bound = args
+        n = self.constants[bound]
+        element = element_of(i)
+        inside = self.apply(
+            "and",
+            [
+                self.apply("ge", [i, self.const(0, element)]),
+                self.apply("lt", [i, self.const(n, element)]),
+            ],
+        )
+        mask = self.mask_for(shape_of(inside))
+        if mask is not None:  # lanes past the end hold no index
+            inside = self.apply("or", [inside, self.apply("eq", [mask, self.const(0, I1)])])
+        self.add(
+            tile.CheckOp.create(
+                operands=[inside],
+                properties={"what": StringAttr(f"index out of range [0, {n})")},
+            )
+        )
+        # Clamped in the index's own type: an i64 index past 2**32 must not wrap into range.
+        pos = self.apply("maximum", [i, self.const(0, element)])
+        pos = self.apply("minimum", [pos, self.const(n - 1, element)])
+        return self.apply("cast", [pos], self.index) if element != self.index else pos
 
     @staticmethod
     def unrounded(v: SSAValue, element: Attribute) -> SSAValue:

@@ -103,6 +103,8 @@ INDEX_TEMPLATES: dict[str, Template] = {
     "mod": "{0} % {1}",
     "and": "{0} & {1}",
     "or": "{0} | {1}",
+    # The clamp alone: loop-to-tile checks the index itself (tile.check) before it.
+    "checked_index": "tl.minimum(tl.maximum({0}, 0), {1} - 1)",
 }
 # fn -> Triton template, by arity: each element-wise graph op's own TRITON (a
 # mapping where it differs by element type), and the functions above; cast is
@@ -221,6 +223,9 @@ class KernelPrinter:
         elif isinstance(op, tile.StoreOp):
             mask = f", mask={n(op.mask[0])}" if op.mask else ""
             self.emit(depth, f"tl.store({n(op.ptr)} + {n(op.offsets)}, {n(op.value)}{mask})")
+        elif isinstance(op, tile.CheckOp):
+            # The message is irc's own text, passed as a Python literal (never as code).
+            self.emit(depth, f"tl.device_assert({n(op.cond)}, {op.what.data!r})")
         elif isinstance(op, tile.BlockLoadOp):
             self.assign(op, depth, f"{self.descriptor[op]}.load([{n(op.row)}, {n(op.col)}])")
         elif isinstance(op, tile.BlockStoreOp):

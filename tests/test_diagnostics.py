@@ -372,6 +372,16 @@ CASES = [
       "graph.iota: dim entry 1 is out of range for a rank-1 operand (valid: -1..0)"),
     C("iota-i32", fn("  %y = graph.iota {dim = 0} : tensor<3000000000xi32>"), "2:3",
       "graph.iota: indices up to 2999999999 do not fit in i32"),
+    C("index-select-float-indices", fn("  %y = graph.index_select %x, %x {dim = 0}"), "2:3",
+      "graph.index_select: indices must be an i32 or i64 tensor, got tensor<4x8xf32> "
+      "(use graph.cast to convert)"),
+    C("index-select-rank-0", fn("  %y = graph.index_select %s, %i {dim = 0}"), "2:3",
+      "graph.index_select needs an input of rank 1 or more"),
+    C("gather-rank", fn("  %y = graph.gather %b, %i {dim = 0}"), "2:3",
+      "graph.gather: indices tensor<4x8xi32> must have the rank of the input tensor<8xf32> "
+      "and no larger sizes in every dimension but 0"),
+    C("gather-dim", fn("  %y = graph.gather %x, %i {dim = 2}"), "2:3",
+      "graph.gather: dim entry 2 is out of range for a rank-2 operand (valid: -2..1)"),
     # --- graph ops: matmul and composites -----------------------------------------------------
     C("matmul-rank", fn("  %y = graph.matmul %x, %b"), "2:3",
       "graph.matmul takes [M,K]x[K,N] or [B,M,K]x[B,K,N], got tensor<4x8xf32> and tensor<8xf32>"),

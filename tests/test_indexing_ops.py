@@ -9,7 +9,9 @@ kernel count of each fused program too.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ from torch.testing import assert_close
 
 import irc
 from irc.testing.reference import functions, random_inputs, run_function
+from irc.tools.run import main as irc_run
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -225,3 +228,118 @@ func @f(%x: tensor<3x4xf16>) -> (tensor<3x4xi32>, tensor<7xi64>, tensor<3x4xf16>
         return a, torch.arange(7), c + x
 
     check(text, want)
+
+
+# --- index_select and gather ----------------------------------------------------------------
+
+
+def test_embedding_lookup_feeds_its_consumer_in_one_kernel() -> None:
+    text = """
+func @f(%w: tensor<10x6xf32>, %ids: tensor<2x3xi64>, %b: tensor<6xf32>) -> tensor<2x3x6xf32> {
+  %e = graph.index_select %w, %ids {dim = 0}
+  %y = graph.add %e, %b
+  return %y : tensor<2x3x6xf32>
+}
+"""
+    check(text, lambda w, ids, b: w[ids] + b, kernels=1)
+    check(text, lambda w, ids, b: w[ids] + b, fuse=False)
+
+
+def test_index_select_along_a_middle_dim_with_i32_indices() -> None:
+    text = """
+func @f(%x: tensor<3x7x4xf16>, %i: tensor<5xi32>) -> tensor<3x5x4xf16> {
+  %s = graph.index_select %x, %i {dim = 1}
+  %y = graph.abs %s
+  return %y : tensor<3x5x4xf16>
+}
+"""
+    check(text, lambda x, i: torch.abs(x.index_select(1, i)), kernels=1)
+
+
+def test_cos_at_position_ids_times_x() -> None:
+    # Rotary tables indexed by position ids: cos[position_ids] * x, one kernel.
+    text = """
+func @f(%cos: tensor<16x8xf32>, %pos: tensor<2x5xi64>, %x: tensor<2x5x8xf32>) -> tensor<2x5x8xf32> {
+  %c = graph.index_select %cos, %pos {dim = 0}
+  %y = graph.mul %c, %x
+  return %y : tensor<2x5x8xf32>
+}
+"""
+    check(text, lambda cos, pos, x: cos[pos] * x, kernels=1)
+
+
+def test_gather_of_targets_for_a_cross_entropy_loss() -> None:
+    # -log_softmax(x)[target]: the gather reads the log-probabilities through the
+    # targets; its reduction over the batch follows.
+    text = """
+func @f(%logp: tensor<4x9xf32>, %t: tensor<4x1xi64>) -> tensor<f32> {
+  %g = graph.gather %logp, %t {dim = 1}
+  %n = graph.neg %g
+  %l = graph.reduce_mean %n {dims = [0, 1]}
+  return %l : tensor<f32>
+}
+"""
+    check(text, lambda logp, t: (-torch.gather(logp, 1, t)).mean())
+
+
+def test_gather_with_indices_smaller_than_the_input() -> None:
+    text = """
+func @f(%x: tensor<5x6xf32>, %i: tensor<3x4xi32>) -> tensor<3x4xf32> {
+  %g = graph.gather %x, %i {dim = 0}
+  %y = graph.exp %g
+  return %y : tensor<3x4xf32>
+}
+"""
+    check(text, lambda x, i: torch.exp(torch.gather(x, 0, i.long())), kernels=1)
+
+
+OUT_OF_RANGE = """
+func @f(%w: tensor<4x3xf32>) -> tensor<4x3xf32> {
+  %i = graph.iota {dim = 0} : tensor<4xi64>
+  %c = graph.constant {value = 1} : tensor<i64>
+  %j = graph.add %i, %c
+  %e = graph.index_select %w, %j {dim = 0}
+  return %e : tensor<4x3xf32>
+}
+"""
+
+
+def test_out_of_range_index_is_a_located_error_of_irc_run_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "oob.ir"
+    path.write_text(OUT_OF_RANGE)
+    status = irc_run([str(path), "--check"])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert f"{path}:6:3: error: graph.index_select: index 4 is out of range for dimension 0 " \
+        "of size 4" in err, err
+    assert "Traceback" not in err
+
+
+def test_kernels_clamp_a_bad_index_and_assert_it_in_debug_mode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No wild read without debug (the index is clamped into the table); with Triton's
+    debug mode on, the kernel's device_assert reports it (here in the interpreter)."""
+    text = """
+func @f(%w: tensor<10x6xf32>, %ids: tensor<2x3xi64>, %b: tensor<6xf32>) -> tensor<2x3x6xf32> {
+  %e = graph.index_select %w, %ids {dim = 0}
+  %y = graph.add %e, %b
+  return %y : tensor<2x3x6xf32>
+}
+"""
+    compiled = irc.compile(irc.parse(text, "t.ir"), device="cpu")
+    assert "tl.device_assert(" in compiled.source
+    w, b = torch.randn(10, 6), torch.randn(6)
+    ids = torch.tensor([[0, 1, 12], [-3, 9, 2**40]])
+    (got,) = compiled.run("f", [w, ids, b])
+    assert_close(got, w[ids.clamp(0, 9)] + b)
+    import triton.runtime.interpreter as interpreter
+
+    builder = interpreter.interpreter_builder
+    monkeypatch.setattr(builder, "options", dataclasses.replace(builder.options, debug=True))
+    with pytest.raises(Exception, match=r"index out of range \[0, 10\)"):
+        compiled.run("f", [w, ids, b])
+    (good,) = compiled.run("f", [w, ids.clamp(0, 9), b])
+    assert_close(good, w[ids.clamp(0, 9)] + b)

@@ -222,6 +222,9 @@ class LoopIntervals:
         if fn == "cast":
             src = args[0] if args else None
             return src if src is not None and _within(src, limits) else limits
+        if fn == "checked_index" and len(args) == 2 and args[1] is not None:
+            # An index loaded from a tensor, clamped into [0, n) (and checked at run time).
+            return _meet((0, args[1][1] - 1), limits) if args[1][0] >= 1 else limits
         if fn == "where":
             if len(args) != 3 or args[1] is None or args[2] is None:
                 return limits
@@ -470,7 +473,10 @@ class TileIntervals:
                 fits = _within((n, n), I64 if bits == 64 else I32)
                 return Info(n, n, bits) if fits else _full(bits)
             return _full(bits)
-        # Loads, reductions, dots and loop results: any value of their type.
+        if kind is tile.LoadOp:
+            # A loaded integer (the indices of a gather) has its buffer's width exactly.
+            return _full(bits)
+        # Reductions, dots and loop results: any value of their type.
         return _full(bits if bits == 1 else 0)
 
     def _index(self, v: SSAValue, block: Block) -> Info | None:
@@ -515,6 +521,8 @@ class TileIntervals:
             return Info(src.lo, src.hi, bits) if _within(src.range, limits) else _full(bits)
         if fn in ("and", "or") and all(a is not None and a.bits == 1 for a in args):
             return Info(0, 1, 1)
+        if fn == "checked_index" and len(args) == 2 and args[1] is not None and args[1].lo >= 1:
+            return Info(0, args[1].hi - 1, bits or 0)  # clamped into [0, n)
         if fn == "where":
             if len(args) != 3 or args[1] is None or args[2] is None:
                 return None if bits is None else _full(0)

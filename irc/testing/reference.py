@@ -285,6 +285,38 @@ def _iota(op: graph.IotaOp, args: list[Tensor]) -> Tensor:
     return line.reshape(along).expand(shape).contiguous()
 
 
+@evaluator(graph.IndexSelectOp)
+def _index_select(op: graph.IndexSelectOp, args: list[Tensor]) -> Tensor:
+    x, idx = args
+    _check_indices(op, idx, x.shape[op.axis()])
+    return x.index_select(op.axis(), idx.reshape(-1)).reshape(_result_shape(op))
+
+
+@evaluator(graph.GatherOp)
+def _gather(op: graph.GatherOp, args: list[Tensor]) -> Tensor:
+    x, idx = args
+    _check_indices(op, idx, x.shape[op.axis()])
+    return torch.gather(x, op.axis(), idx.to(torch.int64))
+
+
+class IndexOutOfRangeError(ReferenceInterpreterError):
+    """An index tensor holds an index outside its dimension: the program's error
+    (torch would refuse it too, or read past the end on a GPU)."""
+
+    def __init__(self, op: Operation, index: int, size: int):
+        self.op = op
+        super().__init__(
+            f"{op.name}: index {index} is out of range for dimension {op.axis()} "  # type: ignore[attr-defined]
+            f"of size {size}"
+        )
+
+
+def _check_indices(op: graph.IndexingOp, idx: Tensor, size: int) -> None:
+    bad = (idx < 0) | (idx >= size)
+    if bool(bad.any()):
+        raise IndexOutOfRangeError(op, int(idx[bad].reshape(-1)[0]), size)
+
+
 def _int_list(attr: Attribute | None) -> list[int]:
     assert isinstance(attr, ArrayAttr), attr
     return [a.value.data for a in attr.data]  # type: ignore[union-attr]
@@ -566,7 +598,8 @@ def random_inputs(
     """One random tensor per argument of `fn`, the same for a seed on every device.
 
     Floats are standard normal (drawn in their own dtype), ints small
-    (-8..8), bools fair coins. A tensor is never all zeros (or all false), so
+    (-8..8), bools fair coins; the indices of an index_select or gather are
+    drawn inside the dimension they index. A tensor is never all zeros (or all false), so
     that a kernel that ignores an input cannot pass by luck. Values are drawn
     on the CPU with one generator, then moved, so CPU and CUDA runs agree.
     """
@@ -574,8 +607,24 @@ def random_inputs(
     out: list[Tensor] = []
     for arg in fn.body.block.args:
         t = _tensor_type(arg.type)
-        out.append(random_tensor(shape_of(t), torch_dtype(t.element_type), gen).to(device))
+        x = random_tensor(shape_of(t), torch_dtype(t.element_type), gen)
+        size = index_bound(arg)
+        if size is not None:
+            x = torch.randint(0, size, shape_of(t), generator=gen, dtype=x.dtype)
+        out.append(x.to(device))
     return out
+
+
+def index_bound(v: SSAValue) -> int | None:
+    """The size of the dimension that `v` indexes (the smallest, if it indexes
+    several) when it is the indices of an index_select or gather: its random
+    values are drawn inside it (an index outside is the program's error)."""
+    sizes = [
+        shape_of(_tensor_type(u.operation.input.type))[u.operation.axis()]
+        for u in v.uses
+        if isinstance(u.operation, graph.IndexingOp) and u.index == 1
+    ]
+    return min(sizes) if sizes else None
 
 
 def random_tensor(shape: Sequence[int], dtype: torch.dtype, gen: torch.Generator) -> Tensor:

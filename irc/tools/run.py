@@ -34,6 +34,7 @@ from irc.ir.types import format_type, numel, shape_of
 from irc.syntax.diagnostics import Diagnostic, IrcError, SourceManager, op_location
 from irc.syntax.parser import parse, read_source
 from irc.testing.reference import (
+    IndexOutOfRangeError,
     UnsupportedOpError,
     dtype_name,
     estimate_peak_bytes,
@@ -188,6 +189,8 @@ class Runner:
         inputs = random_inputs(fn, seed=self.args.seed, device=device)
         try:
             outputs = run_function(fn, inputs, device)
+        except IndexOutOfRangeError as e:
+            raise IrcError(Diagnostic(op_location(e.op), str(e))) from None
         except UnsupportedOpError as e:
             raise IrcError(
                 Diagnostic(
