@@ -286,6 +286,13 @@ class ElementwiseOp(GraphOp):
     EXACT: ClassVar[bool] = False
     """The result is exactly representable: the op never rounds."""
     FUZZ: ClassVar[Fuzz] = Fuzz()
+    EXTRA_FNS: ClassVar[Mapping[str, Template]] = {}
+    """Other scalar functions the op lowers to, with their Triton forms: a variant an
+    attribute picks (gelu's tanh form), which `scalar_fn` names."""
+
+    def scalar_fn(self) -> str:
+        """The `fn` of the loop.apply that computes this op (its FN, or a variant)."""
+        return self.FN
 
 
 class UnaryOp(ElementwiseOp):
@@ -424,12 +431,46 @@ ReluOp = _unary(
             "int": "tl.maximum({0}, 0)"},
     exact=True, rounding_commutes=True, fuzz=Fuzz(activation=True),
 )  # fmt: skip
-GeluOp = _unary(
-    "gelu", "exact GELU: x * (1 + erf(x / sqrt(2))) / 2",
-    reference="torch.nn.functional.gelu",  # approximate="none", the default: the erf form
-    triton="0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476))",
-    cost=TRANSCENDENTAL, fuzz=Fuzz(activation=True),
-)
+GELU_MODES = ("none", "tanh")
+"""`approximate` of graph.gelu, as F.gelu's: the exact erf form, or the tanh one."""
+
+
+@irdl_op_definition
+class GeluOp(UnaryOp):
+    """GELU: `x * (1 + erf(x / sqrt(2))) / 2`, or with `{approximate = "tanh"}`
+    `x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3))) / 2` (F.gelu's forms)."""
+
+    name = "graph.gelu"
+    approximate = opt_prop_def(Attribute)
+    FN: ClassVar[str] = "gelu"
+    REFERENCE: ClassVar[str | None] = "torch.nn.functional.gelu"  # with approximate=
+    TRITON: ClassVar[Template | None] = "0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476))"
+    EXTRA_FNS: ClassVar[Mapping[str, Template]] = {
+        "gelu_tanh": "0.5 * {0} * (1.0 + _irc_tanh(0.7978845608028654 * "
+        "({0} + 0.044715 * {0} * {0} * {0})))",
+    }
+    COST: ClassVar[Cost] = Cost.TRANSCENDENTAL
+    FUZZ: ClassVar[Fuzz] = Fuzz(activation=True)
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        cls.mode_of(props)
+        return super().infer_type(operands, props)
+
+    @staticmethod
+    def mode_of(props: Props) -> str:
+        attr = props.get("approximate")
+        if attr is None:
+            return "none"
+        if not isinstance(attr, StringAttr) or attr.data not in GELU_MODES:
+            raise GraphVerifyError('graph.gelu: approximate is "none" or "tanh"')
+        return attr.data
+
+    def mode(self) -> str:
+        return self.mode_of(dict(self.properties))
+
+    def scalar_fn(self) -> str:
+        return "gelu_tanh" if self.mode() == "tanh" else "gelu"
 SiluOp = _unary(
     "silu", "x * sigmoid(x)", reference="torch.nn.functional.silu",
     triton="{0} * tl.sigmoid({0})", cost=TRANSCENDENTAL, fuzz=Fuzz(activation=True),
@@ -1294,7 +1335,10 @@ ELEMENTWISE_OPS = tuple(op for op in Graph.operations if issubclass(op, Elementw
 """Every element-wise op (unary, binary, where, cast), in the dialect's order."""
 UNARY_OPS = tuple(op for op in Graph.operations if issubclass(op, UnaryOp))
 BINARY_OPS = tuple(op for op in Graph.operations if issubclass(op, BinaryOp))
-SCALAR_FUNCTIONS: dict[str, int] = {op.FN: op.ARITY for op in ELEMENTWISE_OPS}
+SCALAR_FUNCTIONS: dict[str, int] = {
+    **{op.FN: op.ARITY for op in ELEMENTWISE_OPS},
+    **{fn: op.ARITY for op in ELEMENTWISE_OPS for fn in op.EXTRA_FNS},
+}
 """The `fn` of every element-wise op's loop.apply / tile.apply, with its arity."""
 PREDICATE_FUNCTIONS = frozenset(op.FN for op in BINARY_OPS if op.KIND == "compare")
 """The functions whose result is `i1`."""

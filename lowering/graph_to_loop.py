@@ -246,8 +246,8 @@ class KernelBuilder:
             return override(idx)
         out_shape = shape_of(op.results[0].type)
         element = element_of(op.results[0].type)
-        fn = ELEMENTWISE_FN.get(type(op))
-        if fn is not None:
+        if isinstance(op, graph.ElementwiseOp):
+            fn = op.scalar_fn()
             args = [
                 self.value_at(o, _broadcast_map(shape_of(o.type), out_shape)(self, idx))
                 for o in op.operands

@@ -113,6 +113,7 @@ TEMPLATES: dict[int, dict[str, Template]] = {1: {}, 2: {}, 3: {}}
 for _op in graph.ELEMENTWISE_OPS:
     if _op.TRITON is not None:
         TEMPLATES[_op.ARITY][_op.FN] = _op.TRITON
+    TEMPLATES[_op.ARITY].update(_op.EXTRA_FNS)
 TEMPLATES[2].update(INDEX_TEMPLATES)
 UNARY, BINARY = TEMPLATES[1], TEMPLATES[2]
 

@@ -382,6 +382,8 @@ CASES = [
       "and no larger sizes in every dimension but 0"),
     C("gather-dim", fn("  %y = graph.gather %x, %i {dim = 2}"), "2:3",
       "graph.gather: dim entry 2 is out of range for a rank-2 operand (valid: -2..1)"),
+    C("gelu-mode", fn('  %y = graph.gelu %x {approximate = "fast"}'), "2:3",
+      'graph.gelu: approximate is "none" or "tanh"'),
     # --- graph ops: matmul and composites -----------------------------------------------------
     C("matmul-rank", fn("  %y = graph.matmul %x, %b"), "2:3",
       "graph.matmul takes [M,K]x[K,N] or [B,M,K]x[B,K,N], got tensor<4x8xf32> and tensor<8xf32>"),

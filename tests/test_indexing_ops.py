@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.testing import assert_close
 
@@ -343,3 +344,24 @@ func @f(%w: tensor<10x6xf32>, %ids: tensor<2x3xi64>, %b: tensor<6xf32>) -> tenso
         compiled.run("f", [w, ids, b])
     (good,) = compiled.run("f", [w, ids.clamp(0, 9), b])
     assert_close(good, w[ids.clamp(0, 9)] + b)
+
+
+# --- gelu, tanh form ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_gelu_tanh_fused_with_a_bias(dtype: str) -> None:
+    text = f"""
+func @f(%x: tensor<5x33x{dtype}>, %b: tensor<33x{dtype}>) -> (tensor<5x33x{dtype}>, tensor<5x33x{dtype}>) {{
+  %s = graph.add %x, %b
+  %t = graph.gelu %s {{approximate = "tanh"}}
+  %e = graph.gelu %s
+  return %t, %e : tensor<5x33x{dtype}>, tensor<5x33x{dtype}>
+}}
+"""
+
+    def want(x: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+        s = x + b
+        return F.gelu(s, approximate="tanh"), F.gelu(s)
+
+    check(text, want, kernels=1)

@@ -189,6 +189,11 @@ for _cls in graph.ELEMENTWISE_OPS:
         EVALUATORS[_cls] = _elementwise(torch_function(_cls.REFERENCE))
 
 
+@evaluator(graph.GeluOp)
+def _gelu(op: graph.GeluOp, args: list[Tensor]) -> Tensor:
+    return torch.nn.functional.gelu(args[0], approximate=op.mode())
+
+
 def _result_type(op: Operation, i: int = 0) -> TensorType[Attribute]:
     return _tensor_type(op.results[i].type)
 
