@@ -88,3 +88,24 @@ def test_llama_block_bf16() -> None:
     got = irc.compile(model, (x,))(x)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got, model(x), rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_block_attention_is_one_fused_kernel(name: str) -> None:
+    """irc's SDPA decomposition keeps the matmul-softmax-matmul flow fuse_attention finds."""
+    from irc.pytorch.export import export_text
+
+    model, x = _model(name)
+    module = irc.parse(export_text(model, (x,)))
+    irc.run_pipeline(module, "fuse")
+    assert irc.print_module(module).count('kind = "attention"') == 1
+
+
+def test_sdpa_with_a_mask_uses_torchs_decomposition() -> None:
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
+    mask = torch.randn(4, 4)
+    compiled = irc.compile(f, (q, k, v, mask))
+    torch.testing.assert_close(compiled(q, k, v, mask), f(q, k, v, mask), rtol=1e-4, atol=1e-4)

@@ -4,11 +4,13 @@ It starts from `core_aten_decompositions()`, keeps whole the ops irc has a
 graph op or composite for (softmax, layer norm, GELU, SiLU: one op each, so
 the compiler sees and fuses them as such), and lets everything else
 decompose. Scaled dot-product attention decomposes to matmuls and a softmax:
-irc has no attention op yet.
+irc has no attention op, but `fuse` makes one kernel of that data flow
+(passes/fuse_attention.py), and `attention` below writes it so that it can.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -28,10 +30,53 @@ KEPT_WHOLE = (
 var_mean and _log_softmax as short formulas over graph ops."""
 
 
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Any:
+    """SDPA as softmax(q k^T * scale, causal mask of two aranges) v.
+
+    torch's own decomposition guards rows whose every score is -inf (they give
+    0, not NaN) with an `any` over the row after the softmax, which hides the
+    softmax-into-matmul flow irc fuses into one attention kernel. Without a
+    mask tensor no row is all -inf (a causal row i keeps keys 0..i), so the
+    guard is dropped here; with a mask, dropout or GQA flag, torch's own
+    decomposition runs (NotImplemented). The output has the strides of torch's
+    fused kernels (a later `.view` of the captured graph relies on them).
+    """
+    if attn_mask is not None or dropout_p != 0.0 or enable_gqa:
+        return NotImplemented
+    rows, keys, width = q.shape[-2], k.shape[-2], q.shape[-1]
+    if q.dim() < 3 or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+        return NotImplemented
+    factor = 1.0 / math.sqrt(width) if scale is None else scale
+    # Batched [N, L, E] matmuls, one batch dim, so that the two contractions and the
+    # softmax between them meet without a rank change (fuse_attention's pattern).
+    q3 = q.reshape(-1, rows, width)
+    k3 = k.reshape(-1, keys, width)
+    v3 = v.reshape(-1, keys, v.shape[-1])
+    scores = torch.bmm(q3, k3.transpose(1, 2)) * factor
+    if is_causal:
+        i = torch.arange(rows, device=q.device)[:, None]
+        j = torch.arange(keys, device=q.device)[None, :]
+        scores = torch.where(j <= i, scores, float("-inf"))
+    out = torch.bmm(torch.softmax(scores, dim=-1), v3).view(*q.shape[:-1], v.shape[-1])
+    if out.dim() == 4:  # the fused kernels' layout, [B, L, H, E] in memory, as torch's
+        out = out.transpose(1, 2).contiguous().transpose(1, 2)  # decomposition gives it
+    return out
+
+
 def irc_decompositions() -> dict[Any, Any]:
     from torch._decomp import core_aten_decompositions
 
     table = dict(core_aten_decompositions())
     for op in KEPT_WHOLE:
         table.pop(op, None)
+    table[aten.scaled_dot_product_attention.default] = attention
     return table
