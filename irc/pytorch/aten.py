@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch import fx
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, StringAttr, f64, i64
 from xdsl.ir import Attribute, SSAValue
 
 from irc.dialects import graph
@@ -221,20 +222,7 @@ def _gelu(e: Emitter, node: fx.Node) -> SSAValue:
         return e.op(graph.GeluOp, x)
     if approximate != "tanh":
         raise Unsupported(f"gelu approximate={approximate!r}")
-    if "approximate" in graph.GeluOp.get_irdl_definition().properties:
-        from xdsl.dialects.builtin import StringAttr
-
-        return e.op(graph.GeluOp, x, approximate=StringAttr("tanh"))
-    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3))), in f32 for half inputs.
-    elem = element_of(x.type)
-    xf = _in_f32(e, x)
-    fe = element_of(xf.type)
-    cube = e.op(graph.MulOp, e.op(graph.MulOp, xf, xf), xf)
-    inner = e.op(graph.AddOp, xf, e.op(graph.MulOp, cube, e.scalar(0.044715, fe)))
-    t = e.op(graph.TanhOp, e.op(graph.MulOp, inner, e.scalar(math.sqrt(2 / math.pi), fe)))
-    half_x = e.op(graph.MulOp, xf, e.scalar(0.5, fe))
-    y = e.op(graph.MulOp, half_x, e.op(graph.AddOp, t, e.scalar(1.0, fe)))
-    return e.cast(y, elem)
+    return e.op(graph.GeluOp, x, approximate=StringAttr("tanh"))
 
 
 # --- type, layout, creation --------------------------------------------------
@@ -393,7 +381,7 @@ def _addmm(e: Emitter, node: fx.Node) -> SSAValue:
 @converts(aten._softmax.default)
 def _softmax(e: Emitter, node: fx.Node) -> SSAValue:
     x = e.cast(e.arg(node.args[0]), out_elem(node))
-    return e.op(graph.SoftmaxOp, x, dim=int_list([node.args[1]]).data[0])
+    return e.op(graph.SoftmaxOp, x, dim=IntegerAttr(node.args[1], i64))
 
 
 @converts(aten._log_softmax.default)
@@ -419,8 +407,6 @@ def _layer_norm(e: Emitter, node: fx.Node) -> list[SSAValue | None]:
     weight, bias, eps = node.args[2], node.args[3], node.args[4]
     w = e.arg(weight) if weight is not None else e.constant(1, tensor(normalized, elem))
     b = e.arg(bias) if bias is not None else e.constant(0, tensor(normalized, elem))
-    from xdsl.dialects.builtin import FloatAttr, f64
-
     out = e.op(graph.LayerNormOp, x, w, b, dims=int_list(dims), eps=FloatAttr(float(eps), f64))
     used = {u.args[1] for u in node.users if u.target is operator.getitem}
     results: list[SSAValue | None] = [out, None, None]
@@ -487,7 +473,7 @@ def _cat(e: Emitter, node: fx.Node) -> SSAValue:
     dim = _arg(node, 1, "dim", 0)
     if len(parts) == 1:
         return parts[0]
-    return e.op(graph.ConcatOp, *parts, dim=int_list([dim]).data[0])
+    return e.op(graph.ConcatOp, *parts, dim=IntegerAttr(dim, i64))
 
 
 @converts(aten.arange.default, aten.arange.start, aten.arange.start_step)
@@ -502,9 +488,52 @@ def _arange(e: Emitter, node: fx.Node) -> SSAValue:
     if not all(isinstance(v, int | float) for v in (start, step)):
         raise Unsupported("its bounds are not numbers")
     out = tensor(out_shape(node), out_elem(node))
-    value = e.op(graph.IotaOp, result_type=out, dim=int_list([0]).data[0])
+    value = e.op(graph.IotaOp, result_type=out, dim=IntegerAttr(0, i64))
     if step != 1:
         value = e.op(graph.MulOp, value, e.scalar(step, element_of(out)))
     if start != 0:
         value = e.op(graph.AddOp, value, e.scalar(start, element_of(out)))
     return value
+
+
+# --- indexing ----------------------------------------------------------------
+
+
+def _index_tensor(e: Emitter, value: Any) -> SSAValue:
+    index = e.arg(value)
+    if element_of(index.type) not in (dtype_elem(torch.int64), dtype_elem(torch.int32)):
+        raise Unsupported("its indices are not i32 or i64")
+    return index
+
+
+@converts(aten.index_select.default)
+def _index_select(e: Emitter, node: fx.Node) -> SSAValue:
+    x, dim, index = node.args[:3]
+    return e.op(graph.IndexSelectOp, e.arg(x), _index_tensor(e, index), dim=IntegerAttr(dim, i64))
+
+
+@converts(aten.embedding.default)
+def _embedding(e: Emitter, node: fx.Node) -> SSAValue:
+    weight, indices = node.args[:2]
+    return e.op(
+        graph.IndexSelectOp, e.arg(weight), _index_tensor(e, indices), dim=IntegerAttr(0, i64)
+    )
+
+
+@converts(aten.gather.default)
+def _gather(e: Emitter, node: fx.Node) -> SSAValue:
+    x, dim, index = node.args[:3]
+    return e.op(graph.GatherOp, e.arg(x), _index_tensor(e, index), dim=IntegerAttr(dim, i64))
+
+
+@converts(aten.index.Tensor)
+def _index(e: Emitter, node: fx.Node) -> SSAValue:
+    """`x[..., idx, ...]` with one index tensor (the other dims whole): index_select."""
+    x, indices = node.args[:2]
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(given) != 1:
+        raise Unsupported("it indexes with several tensors")
+    dim, index = given[0]
+    if fake_of(index) is not None and fake_of(index).dtype == torch.bool:  # type: ignore[union-attr]
+        raise Unsupported("a boolean mask index has a data-dependent shape")
+    return e.op(graph.IndexSelectOp, e.arg(x), _index_tensor(e, index), dim=IntegerAttr(dim, i64))
