@@ -681,8 +681,8 @@ class KernelTranslator:
     def pow_by_constant(
         self, op: loop.ApplyOp, args: list[SSAValue], result: Attribute
     ) -> SSAValue | None:
-        """pow(x, c) for the constants torch computes exactly: x*x, x*x*x, 1/x, 1/(x*x),
-        and sqrt/rsqrt (f32, f64). exp2(c * log2|x|) is a few ulps off those, which a
+        """pow(x, c) for the constants torch computes exactly: 1, x, x*x, x*x*x, 1/x,
+        1/(x*x), and sqrt/rsqrt (f32, f64). exp2(c * log2|x|) is a few ulps off those, which a
         cancellation downstream makes visible."""
         owner = op.args[1].owner
         if not isinstance(owner, loop.ConstantOp):
@@ -692,6 +692,8 @@ class KernelTranslator:
             return None
         c = float(value.value.data)
         x, t = args[0], compute_type(result)
+        if c == 0.0:
+            return self.const(1.0, t)  # 1 for every x, NaN and inf included, as torch
         if c == 1.0:
             out = x
         elif c in (2.0, -2.0):

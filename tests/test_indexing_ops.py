@@ -365,3 +365,36 @@ func @f(%x: tensor<5x33x{dtype}>, %b: tensor<33x{dtype}>) -> (tensor<5x33x{dtype
         return F.gelu(s, approximate="tanh"), F.gelu(s)
 
     check(text, want, kernels=1)
+
+
+# --- pow by a scalar constant ---------------------------------------------------------------
+
+
+def test_pow_by_small_integer_constants_is_multiplies() -> None:
+    """x**2 is x*x (and so on) as torch computes it, not exp2(c * log2|x|), which is a
+    few ulps off; the emitted kernel calls no pow at all."""
+    exponents = {"sq": 2.0, "cu": 3.0, "inv": -1.0, "inv2": -2.0, "one": 1.0, "zero": 0.0,
+                 "rt": 0.5, "rrt": -0.5}
+    body = "\n".join(
+        f"  %c{n} = graph.constant {{value = {e}}} : tensor<f32>\n"
+        f"  %{n} = graph.pow %x, %c{n}"
+        for n, e in exponents.items()
+    )
+    types = ", ".join(["tensor<6x7xf32>"] * len(exponents))
+    text = (
+        f"func @f(%x: tensor<6x7xf32>) -> ({types}) {{\n{body}\n"
+        f"  return {', '.join('%' + n for n in exponents)} : {types}\n}}\n"
+    )
+    compiled = irc.compile(irc.parse(text, "t.ir"), device="cpu")
+    assert "_irc_pow(" not in compiled.source  # (the prologue imports it: "_irc_pow,")
+    x = torch.randn(6, 7).abs() + 0.1
+    x[0, 0] = float("nan")
+    got = compiled.run("f", [x])
+    for g, e in zip(got, exponents.values(), strict=True):
+        want = torch.pow(x, e)
+        # Multiplies and a division are bit for bit; sqrt is tl.sqrt_rn, which Triton's
+        # CPU interpreter rounds an ulp off at times (graph.sqrt alike), rsqrt approximate.
+        if e in (0.0, 1.0, 2.0, 3.0, -1.0, -2.0):
+            assert_close(g, want, rtol=0, atol=0, equal_nan=True, msg=f"x**{e}")  # bit for bit
+        else:
+            assert_close(g, want, equal_nan=True)
