@@ -109,3 +109,41 @@ def test_sdpa_with_a_mask_uses_torchs_decomposition() -> None:
     mask = torch.randn(4, 4)
     compiled = irc.compile(f, (q, k, v, mask))
     torch.testing.assert_close(compiled(q, k, v, mask), f(q, k, v, mask), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dynamo_path_gets_the_same_attention_decomposition(name: str) -> None:
+    """aot_autograd's ATen graph holds the fusable flow too: two bmm around a softmax,
+    no row guard (torch's own decomposition adds an aten.any; on CUDA SDPA has none)."""
+    from functorch.compile import make_boxed_func
+
+    from irc.pytorch.backend import aot_backend
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    model, x = _model(name)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=aot_backend(record))(x)
+    (gm,) = graphs
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count("aten.bmm.default") == 2 and "aten._softmax.default" in targets
+    assert not any("any" in t or "scaled_dot_product" in t for t in targets), targets
+
+
+@pytest.mark.slow
+def test_benchmark_smoke_run(tmp_path: Path) -> None:
+    """benchmarks/blocks.py --smoke: every row runs and agrees with eager (tiny, CPU)."""
+    table = tmp_path / "blocks.md"
+    code = blocks.main([
+        "--smoke", "--blocks", "gpt2", "--dtypes", "f32", "--rows", "eager", "irc-dynamo",
+        "irc-compile", "--warm-caches", "--markdown", str(table),
+    ])  # fmt: skip
+    assert code == 0
+    lines = table.read_text().splitlines()
+    assert len(lines) == 2 + 3 and all("| gpt2 | float32 |" in line for line in lines[2:])
+    assert all(line.endswith("| 0 |") for line in lines[3:])  # no op left to eager

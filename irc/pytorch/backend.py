@@ -13,12 +13,13 @@ point (pyproject.toml); `register()` does it by hand for an uninstalled tree.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import fx
 
-from irc.pytorch.decompositions import irc_decompositions
+from irc.pytorch.decompositions import SDPA_CALLS, attention_or_sdpa, irc_decompositions
 from irc.pytorch.islands import EagerReport, log_report, partition_and_compile, symbolic_reason
 
 REPORTS: list[EagerReport] = []
@@ -61,17 +62,32 @@ def irc_graph_compiler(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
     return make_boxed_func(fused.forward)
 
 
-def irc_backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
-    """The dynamo backend: aot_autograd with irc's compiler and decompositions."""
+def aot_backend(graph_compiler: Callable[[fx.GraphModule, list[Any]], Any]) -> Any:
+    """A dynamo backend: aot_autograd with irc's decompositions and `graph_compiler`.
+
+    SDPA calls in dynamo's graph become irc's attention decomposition first
+    (irc/pytorch/decompositions.py), as torch.export's capture gets it."""
     from torch._dynamo.backends.common import aot_autograd
 
-    backend = aot_autograd(
-        fw_compiler=irc_graph_compiler,
-        inference_compiler=irc_graph_compiler,
-        bw_compiler=irc_graph_compiler,
-        decompositions=irc_decompositions(),
-    )
-    return backend(gm, example_inputs, **kwargs)
+    def backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and node.target in SDPA_CALLS:
+                node.target = attention_or_sdpa
+        gm.recompile()
+        aot = aot_autograd(
+            fw_compiler=graph_compiler,
+            inference_compiler=graph_compiler,
+            bw_compiler=graph_compiler,
+            decompositions=irc_decompositions(),
+        )
+        return aot(gm, example_inputs, **kwargs)
+
+    return backend
+
+
+def irc_backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
+    """The dynamo backend "irc": ATen graphs compiled by `irc_graph_compiler`."""
+    return aot_backend(irc_graph_compiler)(gm, example_inputs, **kwargs)
 
 
 def register() -> None:

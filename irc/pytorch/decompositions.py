@@ -80,3 +80,16 @@ def irc_decompositions() -> dict[Any, Any]:
         table.pop(op, None)
     table[aten.scaled_dot_product_attention.default] = attention
     return table
+
+
+def attention_or_sdpa(*args: Any, **kwargs: Any) -> Any:
+    """`attention`, or torch's SDPA where that declines: what dynamo's graphs call
+    instead of SDPA (aot_autograd would otherwise meet the device's fused-kernel
+    op, which has no decomposition on CUDA)."""
+    out = attention(*args, **kwargs)
+    if out is NotImplemented:
+        return torch.nn.functional.scaled_dot_product_attention(*args, **kwargs)
+    return out
+
+
+SDPA_CALLS = (torch.nn.functional.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
