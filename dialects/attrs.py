@@ -8,8 +8,15 @@ Triton compile error.
 
 from __future__ import annotations
 
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
 from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, StringAttr, TensorType
+from xdsl.dialects.utils.enum_attribute import EnumAttribute
 from xdsl.ir import Attribute, Operation
+from xdsl.irdl import BaseAttr
+from xdsl.irdl.constraints import VerificationContext
 from xdsl.utils.exceptions import VerifyException
 
 from irc.ir.types import ELEMENT_TYPES, FLOAT_TYPES, I1, SCALAR_TYPES, format_type
@@ -133,3 +140,50 @@ def check_number(op: Operation, name: str, value: Attribute | None, t: Attribute
     bits = 32 if element == I32 else 64  # i64 and index
     if not -(2 ** (bits - 1)) <= whole < 2 ** (bits - 1):
         raise VerifyException(f"{op.name}: '{name}' {whole} does not fit in {format_type(element)}")
+
+
+@dataclass(frozen=True, init=False)
+class NamedEnum(BaseAttr[EnumAttribute[Any]]):
+    """An IRDL constraint: the property is one member of an `EnumAttribute`.
+
+    irc text writes the member as a string (`{fn = "exp"}`): the parser turns a
+    string that names a member into the attribute (`from_text`), and one that
+    names none stays a string, which this constraint reports with the member
+    it was closest to. xDSL's MLIR syntax writes the attribute itself
+    (`#loop<fn exp>`) and refuses an unknown member while it parses.
+    """
+
+    op_name: str
+    key: str
+    what: str
+
+    def __init__(self, attr: type[EnumAttribute[Any]], op_name: str, key: str, what: str):
+        super().__init__(attr)
+        object.__setattr__(self, "op_name", op_name)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "what", what)
+
+    def members(self) -> list[str]:
+        return [m.value for m in self.attr.enum_type]
+
+    def from_text(self, value: Attribute) -> Attribute:
+        """The attribute a string written in irc text stands for (as written if no member)."""
+        if isinstance(value, StringAttr) and value.data in self.members():
+            return self.attr(self.attr.enum_type(value.data))
+        return value
+
+    def verify(self, attr: Attribute, constraint_context: VerificationContext) -> None:
+        if isinstance(attr, self.attr):
+            return
+        if isinstance(attr, StringAttr) and attr.data in self.members():
+            raise VerifyException(
+                f"{self.op_name}: '{self.key}' is the string \"{attr.data}\", not the {self.what}"
+                f" ({self.attr.__name__}, which irc text writes as that string)"
+            )
+        if isinstance(attr, StringAttr):
+            close = difflib.get_close_matches(attr.data, self.members(), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise VerifyException(f"{self.op_name}: unknown {self.what} '{attr.data}'{hint}")
+        raise VerifyException(
+            f"{self.op_name}: '{self.key}' must name a {self.what}, like \"{self.members()[0]}\""
+        )

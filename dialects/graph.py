@@ -179,6 +179,23 @@ class GraphOp(IRDLOperation):
 
     REQUIRED_RESULT_TYPE: ClassVar[bool] = False
     """Ops such as cast and reshape cannot infer their type: it must be written."""
+    SHORT_NAME: ClassVar[str | None] = None
+    """The op's word in the kernel names `fuse` makes (`red_amax_0`); None: its
+    name without `graph.`."""
+    VIEW: ClassVar[bool] = False
+    """The op moves or repeats elements and computes nothing: `fuse` sees through
+    it (a view of its operand) rather than counting it as work."""
+    GENERATOR: ClassVar[bool] = False
+    """The op reads no operand (a splat, an index): every kernel that reads it
+    computes it itself, so `fuse` counts it as free."""
+    REFERENCE_TEMPORARIES: ClassVar[int] = 0
+    """How many temporaries as large as its largest operand or result the reference
+    evaluator (irc.testing.reference) holds while computing it: its peak-memory estimate."""
+
+    @classmethod
+    def short_name(cls) -> str:
+        """The op's word in kernel names (`SHORT_NAME`, else its name without `graph.`)."""
+        return cls.SHORT_NAME or cls.name.removeprefix("graph.")
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -656,6 +673,7 @@ class ConstantOp(GraphOp):
     value = opt_prop_def(Attribute)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    GENERATOR: ClassVar[bool] = True
     REQUIRED_RESULT_TYPE: ClassVar[bool] = True
 
     @classmethod
@@ -699,6 +717,7 @@ class ReshapeOp(GraphOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    VIEW: ClassVar[bool] = True
     REQUIRED_RESULT_TYPE: ClassVar[bool] = True
 
     @classmethod
@@ -726,6 +745,7 @@ class BroadcastOp(GraphOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    VIEW: ClassVar[bool] = True
     REQUIRED_RESULT_TYPE: ClassVar[bool] = True
 
     @classmethod
@@ -752,6 +772,7 @@ class TransposeOp(GraphOp):
     perm = opt_prop_def(Attribute)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    VIEW: ClassVar[bool] = True
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -786,6 +807,7 @@ class SliceOp(GraphOp):
     step = opt_prop_def(Attribute)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    VIEW: ClassVar[bool] = True
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -883,6 +905,7 @@ class IotaOp(GraphOp):
     dim = opt_prop_def(Attribute)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    GENERATOR: ClassVar[bool] = True
     REQUIRED_RESULT_TYPE: ClassVar[bool] = True
 
     @classmethod
@@ -1022,24 +1045,29 @@ class ReduceOp(GraphOp):
 @irdl_op_definition
 class ReduceSumOp(ReduceOp):
     name = "graph.reduce_sum"
+    SHORT_NAME: ClassVar[str | None] = "sum"
     COMBINE: ClassVar[str] = "sum"
 
 
 @irdl_op_definition
 class ReduceMaxOp(ReduceOp):
     name = "graph.reduce_max"
+    SHORT_NAME: ClassVar[str | None] = "amax"
     COMBINE: ClassVar[str] = "max"
 
 
 @irdl_op_definition
 class ReduceMinOp(ReduceOp):
     name = "graph.reduce_min"
+    SHORT_NAME: ClassVar[str | None] = "amin"
     COMBINE: ClassVar[str] = "min"
 
 
 @irdl_op_definition
 class ReduceMeanOp(ReduceOp):
     name = "graph.reduce_mean"
+    SHORT_NAME: ClassVar[str | None] = "mean"
+    REFERENCE_TEMPORARIES: ClassVar[int] = 2
     FLOAT_ONLY: ClassVar[bool] = True
     COMBINE: ClassVar[str] = "sum"  # then divided by the count
 
@@ -1053,6 +1081,7 @@ class MatmulOp(GraphOp):
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    REFERENCE_TEMPORARIES: ClassVar[int] = 2
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -1088,6 +1117,7 @@ class SoftmaxOp(GraphOp):
     dim = opt_prop_def(Attribute)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    REFERENCE_TEMPORARIES: ClassVar[int] = 2
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -1113,6 +1143,7 @@ class LayerNormOp(GraphOp):
     eps = opt_prop_def(Attribute)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    REFERENCE_TEMPORARIES: ClassVar[int] = 2
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -1342,8 +1373,13 @@ SCALAR_FUNCTIONS: dict[str, int] = {
 """The `fn` of every element-wise op's loop.apply / tile.apply, with its arity."""
 PREDICATE_FUNCTIONS = frozenset(op.FN for op in BINARY_OPS if op.KIND == "compare")
 """The functions whose result is `i1`."""
-REDUCE_OPS = (ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceMeanOp)
+REDUCE_OPS = tuple(op for op in Graph.operations if issubclass(op, ReduceOp))
 COMPOSITE_OPS = (SoftmaxOp, LayerNormOp)
+"""Graph ops that `decompose` rewrites into primitives; they have no loop form."""
+VIEW_OPS = tuple(op for op in Graph.operations if issubclass(op, GraphOp) and op.VIEW)
+"""Ops that compute nothing (their `VIEW` fact): fusion sees through them."""
+GENERATOR_OPS = tuple(op for op in Graph.operations if issubclass(op, GraphOp) and op.GENERATOR)
+"""Ops of no operand (their `GENERATOR` fact) that every reader computes itself."""
 
 
 # --- the kernel a group of graph ops makes (irc.ir.kernel_kind's vocabulary) ----

@@ -19,7 +19,7 @@ graph op and the index arithmetic (`add`, `mul`, `floordiv`, `mod` on `index`):
 
 from __future__ import annotations
 
-import difflib
+from typing import Any
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -29,9 +29,11 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
 )
-from xdsl.ir import Attribute, Dialect
+from xdsl.dialects.utils.enum_attribute import EnumAttribute
+from xdsl.ir import Attribute, Dialect, SpacedOpaqueSyntaxAttribute
 from xdsl.irdl import (
     IRDLOperation,
+    irdl_attr_definition,
     irdl_op_definition,
     operand_def,
     opt_prop_def,
@@ -43,11 +45,13 @@ from xdsl.irdl import (
 )
 from xdsl.traits import IsTerminator, NoTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
 
 from irc.dialects.attrs import (
     MAX_BLOCK,
     MAX_STAGES,
     MAX_WARPS,
+    NamedEnum,
     check_flag,
     check_int,
     check_int_list,
@@ -103,13 +107,36 @@ APPLY_FNS: dict[str, int] = _apply_fns()
 """fn name -> number of arguments; tile_to_triton has a Triton form for each."""
 
 
-def check_apply(op: IRDLOperation, fn: StringAttr, n_args: int) -> None:
-    """`fn` names a known scalar function and gets as many arguments as it takes."""
-    arity = APPLY_FNS.get(fn.data)
-    if arity is None:
-        close = difflib.get_close_matches(fn.data, list(APPLY_FNS), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise VerifyException(f"{op.name}: unknown function '{fn.data}'{hint}")
+class _Fn(StrEnum):
+    """A member hashes as its name, which is its value: it is its `fn` string
+    anywhere a string is (a dict key, `==`, an f-string)."""
+
+
+ApplyFn: type[StrEnum] = _Fn("ApplyFn", [(fn, fn) for fn in APPLY_FNS])  # type: ignore[call-overload]
+"""The scalar functions of loop.apply and tile.apply, as an enum (members from APPLY_FNS)."""
+
+
+@irdl_attr_definition
+class ApplyFnAttr(EnumAttribute[ApplyFn], SpacedOpaqueSyntaxAttribute):  # type: ignore[valid-type]
+    """The `fn` of loop.apply and tile.apply: written `{fn = "exp"}` in irc text,
+    `#loop<fn exp>` in MLIR's."""
+
+    name = "loop.fn"
+
+
+def apply_fn(fn: str) -> ApplyFnAttr:
+    """The `fn` property of an apply op computing `fn` (a KeyError if none is)."""
+    return ApplyFnAttr(ApplyFn[fn])
+
+
+def fn_property(op_name: str) -> Any:
+    """The IRDL definition of an apply op's `fn`: one member of ApplyFn."""
+    return prop_def(NamedEnum(ApplyFnAttr, op_name, "fn", "function"))
+
+
+def check_apply(op: IRDLOperation, fn: ApplyFnAttr, n_args: int) -> None:
+    """`fn` (a member, checked by its IRDL constraint) gets as many arguments as it takes."""
+    arity = APPLY_FNS[fn.data]
     if n_args != arity:
         raise VerifyException(
             f"{op.name}: '{fn.data}' takes {arity} argument{'s' if arity > 1 else ''}, got {n_args}"
@@ -408,7 +435,7 @@ class ApplyOp(IRDLOperation):
     """A scalar op; `fn` names the graph op it mirrors (or index arithmetic)."""
 
     name = "loop.apply"
-    fn = prop_def(StringAttr)
+    fn = fn_property("loop.apply")
     args = var_operand_def()
     result = result_def()
     traits = traits_def(Pure())
@@ -446,5 +473,5 @@ Loop = Dialect(
         AllocOp, KernelOp, ReduceOp, SoftmaxReduceOp, ForeachOp, YieldOp, LoadOp, StoreOp,
         ApplyOp, ConstantOp,
     ],
-    [],
+    [ApplyFnAttr],
 )  # fmt: skip

@@ -70,7 +70,7 @@ from irc.dialects.attrs import (
     check_int_list,
     check_number,
 )
-from irc.dialects.loop import REDUCE_KINDS, check_apply, check_apply_types
+from irc.dialects.loop import REDUCE_KINDS, check_apply, check_apply_types, fn_property
 from irc.ir.names import check_kernel_name, quoted
 from irc.ir.types import format_type
 
@@ -346,7 +346,7 @@ class ApplyOp(IRDLOperation):
     """Element-wise op on blocks and scalars, broadcasting; `fn` as in loop.apply."""
 
     name = "tile.apply"
-    fn = prop_def(StringAttr)
+    fn = fn_property("tile.apply")
     args = var_operand_def()
     result = result_def()
     traits = traits_def(Pure())

@@ -206,7 +206,7 @@ class KernelBuilder:
     def apply(self, fn: str, args: Sequence[SSAValue], result: Attribute) -> SSAValue:
         return self.add(
             loop.ApplyOp.create(
-                operands=list(args), result_types=[result], properties={"fn": StringAttr(fn)}
+                operands=list(args), result_types=[result], properties={"fn": loop.apply_fn(fn)}
             )
         )
 
@@ -415,8 +415,7 @@ def view_map(op: Operation) -> IndexMap | None:
     return None
 
 
-COMPOSITE_OPS = (graph.SoftmaxOp, graph.LayerNormOp)
-"""Graph ops that `decompose` rewrites into primitives; they have no loop form."""
+COMPOSITE_OPS = graph.COMPOSITE_OPS
 
 
 def _not_decomposed(op: Operation) -> IrcError:
@@ -681,7 +680,7 @@ def returned_reshapes(ret: func.ReturnOp) -> dict[SSAValue, SSAValue]:
     return out
 
 
-VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp, graph.SliceOp)
+VIEW_OPS = graph.VIEW_OPS
 
 
 def lower_module(module: ModuleOp) -> None:

@@ -260,7 +260,7 @@ class KernelTranslator:
             tile.ApplyOp.create(
                 operands=list(args),
                 result_types=[block_type(element, shape)],
-                properties={"fn": StringAttr(fn)},
+                properties={"fn": loop.apply_fn(fn)},
             )
         )
 

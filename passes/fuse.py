@@ -54,8 +54,8 @@ from irc.passes.fuse_attention import attention_problem, attention_seeds
 from irc.passes.options import check_option
 from irc.syntax.diagnostics import Diagnostic, IrcError
 
-VIEW_OPS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp, graph.SliceOp)
-GENERATOR_OPS = (graph.ConstantOp, graph.IotaOp)
+VIEW_OPS = graph.VIEW_OPS
+GENERATOR_OPS = graph.GENERATOR_OPS
 """Ops of no operand that every reader computes itself (a splat, an index)."""
 FREE_OPS = (*VIEW_OPS, *GENERATOR_OPS)
 CHEAP_OPS = tuple(
@@ -74,21 +74,15 @@ MAX_TENSORS = 16
 SIBLING_WINDOW = 4
 """Readers of one tensor on each side of an op that are tried as horizontal partners."""
 
-SHORT_NAMES = {
-    "reduce_sum": "sum",
-    "reduce_max": "amax",
-    "reduce_min": "amin",
-    "reduce_mean": "mean",
-}
-
-
 def value_bytes(v: SSAValue) -> int:
     return numel(shape_of(v.type)) * element_bytes(element_of(v.type))
 
 
 def op_short_name(op: Operation) -> str:
-    name = op.name.removeprefix("graph.")
-    return SHORT_NAMES.get(name, name)
+    """The op's word in kernel names: its `SHORT_NAME` fact."""
+    if isinstance(op, graph.GraphOp):
+        return op.short_name()
+    return op.name.removeprefix("graph.")
 
 
 # --- the fusion graph -------------------------------------------------------------

@@ -59,7 +59,7 @@ def _apply(
     block: Block, fn: str, args: list[SSAValue], before: Operation, result=INDEX
 ) -> SSAValue:  # type: ignore[no-untyped-def]
     op = loop.ApplyOp.create(
-        operands=args, result_types=[result], properties={"fn": StringAttr(fn)}
+        operands=args, result_types=[result], properties={"fn": loop.apply_fn(fn)}
     )
     block.insert_op_before(op, before)
     return op.result

@@ -18,7 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from xdsl.dialects.builtin import StringAttr, f32, i32
+from xdsl.dialects.builtin import f32, i32
 from xdsl.ir import Block
 
 import irc.tools.opt
@@ -276,7 +276,7 @@ def _triton_form(fn: str, arity: int) -> str:
     op = tile.ApplyOp.create(
         operands=list(args),
         result_types=[i32 if fn == "cast" else f32],
-        properties={"fn": StringAttr(fn)},
+        properties={"fn": loop.apply_fn(fn)},
     )
     # Only `apply` is wanted: a printer whose values are already named.
     printer = tile_to_triton.KernelPrinter.__new__(tile_to_triton.KernelPrinter)

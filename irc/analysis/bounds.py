@@ -238,7 +238,7 @@ class LoopIntervals:
 
 def _fn(op: Operation) -> str:
     fn = op.properties.get("fn")
-    return fn.data if isinstance(fn, StringAttr) else ""
+    return str(fn.data) if isinstance(fn, loop.ApplyFnAttr) else ""
 
 
 def _int_prop(op: Operation, name: str) -> int | None:

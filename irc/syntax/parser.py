@@ -41,6 +41,7 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region
 from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import VerifyException
 
+from irc.dialects.attrs import NamedEnum
 from irc.gcpause import paused_gc
 from irc.ir.types import MAX_ELEMENTS, SCALAR_TYPES, numel
 from irc.ir.value_names import set_value_name
@@ -872,7 +873,8 @@ class _Builder(_SyntaxErrors):
                 )
             if text_keys.get(key, key) in props:
                 raise self.error(key_tok, f"attribute '{key}' is given twice")
-            props[text_keys.get(key, key)] = self._attr_value(value, 0)
+            prop = text_keys.get(key, key)
+            props[prop] = _from_text(cls, prop, self._attr_value(value, 0))
         return props
 
     def _attr_value(self, node: Tree | Token, depth: int) -> Attribute:
@@ -991,6 +993,18 @@ def _number_attr(text: str, error: object) -> Attribute:
     if math.isinf(value_f) and body not in ("inf",):
         raise error(f"number {_quote(text)} is too large for f64")  # type: ignore[operator]
     return FloatAttr(value_f, f64)
+
+
+def _from_text(cls: type[Operation], prop: str, value: Attribute) -> Attribute:
+    """A property as the op holds it: an enum property (`loop.apply`'s `fn`) is
+    written as a string, which names one member (a string naming none stays a
+    string, for the verifier to report at the op)."""
+    if not issubclass(cls, IRDLOperation):
+        return value
+    definition = cls.get_irdl_definition().properties.get(prop)
+    if definition is not None and isinstance(definition.constr, NamedEnum):
+        return definition.constr.from_text(value)
+    return value
 
 
 def _property_names(cls: type[Operation]) -> set[str]:

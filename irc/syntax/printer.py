@@ -19,6 +19,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     SymbolRefAttr,
 )
+from xdsl.dialects.utils.enum_attribute import EnumAttribute
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irc.ir.names import format_string
@@ -49,6 +50,8 @@ def format_attr(attr: Attribute) -> str:
         return "[" + ", ".join(format_attr(a) for a in attr.data) + "]"
     if isinstance(attr, StringAttr):
         return format_string(attr.data)
+    if isinstance(attr, EnumAttribute):
+        return format_string(attr.data.value)  # written as a string (irc.syntax.parser)
     if isinstance(attr, SymbolRefAttr):
         return "@" + attr.root_reference.data
     return format_type(attr)

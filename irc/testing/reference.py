@@ -693,10 +693,12 @@ def _block_extra_bytes(block: Block, wide: bool = False) -> int:
 
 
 def _workspace_bytes(op: Operation, wide: bool = False) -> int:
-    if isinstance(op, graph.SoftmaxOp | graph.LayerNormOp | graph.ReduceMeanOp | graph.MatmulOp):
-        biggest = max((value_bytes(v, wide) for v in _iter_values(op)), default=0)
-        return 2 * biggest
-    return 0
+    """The temporaries the evaluator holds for `op` (its `REFERENCE_TEMPORARIES` fact)."""
+    temporaries = op.REFERENCE_TEMPORARIES if isinstance(op, graph.GraphOp) else 0
+    if not temporaries:
+        return 0
+    biggest = max((value_bytes(v, wide) for v in _iter_values(op)), default=0)
+    return temporaries * biggest
 
 
 def _iter_values(op: Operation) -> Iterable[SSAValue]:
