@@ -188,6 +188,10 @@ class GraphOp(IRDLOperation):
     GENERATOR: ClassVar[bool] = False
     """The op reads no operand (a splat, an index): every kernel that reads it
     computes it itself, so `fuse` counts it as free."""
+    REINDEXING: ClassVar[bool] = False
+    """The op computes, reading its operands at other indices than its own (a concat,
+    a gather): `fuse` keeps it out of row and contraction kernels, which compute a
+    member only at its own row or tile."""
     REFERENCE_TEMPORARIES: ClassVar[int] = 0
     """How many temporaries as large as its largest operand or result the reference
     evaluator (irc.testing.reference) holds while computing it: its peak-memory estimate."""
@@ -861,6 +865,7 @@ class ConcatOp(GraphOp):
     dim = opt_prop_def(Attribute)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    REINDEXING: ClassVar[bool] = True
     COST: ClassVar[Cost] = Cost.CHEAP
     """A compare and a select per operand: cheap enough to recompute (passes/fuse.py)."""
 
@@ -952,6 +957,7 @@ class IndexingOp(GraphOp):
     dim = opt_prop_def(Attribute)
     result = result_def(TensorType)
     traits = traits_def(Pure())
+    REINDEXING: ClassVar[bool] = True
     COST: ClassVar[Cost] = Cost.CHEAP
     """Two loads and a clamp: cheap enough to recompute (passes/fuse.py)."""
 
@@ -1380,6 +1386,8 @@ VIEW_OPS = tuple(op for op in Graph.operations if issubclass(op, GraphOp) and op
 """Ops that compute nothing (their `VIEW` fact): fusion sees through them."""
 GENERATOR_OPS = tuple(op for op in Graph.operations if issubclass(op, GraphOp) and op.GENERATOR)
 """Ops of no operand (their `GENERATOR` fact) that every reader computes itself."""
+REINDEXING_OPS = tuple(op for op in Graph.operations if issubclass(op, GraphOp) and op.REINDEXING)
+"""Ops that read their operands at other indices than their own (their `REINDEXING` fact)."""
 
 
 # --- the kernel a group of graph ops makes (irc.ir.kernel_kind's vocabulary) ----

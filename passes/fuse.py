@@ -64,7 +64,7 @@ CHEAP_OPS = tuple(
 """Ops cheap enough to recompute per element when broadcast into a larger space
 (their COST; views and constants are free)."""
 
-REINDEXING_OPS = (graph.ConcatOp, graph.IndexSelectOp, graph.GatherOp)
+REINDEXING_OPS = graph.REINDEXING_OPS
 """Compute ops that read their operands at other indices than their own (rows and
 contraction kernels compute a member only at its own row or tile)."""
 

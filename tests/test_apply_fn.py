@@ -47,7 +47,8 @@ def opt(args: list[str]) -> tuple[int, str, str]:
 
 def test_the_members_are_the_op_facts_and_the_index_functions() -> None:
     members = {m.value for m in loop.ApplyFn}
-    assert members == {op.FN for op in graph.ELEMENTWISE_OPS} | set(loop.INDEX_FNS)
+    facts = {fn for op in graph.ELEMENTWISE_OPS for fn in (op.FN, *op.EXTRA_FNS)}
+    assert members == facts | set(loop.INDEX_FNS)
     assert all(loop.APPLY_FNS[m] for m in members)
 
 
@@ -124,9 +125,7 @@ def test_an_unknown_fn_in_irc_text_is_a_located_verifier_error(tmp_path: Path, l
 
 def _apply(fn: object) -> loop.ApplyOp:
     block = Block(arg_types=[f32, f32])
-    return loop.ApplyOp.create(
-        operands=list(block.args), result_types=[f32], properties={"fn": fn}
-    )
+    return loop.ApplyOp.create(operands=list(block.args), result_types=[f32], properties={"fn": fn})
 
 
 def test_ir_built_with_a_string_or_a_number_fails_the_verifier() -> None:

@@ -37,7 +37,16 @@ KNOWN: Counter[tuple[str, tuple[str, ...]]] = Counter(
         # The generator's action weights: recipes, some named like the ops they draw.
         (
             "irc/testing/graphgen.py",
-            ("broadcast", "cast", "layer_norm", "matmul", "reshape", "softmax", "transpose", "where"),
+            (
+                "broadcast",
+                "cast",
+                "layer_norm",
+                "matmul",
+                "reshape",
+                "softmax",
+                "transpose",
+                "where",
+            ),
         ): 1,
         # The integer interval analysis: transfer functions of the index arithmetic and
         # comparisons of loop.apply / tile.apply, by function (irc.analysis.bounds).
@@ -47,6 +56,13 @@ KNOWN: Counter[tuple[str, tuple[str, ...]]] = Counter(
         # The attention matcher looks through the views that keep every element (a
         # slice would drop keys): VIEW facts less SliceOp (passes/fuse_attention.py).
         ("passes/fuse_attention.py", ("broadcast", "reshape", "transpose")): 1,
+        # The PyTorch importer: aten ops a graph op refuses on integers (irc/pytorch/aten.py).
+        ("irc/pytorch/aten.py", ("div", "pow")): 1,
+        # The causal-mask matcher of attention: comparisons of row and key index, and
+        # the index offsets it reads through (lowering/attention_to_tile.py).
+        ("lowering/attention_to_tile.py", ("ge", "gt", "le", "lt")): 2,
+        ("lowering/attention_to_tile.py", ("ge", "gt")): 1,
+        ("lowering/attention_to_tile.py", ("add", "sub")): 1,
         # Index arithmetic folded with a constant operand (lowering/loop_to_tile.py).
         ("lowering/loop_to_tile.py", ("add", "mul")): 1,
     }

@@ -33,7 +33,9 @@ from irc.testing import graphgen, reference
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 OPS = graph.ELEMENTWISE_OPS
-FACTS = ("FN", "ARITY", "REFERENCE", "TRITON", "COST", "ROUNDING_COMMUTES", "EXACT", "FUZZ")
+FACTS = (
+    "FN", "ARITY", "REFERENCE", "TRITON", "COST", "ROUNDING_COMMUTES", "EXACT", "EXTRA_FNS", "FUZZ",
+)  # fmt: skip
 """The facts of graph.ElementwiseOp (test_the_facts_are_these_ones keeps the list whole)."""
 
 
@@ -269,7 +271,12 @@ def test_the_walk_through_names_the_readers_of_each_fact() -> None:
 GRAPH_OPS = [op for op in graph.Graph.operations if issubclass(op, graph.GraphOp)]
 """Every op a graph program is written in (graph.fused and graph.yield are fusion's)."""
 GRAPH_FACTS = (
-    "REQUIRED_RESULT_TYPE", "SHORT_NAME", "VIEW", "GENERATOR", "REFERENCE_TEMPORARIES",
+    "REQUIRED_RESULT_TYPE",
+    "SHORT_NAME",
+    "VIEW",
+    "GENERATOR",
+    "REINDEXING",
+    "REFERENCE_TEMPORARIES",
 )
 
 
@@ -289,6 +296,8 @@ def test_every_graph_op_has_its_facts_at_every_level(op: type[graph.GraphOp]) ->
     assert isinstance(op.GENERATOR, bool) and not (op.VIEW and op.GENERATOR)
     # fusion counts views and generators as free.
     assert (op in fuse.FREE_OPS) == (op.VIEW or op.GENERATOR)
+    assert (op in fuse.REINDEXING_OPS) == op.REINDEXING
+    assert isinstance(op.REINDEXING, bool) and not (op.REINDEXING and (op.VIEW or op.GENERATOR))
     if op.GENERATOR:
         assert not op.get_irdl_definition().operands
     assert isinstance(op.REFERENCE_TEMPORARIES, int) and op.REFERENCE_TEMPORARIES >= 0
@@ -304,7 +313,7 @@ def test_every_graph_op_has_its_facts_at_every_level(op: type[graph.GraphOp]) ->
         assert not issubclass(op, graph.ElementwiseOp)
 
 
-NOT_DRAWN_YET = {"graph.slice", "graph.concat", "graph.iota"}
+NOT_DRAWN_YET = {"graph.slice", "graph.concat", "graph.iota", "graph.index_select", "graph.gather"}
 """Ops the fuzzer has no recipe for yet (added after it): exact, so that it shrinks."""
 
 
