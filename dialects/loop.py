@@ -224,12 +224,24 @@ class KernelOp(IRDLOperation):
     def _check_tiling(self) -> None:
         """The `tile` pass's choice, or a hand-written one, must be one Triton takes."""
         if self.block is not None:
-            want = {"pointwise": 1, "reduction": 2, "contraction": 3, "attention": 2}[
-                kernel_kind(self)
-            ]
+            # An element-wise kernel takes [X], or [A, B] when it transposes.
+            lengths = {"pointwise": (1, 2), "reduction": (2,), "contraction": (3,)}
+            lengths["attention"] = (2,)
             check_int_list(
-                self, "block", self.block, 1, MAX_BLOCK, lengths=(want,), power_of_two=True
+                self,
+                "block",
+                self.block,
+                1,
+                MAX_BLOCK,
+                lengths=lengths[kernel_kind(self)],
+                power_of_two=True,
             )
+            pointwise = kernel_kind(self) == KernelKind.POINTWISE
+            if pointwise and len(self.block) == 2 and len(self.parallel_bounds()) < 2:
+                raise VerifyException(
+                    "loop.kernel: block = [A, B] tiles two parallel dims; this kernel has "
+                    f"{len(self.parallel_bounds())}"
+                )
         if self.warps is not None:
             check_int(self, "warps", self.warps, 1, MAX_WARPS, power_of_two=True)
         if self.stages is not None:

@@ -103,9 +103,23 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
         ):
             if x <= max(n, 512):
                 out.append(Tiling((x,), w))
+        if shape.across >= 0:  # a transposed access: 2-d tiles, each side a load's run
+            a, b = next_pow2(shape.parallel[shape.across]), next_pow2(shape.parallel[-1])
+            for ta, tb, w in ((32, 32, 4), (64, 64, 4), (64, 64, 8), (32, 128, 4), (128, 32, 4)):
+                if ta <= max(a, 32) and tb <= max(b, 32):
+                    out.append(Tiling((ta, tb), w))
     elif shape.kind == "attention":
         for bm, bn, w, s in ((128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3)):
             out.append(Tiling((bm, bn), w, s))
+    elif shape.kind == "reduction" and shape.columns:
+        # Column reductions: bytes side by side along the kept dim, rows a step.
+        c, r = next_pow2(shape.columns), next_pow2(numel(shape.reduction))
+        for x, rb, w in (
+            (32, 64, 4), (64, 32, 4), (64, 64, 8), (128, 16, 4), (128, 32, 8),
+            (128, 64, 8), (256, 16, 8), (256, 32, 8),
+        ):  # fmt: skip
+            if x <= max(c, 32) and rb <= max(r, 8):
+                out.append(Tiling((x, rb), w))
     elif shape.kind == "reduction":
         rows, r = numel(shape.parallel), numel(shape.reduction)
         full = next_pow2(r)

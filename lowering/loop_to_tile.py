@@ -381,7 +381,9 @@ class KernelTranslator:
         if persistent:
             self.persistent_tiles()
         else:
-            if kind == "pointwise":
+            if kind == "pointwise" and len(self.tiling.block) == 2:
+                self.layout_pointwise_2d()
+            elif kind == "pointwise":
                 self.layout_pointwise()
             elif kind == "reduction" and self.shape.columns:
                 self.layout_columns()
@@ -427,6 +429,38 @@ class KernelTranslator:
             self.kernel.body.block.args, self.unravel(x, self.shape.parallel), strict=True
         ):
             self.bind(iv, v)
+
+    def layout_pointwise_2d(self) -> None:
+        """A transposing element-wise kernel: a 2-d tile over dim `a` (the one a
+        transposed access is contiguous along; block axis 0) and the last dim
+        (axis 1); the other dims are one index a program.
+
+        Programs walk the last dim's tiles first, then `a`'s, then the rest:
+        `pid = (rest * tiles_a + tile_a) * tiles_b + tile_b`.
+        """
+        ab, bb = self.tiling.block
+        bounds = self.shape.parallel
+        a = self.shape.across if self.shape.across >= 0 else len(bounds) - 2
+        last = len(bounds) - 1
+        rest = [d for d in range(len(bounds)) if d not in (a, last)]
+        tiles_a, tiles_b = math.ceil(bounds[a] / ab), math.ceil(bounds[last] / bb)
+        self.grid = [tiles_a * tiles_b * numel([bounds[d] for d in rest])]
+        pid = self.program_id(0)
+        tile_b = self.iapply("mod", pid, tiles_b) if tiles_b > 1 else self.const(0, self.index)
+        upper = self.iapply("floordiv", pid, tiles_b)
+        tile_a = self.iapply("mod", upper, tiles_a) if tiles_a > 1 else self.const(0, self.index)
+        outer = self.iapply("floordiv", upper, tiles_a)
+        ia = self.apply("add", [self.iapply("mul", tile_a, ab), self.arange(ab)])
+        ib = self.apply("add", [self.iapply("mul", tile_b, bb), self.arange(bb)])
+        ia, ib = self.expand(ia, 1), self.expand(ib, 0)
+        self.scopes[-1].axis_masks = [
+            self.mask_below(ia, bounds[a], ab),
+            self.mask_below(ib, bounds[last], bb),
+        ]
+        values = dict(zip(rest, self.unravel(outer, [bounds[d] for d in rest]), strict=True))
+        values[a], values[last] = ia, ib
+        for d, iv in enumerate(self.kernel.body.block.args):
+            self.bind(iv, values[d])
 
     def layout_rows(self) -> None:
         xb, rb = self.tiling.block

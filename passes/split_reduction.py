@@ -304,7 +304,8 @@ def split_chunks(
     docstring says why). With parallel dims: the fewest power-of-two chunks that
     give the GPU `PROGRAMS_PER_SM` programs an SM under the tiling `tile` would
     choose, as long as a chunk is at least `min_chunk` elements a program and a
-    full step of its tile. Where programs combine partials they did not make
+    full step of its tile (rows that an epilogue or a dependent reduction reads
+    again, a softmax's, stay one kernel). Where programs combine partials they did not make
     (a reduction reading another, a foreach reading one), chunks are at least 4 G
     long, so that combining costs at most a quarter of the chunk's reads.
     """
@@ -337,6 +338,10 @@ def split_chunks(
         g = split_count(n, min(splits, most, n // min_chunk))
         return g if g >= 16 else 1
     shape = kernel_shape(kernel)
+    if recombines and not shape.columns:
+        # Rows with an epilogue or dependent statistics (softmax, layer norm) keep
+        # their one kernel: few long rows stream in chunks (online-softmax).
+        return 1
     unsplit = choose_tiling(shape)
     now = programs(shape, unsplit)
     want = PROGRAMS_PER_SM * sms

@@ -68,6 +68,9 @@ class KernelShape:
     """A reduction whose streamed loads are contiguous along a kept dim, not the
     reduced one (a column sum): that kept dim's size (0 for row reductions)."""
     element_bytes: int = 4  # the widest element the reduction streams
+    across: int = -1
+    """Element-wise kernels: the parallel dim that an access is contiguous along
+    when it is not the last one (a transposed operand: `x.T + y`), else -1."""
 
 
 def index_args(v: SSAValue) -> set[BlockArgument]:
@@ -149,7 +152,33 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                 kind, parallel, max(spaces, key=numel), False, epilogue, columns, widest
             )
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
-    return KernelShape(kind, parallel, ())
+    return KernelShape(kind, parallel, (), across=transposed_dim(kernel))
+
+
+def transposed_dim(kernel: loop.KernelOp) -> int:
+    """The parallel dim (not the last) along which most bytes of transposed accesses
+    are contiguous: the last index of a full-size load or store that is computed
+    from that one index alone. -1 when every access runs along the last dim (or
+    none can tell)."""
+    args = list(kernel.body.block.args)
+    if len(args) < 2:
+        return -1
+    votes: dict[int, int] = {}
+    space = numel(kernel.parallel_bounds())
+    for op in kernel.body.walk():
+        if not isinstance(op, loop.LoadOp | loop.StoreOp) or not op.indices:
+            continue
+        buffer = op.buffer.type
+        assert isinstance(buffer, MemRefType)
+        if buffer.get_shape()[-1] == 1 or 2 * numel(buffer.get_shape()) < space:
+            continue  # a broadcast operand (a bias, a column) is read from cache
+        last = index_args(op.indices[-1])
+        if len(last) == 1:
+            (arg,) = last
+            if arg in args and arg is not args[-1] and kernel.parallel_bounds()[-1] > 1:
+                d = args.index(arg)
+                votes[d] = votes.get(d, 0) + element_bytes(buffer.element_type)
+    return max(votes, key=lambda d: votes[d]) if votes else -1
 
 
 def attention_shape(kernel: loop.KernelOp, parallel: tuple[int, ...]) -> KernelShape:
@@ -208,6 +237,8 @@ def choose_tiling(
     epilogue_warps: int = 8,
 ) -> Tiling:
     """The heuristic of this module's docstring."""
+    if shape.kind == "pointwise" and shape.across >= 0:
+        return transpose_tiling(shape)
     if shape.kind == "pointwise":
         x = min(block, next_pow2(numel(shape.parallel)))
         return Tiling((x,), _warps(x, thread_elements, most=32))
@@ -232,6 +263,22 @@ def choose_tiling(
     bn = min(64, max(16, next_pow2(n)))
     bk = min(32, max(16, next_pow2(k)))
     return Tiling((bm, bn, bk), 4, 2)
+
+
+TRANSPOSE_TILE = 64
+"""Sides of a transposing element-wise program's 2-d tile: 64 elements of each
+access's contiguous dim, 256 bytes of f32 (two full 128-byte lines), whatever
+the dim it runs along."""
+
+
+def transpose_tiling(shape: KernelShape) -> Tiling:
+    """An element-wise kernel with a transposed access: a 2-d tile over the dim
+    that access is contiguous along (block axis 0) and the last dim (axis 1).
+    Each load is then vectorized along its own contiguous axis (Triton gives each
+    its layout and converts through shared memory), and stores along the last."""
+    a = min(TRANSPOSE_TILE, next_pow2(shape.parallel[shape.across]))
+    b = min(TRANSPOSE_TILE, next_pow2(shape.parallel[-1]))
+    return Tiling((a, b), max(1, min(8, a * b // 512)))
 
 
 COLUMN_BYTES = 512

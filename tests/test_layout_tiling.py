@@ -295,3 +295,98 @@ def test_torch_reference_is_not_trivial() -> None:
     (fn,) = functions(irc.parse(reduce_fn("reduce_sum", (300, 70), [0]), "t.ir")).values()
     (x,) = random_inputs(fn, seed=11)
     assert torch.unique(x).numel() > 1000
+
+
+# --- transposed operands --------------------------------------------------------------
+
+
+def transpose_add(n: int, m: int, el: str = "f32") -> str:
+    return f"""func @f(%x: {t((m, n), el)}, %y: {t((n, m), el)}) -> {t((n, m), el)} {{
+  %t = graph.transpose %x {{perm = [1, 0]}} : {t((n, m), el)}
+  %a = graph.add %t, %y : {t((n, m), el)}
+  return %a : {t((n, m), el)}
+}}
+"""
+
+
+def permute_silu(shape: tuple[int, int, int], el: str = "f32") -> str:
+    b, n, m = shape
+    out = t((b, m, n), el)
+    return f"""func @f(%x: {t((b, n, m), el)}, %w: {t((n,), el)}) -> {out} {{
+  %t = graph.transpose %x {{perm = [0, 2, 1]}} : {out}
+  %wb = graph.broadcast %w : {out}
+  %a = graph.mul %t, %wb : {out}
+  %s = graph.silu %a : {out}
+  return %s : {out}
+}}
+"""
+
+
+def test_transposed_operand_reads_and_writes_coalesced_through_2d_tiles() -> None:
+    module = tiled(transpose_add(8192, 8192))
+    ((k, programs, _),) = launches(module)
+    assert programs >= 4 * SMS
+    loads = [op for op in k.walk() if isinstance(op, tile.LoadOp)]
+    stores = [op for op in k.walk() if isinstance(op, tile.StoreOp)]
+    axes = sorted(tuple(unit_stride_axes(op.offsets)) for op in loads)
+    assert axes == [(0,), (1,)], "x.T is contiguous along block axis 0, y along axis 1"
+    for op in loads + stores:
+        assert op.offsets.type.get_shape() == (64, 64)  # type: ignore[attr-defined]
+    (store,) = stores
+    assert unit_stride_axes(store.offsets) == {1}
+
+
+def test_broadcast_column_does_not_make_a_2d_tile() -> None:
+    """A bias read along rows is no transposed operand: one 1-d block."""
+    text = f"""func @f(%x: {t((64, 48))}, %b: {t((64, 1))}) -> {t((64, 48))} {{
+  %bb = graph.broadcast %b : {t((64, 48))}
+  %a = graph.add %x, %bb : {t((64, 48))}
+  return %a : {t((64, 48))}
+}}
+"""
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, "fuse,graph-to-loop,tile")
+    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    assert len(loop.int_list(k.block)) == 1
+
+
+@pytest.mark.parametrize("el", ["f32", "bf16"])
+def test_transpose_add_matches_torch(el: str) -> None:
+    check(transpose_add(70, 45, el), expect_kernels=1)
+
+
+def test_permute_with_a_broadcast_weight_matches_torch() -> None:
+    check(permute_silu((3, 33, 17)), expect_kernels=1)
+
+
+# --- the autotuner's search space ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        reduce_fn("reduce_sum", (300, 70), [0]),
+        transpose_add(70, 45),
+    ],
+    ids=["column", "transpose"],
+)
+def test_autotune_candidates_of_new_shapes_verify_and_match_torch(text: str) -> None:
+    from irc.autotune import candidates
+    from irc.passes.tile import Tiling, set_tiling, tiling_of
+
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
+    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    shape = kernel_shape(k)
+    options = candidates(shape, tiling_of(k))
+    new = [o for o in options if len(o.block) == 2]  # 2-d tiles: columns or transposes
+    assert len(new) >= 4, options
+    (fn,) = functions(irc.parse(text, "t.ir")).values()
+    inputs = random_inputs(fn, seed=5, device=DEVICE)
+    (want,) = reference_run(irc.parse(text, "t.ir"), "f", inputs, device=DEVICE)
+    for option in (new[1], new[-1]):
+        copy = module.clone()
+        (kc,) = [c for c in copy.walk() if isinstance(c, loop.KernelOp)]
+        set_tiling(kc, Tiling(option.block, option.warps))
+        compiled = irc.compile(copy, device=DEVICE)
+        assert_close(compiled.f(*inputs), want)
