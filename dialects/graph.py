@@ -11,6 +11,7 @@ op of the same name (see `irc.testing.reference`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -28,6 +29,7 @@ from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
     operand_def,
+    opt_operand_def,
     opt_prop_def,
     region_def,
     result_def,
@@ -1187,6 +1189,90 @@ class LayerNormOp(GraphOp):
         return _float(self.name, dict(self.properties), "eps", 1e-5)
 
 
+@irdl_op_definition
+class AttentionOp(GraphOp):
+    """softmax(q k^T * scale + mask) v over the last two dims, as torch's
+    `scaled_dot_product_attention`: q `[..., Tq, D]`, k `[..., Tk, D]`, v `[..., Tk, Dv]`
+    give `[..., Tq, Dv]`. The leading dims (batch, heads) agree, except that q may
+    have a whole multiple of k's and v's heads (dim -3, grouped-query attention:
+    each K/V head serves that many consecutive query heads). `mask` (optional)
+    broadcasts to `[..., Tq, Tk]`: `i1` keeps the keys where it is true, a float
+    mask is added to the scores. `scale` defaults to 1/sqrt(D); `is_causal`
+    keeps key j of row i where j <= i. `decompose` writes it out
+    (passes/decompose.py) and `fuse` makes one attention kernel of it again."""
+
+    name = "graph.attention"
+    query = operand_def(TensorType)
+    key = operand_def(TensorType)
+    value = operand_def(TensorType)
+    mask = opt_operand_def(TensorType)
+    scale = opt_prop_def(Attribute)
+    is_causal = opt_prop_def(Attribute)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    REFERENCE_TEMPORARIES: ClassVar[int] = 4
+    """The f32 copies of q, k, v and the result (an under-estimate where the
+    [Tq, Tk] scores of a head are larger than those)."""
+
+    @classmethod
+    def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
+        if len(operands) not in (3, 4):
+            raise GraphVerifyError(
+                f"{cls.name} takes query, key, value and an optional mask, got "
+                f"{len(operands)} operands"
+            )
+        q, k, v = (_tensor_operand(cls.name, t, i) for i, t in enumerate(operands[:3]))
+        _same_element(cls.name, [q, k, v])
+        _require_float(cls.name, q)
+        sq, sk, sv = q.get_shape(), k.get_shape(), v.get_shape()
+        if not 2 <= len(sq) <= 4 or len(sk) != len(sq) or len(sv) != len(sq):
+            raise GraphVerifyError(
+                f"{cls.name}: query, key and value have one rank, 2 to 4, got "
+                f"{format_type(q)}, {format_type(k)}, {format_type(v)}"
+            )
+        if sk[-1] != sq[-1]:
+            raise GraphVerifyError(
+                f"{cls.name}: key's last dim ({sk[-1]}) must be the query's ({sq[-1]})", 1
+            )
+        if sv[-2] != sk[-2] or tuple(sv[:-2]) != tuple(sk[:-2]):
+            raise GraphVerifyError(
+                f"{cls.name}: value {format_type(v)} must have the key's leading dims and "
+                f"length ({format_type(k)})",
+                2,
+            )
+        for d in range(len(sq) - 2):
+            heads = d == len(sq) - 3
+            if sq[d] != sk[d] and not (heads and sq[d] % sk[d] == 0):
+                raise GraphVerifyError(
+                    f"{cls.name}: the key's leading dims {list(sk[:-2])} must be the query's "
+                    f"{list(sq[:-2])} (or divide its heads, dim -3)",
+                    1,
+                )
+        scores = (*sq[:-1], sk[-2])
+        if len(operands) == 4:
+            m = _tensor_operand(cls.name, operands[3], 3)
+            if m.element_type not in (I1, q.element_type):
+                raise GraphVerifyError(
+                    f"{cls.name}: the mask is i1 or the query's type, got {format_type(m)}", 3
+                )
+            if broadcast_shapes(m.get_shape(), scores) != scores:
+                raise GraphVerifyError(
+                    f"{cls.name}: mask {format_type(m)} does not broadcast to the scores' "
+                    f"shape {list(scores)}",
+                    3,
+                )
+        _float(cls.name, props, "scale", 1.0)
+        _bool(cls.name, props, "is_causal", False)
+        return tensor([*sq[:-1], sv[-1]], q.element_type)
+
+    def softmax_scale(self) -> float:
+        d = self.query.type.get_shape()[-1]  # type: ignore[attr-defined]
+        return _float(self.name, dict(self.properties), "scale", 1 / math.sqrt(d))
+
+    def causal(self) -> bool:
+        return _bool(self.name, dict(self.properties), "is_causal", False)
+
+
 # --- fusion groups -------------------------------------------------------------
 
 
@@ -1362,7 +1448,7 @@ Graph = Dialect(
         WhereOp, CastOp, ConstantOp, ReshapeOp, BroadcastOp, TransposeOp,
         SliceOp, ConcatOp, IotaOp, IndexSelectOp, GatherOp,
         ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceMeanOp, MatmulOp,
-        SoftmaxOp, LayerNormOp, FusedOp, YieldOp,
+        SoftmaxOp, LayerNormOp, AttentionOp, FusedOp, YieldOp,
     ],
     [],
 )  # fmt: skip
@@ -1380,7 +1466,7 @@ SCALAR_FUNCTIONS: dict[str, int] = {
 PREDICATE_FUNCTIONS = frozenset(op.FN for op in BINARY_OPS if op.KIND == "compare")
 """The functions whose result is `i1`."""
 REDUCE_OPS = tuple(op for op in Graph.operations if issubclass(op, ReduceOp))
-COMPOSITE_OPS = (SoftmaxOp, LayerNormOp)
+COMPOSITE_OPS = (SoftmaxOp, LayerNormOp, AttentionOp)
 """Graph ops that `decompose` rewrites into primitives; they have no loop form."""
 VIEW_OPS = tuple(op for op in Graph.operations if issubclass(op, GraphOp) and op.VIEW)
 """Ops that compute nothing (their `VIEW` fact): fusion sees through them."""

@@ -81,10 +81,9 @@ def attention_kernel(
     kb.overrides[pattern.values_mm] = lambda at: _values(kb, pattern, n, at, row_sum, wide)
 
     for v, buf in zip(outputs, bufs, strict=True):
-        kb.add(loop.StoreOp.create(operands=[kb.value_at(v, idx), buf, *idx]))
+        lowering.store(kb, v, buf, idx)
     lowering.add_kernel(members, body, out_shape, name, KernelKind.ATTENTION)
-    for v, buf in zip(outputs, bufs, strict=True):
-        lowering.stored(v, buf)
+    lowering.bind_outputs(outputs, bufs)
 
 
 def _values(

@@ -26,7 +26,7 @@ import math
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, StringAttr, f64, i64
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import Attribute, Block, SSAValue
 
 from irc.dialects import loop, tile
 from irc.ir.types import ELEMENT_TYPES, F32, HALF_TYPES, numel
@@ -104,7 +104,8 @@ class AttentionLayout:
             (kiv,) = dot.body.block.args
             with t.scope(axis_masks=[self.row_mask, self.kmask_row]):
                 t.bind(kiv, self.k_row)
-                self.queries[dot] = t.dot_operand(_factors(dot)[0], (bm, self.bd), dot.result.type)
+                q, element = _narrow(_factors(dot)[0], dot.result.type)
+                self.queries[dot] = t.dot_operand(q, (bm, self.bd), element)
         inits = [
             t.full(MINUS_INF, F32, (bm, 1)),
             t.full(ZERO, F32, (bm, 1)),
@@ -179,7 +180,8 @@ class AttentionLayout:
             (kiv,) = dot.body.block.args
             with t.scope(axis_masks=[self.kmask_col, jmask_row]):
                 t.bind(kiv, self.k_col)
-                k = t.dot_operand(_factors(dot)[1], (self.bd, self.bn), dot.result.type)
+                k, element = _narrow(_factors(dot)[1], dot.result.type)
+                k = t.dot_operand(k, (self.bd, self.bn), element)
             zero = t.full(ZERO, F32, (self.bm, self.bn))
             t.bind(dot.result, t.round_to(self.dot(self.queries[dot], k, zero), dot.result.type))
 
@@ -285,6 +287,18 @@ def _linear(v: SSAValue) -> tuple[SSAValue, int] | None:
     if c is None or inner is None or c != int(c) or abs(c) >= INDEX_EXACT:
         return None
     return inner[0], inner[1] + int(c) * (1 if op.fn.data == "add" else -1)
+
+
+def _narrow(v: SSAValue, element: Attribute) -> tuple[SSAValue, Attribute]:
+    """A dot operand widened from half precision to f32, as its half load: the
+    products of half values are exact in f32, so a half dot accumulating in f32
+    computes the f32 product of the widened values (up to the order of its sums)."""
+    cast = v.owner
+    if isinstance(cast, loop.ApplyOp) and cast.fn.data == "cast" and element == F32:
+        load = cast.args[0].owner
+        if isinstance(load, loop.LoadOp) and load.result.type in HALF_TYPES:
+            return load.result, load.result.type
+    return v, element
 
 
 def _block(element: object, shape: tuple[int, ...]) -> object:

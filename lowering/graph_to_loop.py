@@ -561,10 +561,6 @@ class FunctionLowering:
         """A builder of one kernel's body (for lowerings of other kernel kinds)."""
         return KernelBuilder(self, body, members)
 
-    def stored(self, v: SSAValue, buf: SSAValue) -> None:
-        """Records that a kernel stores `v` in `buf`."""
-        self.access[v] = Buffer(buf)
-
     def alloc(self, v: SSAValue) -> SSAValue:
         """The buffer a kernel stores `v` in: shaped as its returned reshape, if any."""
         shaped = self.store_as.get(v, v)

@@ -207,7 +207,7 @@ def is_compute(op: Operation) -> bool:
     return (
         isinstance(op, graph.GraphOp)
         and not isinstance(op, FREE_OPS)
-        and not isinstance(op, graph.SoftmaxOp | graph.LayerNormOp)
+        and not isinstance(op, graph.COMPOSITE_OPS)
     )
 
 

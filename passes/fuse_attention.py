@@ -152,6 +152,14 @@ def match_attention(mm2: Operation) -> AttentionPattern | str:
         for r in op.results:
             if not _only_read_by(r, {*inner, mm2}):
                 return f"{op.name} of the scores is needed outside the kernel"
+    # Operands of the scores' matmul widened from half precision: read as they are
+    # (the kernel's dot takes the half values and sums in f32, which is the same).
+    widened = [
+        op
+        for op in (_producer(mm1.lhs), _producer(mm1.rhs))
+        if isinstance(op, graph.CastOp) and _only_read_by(op.result, {mm1})
+    ]
+    inner += widened
     core_set = {*inner, mm2, *_side_inputs(chain, {*inner, mm2})}
     core = tuple(sorted(core_set, key=_position))
     return AttentionPattern(

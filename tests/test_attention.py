@@ -278,3 +278,101 @@ def test_iota_masked_attention_matches_torch(cmp: str, offset: int) -> None:
         keep = i + offset <= j
     want = attention_reference(q, k, v, keep)
     torch.testing.assert_close(compiled.attn(q, k, v), want, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+SDPA = """\
+func @sdpa(%q: tensor<2x4x40x16x{t}>, %k: tensor<2x{kv}x40x16x{t}>, %v: tensor<2x{kv}x40x{dv}x{t}>{margs}) -> tensor<2x4x40x{dv}x{t}> {{
+  %o = graph.attention %q, %k, %v{mask} {{{props}}} : tensor<2x4x40x{dv}x{t}>
+  return %o : tensor<2x4x40x{dv}x{t}>
+}}
+"""
+
+
+def sdpa_ir(t: str = "f32", kv: int = 4, dv: int = 16, mask: str = "", props: str = "") -> str:
+    margs = f", %m: {mask}" if mask else ""
+    return SDPA.format(t=t, kv=kv, dv=dv, margs=margs, mask=", %m" if mask else "", props=props)
+
+
+def test_graph_attention_decomposes_and_fuses_back_into_one_kernel() -> None:
+    text = sdpa_ir("bf16", kv=2, props="is_causal = true")
+    module = irc.parse(text)
+    irc.run_pipeline(module, "decompose")
+    names = [op.name for op in module.walk() if op.name.startswith("graph.")]
+    assert "graph.attention" not in names and names.count("graph.matmul") == 2
+    assert names.count("graph.iota") == 2  # is_causal: a mask of two iotas
+    module = irc.parse(text)
+    irc.run_pipeline(module, "decompose,fuse")
+    (fused,) = [op for op in module.walk() if isinstance(op, graph.FusedOp)]
+    assert fused.kernel_kind() == "attention"
+    irc.run_pipeline(
+        module, "graph-to-loop,tile,online-softmax,loop-to-tile,tile-cse,dce"
+    )
+    assert check_bounds(module) == []
+    assert any(isinstance(op, tile.ForStopOp) for op in module.walk())
+    launch = next(op for op in module.walk() if isinstance(op, tile.LaunchOp))
+    assert [tuple(a.type.get_shape()) for a in launch.args][1] == (2, 2, 40, 16)  # K as it is
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (sdpa_ir(kv=3), "the key's leading dims [2, 3] must be the query's [2, 4]"),
+        (sdpa_ir(mask="tensor<40x41xi1>"), "does not broadcast to the scores' shape"),
+        (sdpa_ir(mask="tensor<40x40xi32>"), "the mask is i1 or the query's type"),
+        (sdpa_ir(props="is_causal = 2"), "'is_causal' must be true or false"),
+    ],
+)
+def test_graph_attention_errors_are_located(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.ir"
+    path.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "irc.tools.opt", str(path)], capture_output=True, text=True
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"{path}:2:" in done.stderr and message in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("dtype", "kv", "dv", "mask", "props"),
+    [
+        ("f32", 4, 16, "", ""),
+        ("f32", 2, 32, "tensor<40x40xf32>", "scale = 0.5"),  # additive mask, grouped heads
+        ("f32", 4, 16, "tensor<2x1x40x40xi1>", "is_causal = true"),  # both, per batch
+        ("bf16", 2, 16, "", "is_causal = true"),
+        ("f16", 1, 16, "tensor<40x40xi1>", ""),
+    ],
+)
+def test_graph_attention_matches_scaled_dot_product_attention(
+    dtype: str, kv: int, dv: int, mask: str, props: str
+) -> None:
+    compiled = irc.compile(irc.parse(sdpa_ir(dtype, kv, dv, mask, props)), device=DEVICE)
+    assert compiled.kernel_count == 1
+    dt = DTYPES[dtype]
+    torch.manual_seed(kv * 7 + dv)
+    q = torch.randn(2, 4, 40, 16, device=DEVICE).to(dt)
+    k = torch.randn(2, kv, 40, 16, device=DEVICE).to(dt)
+    v = torch.randn(2, kv, 40, dv, device=DEVICE).to(dt)
+    args = [q, k, v]
+    bias = None
+    if "i1" in mask:
+        shape = (2, 1, 40, 40) if "2x1" in mask else (40, 40)
+        bias = torch.rand(shape, device=DEVICE) > 0.3
+        bias[..., 0] = True  # every row sees a key
+    elif mask:
+        bias = torch.randn(40, 40, device=DEVICE).to(dt)
+    if bias is not None:
+        args.append(bias)
+    scale = 0.5 if "scale" in props else None
+    causal = "is_causal" in props
+    attn_mask = bias
+    if causal and bias is not None:
+        attn_mask = bias & torch.ones(40, 40, dtype=torch.bool, device=DEVICE).tril()
+        causal = False
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=None if attn_mask is None else (
+            attn_mask if attn_mask.dtype == torch.bool else attn_mask.float()
+        ), is_causal=causal, scale=scale, enable_gqa=kv != 4,
+    )  # fmt: skip
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(compiled.sdpa(*args).float(), want, atol=tol, rtol=tol)

@@ -16,6 +16,7 @@ generated code.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from typing import Any, cast
@@ -357,6 +358,27 @@ def _matmul(op: graph.MatmulOp, args: list[Tensor]) -> Tensor:
     if p is not None:  # the same order of the contracted dim on both sides
         a, b = a.index_select(a.dim() - 1, p), b.index_select(b.dim() - 2, p)
     return torch.matmul(a, b)
+
+
+@evaluator(graph.AttentionOp)
+def _attention(op: graph.AttentionOp, args: list[Tensor]) -> Tensor:
+    """scaled_dot_product_attention as its flash kernels compute it: scores and softmax
+    in f32, the probabilities rounded to the inputs' type for the second product
+    (which sums in f32), the result rounded once."""
+    q, k, v = (a.float() for a in args[:3])
+    if q.dim() >= 3 and k.shape[-3] != q.shape[-3]:  # grouped-query: K/V heads shared
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], -3)
+        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], -3)
+    s = torch.matmul(q, k.transpose(-1, -2)) * op.softmax_scale()
+    if len(args) == 4:
+        mask = args[3]
+        s = s.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else s + mask.float()
+    if op.causal():
+        t_q, t_k = s.shape[-2:]
+        seen = torch.ones(t_q, t_k, dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~seen, -math.inf)
+    p = torch.softmax(s, -1).to(args[0].dtype).float()
+    return torch.matmul(p, v).to(args[0].dtype)
 
 
 @evaluator(graph.SoftmaxOp)
