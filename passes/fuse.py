@@ -50,7 +50,12 @@ from irc.dialects import graph
 from irc.dialects.graph import row_geometry
 from irc.ir.kernel_kind import NAME_PREFIX, GeometryMismatch, KernelKind, RowGeometry
 from irc.ir.types import element_bytes, element_of, numel, shape_of
-from irc.passes.fuse_attention import attention_problem, attention_seeds
+from irc.passes.fuse_attention import (
+    Blocked,
+    attention_problem,
+    attention_seeds,
+    match_attention,
+)
 from irc.passes.options import check_option
 from irc.syntax.diagnostics import Diagnostic, IrcError
 
@@ -929,6 +934,7 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
         {id(gr): gr for gr in group_of.values()}.values(), key=lambda gr: g.order[gr.ops[0]]
     )
     name_of: dict[int, str] = {}
+    blocked_attention = _blocked_attention(g, group_of)  # asked before the groups move
     for gr in groups:
         before = sum(single_cost[op] for op in gr.ops)
         schema = kernel_schema(g, gr.ops, len(gr.ops), (gr.reads, gr.writes))
@@ -938,6 +944,10 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
             GroupRecord(name, kind, [_op_label(g, o) for o in gr.ops], before, cost[gr.id])
         )
         materialize(g, gr.ops, name, schema)
+    for blocked in blocked_attention:
+        blocked.first_kernel = name_of[blocked.first_kernel]  # type: ignore[index]
+        blocked.second_kernel = name_of[blocked.second_kernel]  # type: ignore[index]
+        report.rejected.append(blocked)
     # Only what was turned down between the final groups: a pair rejected while its
     # groups were still growing is either inside one kernel now or superseded by the
     # attempt between the groups they grew into.
@@ -948,6 +958,31 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     _drop_unread_views(fn.body.block)
     _restore_order(fn.body.block)
     return report
+
+
+def _blocked_attention(g: FusionGraph, group_of: dict[Operation, Group]) -> list[Rejection]:
+    """Attentions the data flow makes but one kernel cannot (a score or probability
+    read elsewhere): their two matmuls' groups (ids, named later), what fusing them
+    would have saved, and why."""
+    out: list[Rejection] = []
+    for op in g.compute:
+        if not isinstance(op, graph.MatmulOp):
+            continue
+        found = match_attention(op)
+        if not isinstance(found, Blocked) or found.scores_mm is None:
+            continue
+        first, second = group_of[found.scores_mm], group_of[op]
+        if first is second:
+            continue
+        groups = {id(group_of[o]): group_of[o] for o in found.ops if o in group_of}
+        parts = [o for gr in groups.values() for o in gr.ops]
+        saved = sum(group_bytes(g, gr.ops) for gr in groups.values()) - group_bytes(g, parts)
+        first_ops = [_op_label(g, o) for o in first.ops]
+        second_ops = [_op_label(g, o) for o in second.ops]
+        out.append(
+            Rejection(first.id, second.id, first_ops, second_ops, saved, str(found))  # type: ignore[arg-type]
+        )
+    return out
 
 
 def _drop_unread_views(block: Block) -> None:

@@ -54,6 +54,20 @@ class AttentionPattern:
     """Every op above, in program order: the group fuse starts from."""
 
 
+class Blocked(str):
+    """Why an attention that the data flow makes is not one kernel: a value between
+    its matmuls is needed outside (the message), with the ops it would have held."""
+
+    ops: tuple[Operation, ...] = ()
+    scores_mm: Operation | None = None
+
+
+def _blocked(message: str, ops: Sequence[Operation], mm1: Operation) -> Blocked:
+    out = Blocked(message)
+    out.ops, out.scores_mm = tuple(ops), mm1
+    return out
+
+
 def readers(v: SSAValue) -> tuple[list[Operation], bool]:
     """Ops reading `v` (through views), and whether it is returned or yielded."""
     out: list[Operation] = []
@@ -151,7 +165,10 @@ def match_attention(mm2: Operation) -> AttentionPattern | str:
     for op in inner:
         for r in op.results:
             if not _only_read_by(r, {*inner, mm2}):
-                return f"{op.name} of the scores is needed outside the kernel"
+                name = r.name_hint or op.name.removeprefix("graph.")
+                return _blocked(
+                    f"an attention, but %{name} is needed outside its kernel", [*inner, mm2], mm1
+                )
     # Operands of the scores' matmul widened from half precision: read as they are
     # (the kernel's dot takes the half values and sums in f32, which is the same).
     widened = [
@@ -291,6 +308,7 @@ def _identity(v: SSAValue) -> bool:
 
 __all__ = [
     "AttentionPattern",
+    "Blocked",
     "attention_problem",
     "attention_seeds",
     "match_attention",
