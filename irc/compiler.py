@@ -6,7 +6,9 @@ tile IR), then tile-to-triton prints a Python module, which is written to
 the cache folder and imported (Triton needs its kernels' source in a file).
 On a machine without CUDA, or with `device="cpu"`, the kernels run in Triton's
 interpreter; irc arranges that itself, no environment variable needed. On CUDA
-the `tile` pass takes its element-wise options from the GPU (`irc.target`).
+the `tile` pass takes its element-wise options from the GPU (`irc.target`); on
+the interpreter, kernels are re-tiled for it after the `tile` pass (few
+programs, large blocks: `irc.target.interpreter_tiling`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from irc.runtime.loader import (
 )
 from irc.syntax.diagnostics import Diagnostic, IrcError
 from irc.syntax.parser import parse_file
-from irc.target import Target, cuda_target
+from irc.target import Target, cuda_target, interpreter_target
 
 if TYPE_CHECKING:
     import torch
@@ -65,6 +67,8 @@ def lower_to_tile(
     if tf32:
         passes[passes.index("loop-to-tile")] += "{tf32=true}"
     run_pipeline(module, ",".join(passes[:tiled]), verify_each=verify_each)
+    if target is not None:
+        target.retile(module)
     if autotune is not None:
         from irc.autotune import autotune_module
 
@@ -320,7 +324,7 @@ def compile(
         )
     if cuda_graphs and device != "cuda":
         raise IrcError(Diagnostic(None, "CUDA graphs need a CUDA GPU; none is in use"))
-    target = cuda_target() if device == "cuda" else None
+    target = cuda_target() if device == "cuda" else interpreter_target()
     text = triton_source(
         module, source, autotune=device if autotune else None, tf32=tf32, target=target
     )

@@ -22,8 +22,16 @@ no third GPU has checked; `--autotune` measures instead of guessing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+
+from xdsl.dialects.builtin import ModuleOp
+
+from irc.dialects import loop
+from irc.ir.kernel_kind import KernelKind
+from irc.ir.types import numel
+from irc.passes.tile import KernelShape, Tiling, kernel_shape, next_pow2, set_tiling, tiling_of
 
 SMALL_TILES_BELOW_GBPS_PER_SM = 30.0
 
@@ -37,6 +45,8 @@ class Target:
     epilogue_warps: int = 8  # most warps of a reduction with an element-wise epilogue
     reason: str = "default tiling"
     sms: int = 132  # SMs, which a reduction's grid must fill (split-reduction)
+    splits: int = 8192  # most chunks a full reduction is split into (split-reduction)
+    interpreted: bool = False  # Triton's interpreter: `interpreter_tiling` re-tiles kernels
 
     def tile_pass(self) -> str:
         """The `tile` step of a pipeline, with this target's options."""
@@ -45,10 +55,15 @@ class Target:
             f"epilogue-warps={self.epilogue_warps}}}"
         )
 
-
     def split_pass(self) -> str:
         """The `split-reduction` step of a pipeline, for this GPU's SM count."""
-        return f"split-reduction{{sms={self.sms}}}"
+        splits = f" splits={self.splits}" if self.splits != Target.splits else ""
+        return f"split-reduction{{sms={self.sms}{splits}}}"
+
+    def retile(self, module: ModuleOp) -> None:
+        """After the `tile` pass: the interpreter's tilings, where this target is for it."""
+        if self.interpreted:
+            retile_for_interpreter(module)
 
 
 def dram_gbps(props: Mapping[str, int]) -> float:
@@ -81,3 +96,104 @@ def cuda_target() -> Target:
         return target_for(props)
     except Exception as e:  # noqa: BLE001 (another Triton or driver: fall back, say why)
         return Target(reason=f"default tiling (device properties unavailable: {e})")
+
+
+# --- Triton's interpreter ----------------------------------------------------------
+
+INTERPRETER_STEP_ELEMENTS = 65536
+"""Block elements whose NumPy work costs as much as the Python overhead of one
+step. Measured on a 512 x 8192 f32 softmax (16 ops a step): 7 ms a step and
+85 ns an element a step, so 1 row a program took 3.8 s of CPU, 16 rows 0.53 s,
+128 rows 0.38 s. Blocks much smaller than this spend their time in Python."""
+
+INTERPRETER_MAX_ELEMENTS = 2**20
+"""The largest block: Triton's largest tensor (`TRITON_MAX_TENSOR_NUMEL`)."""
+
+INTERPRETER_MAX_DOT = 256
+"""The largest side of a contraction's tile (NumPy's matmul of 256 x 256 blocks)."""
+
+CPU_TILING_ENV = "IRC_CPU_TILING"
+"""`gpu` keeps the GPU's tilings on the interpreter (the test suite does, to test
+the kernels a GPU runs); unset or `interpreter`, `device="cpu"` re-tiles."""
+
+
+def interpreter_target() -> Target:
+    """The target for Triton's interpreter: one core, re-tiled kernels, and full
+    reductions split into 16 chunks at most (each chunk a program)."""
+    if os.environ.get(CPU_TILING_ENV, "interpreter") == "gpu":
+        return Target(reason=f"GPU tilings on Triton's interpreter ({CPU_TILING_ENV}=gpu)")
+    return Target(
+        reason="Triton's interpreter: few programs, large blocks (irc.target.interpreter_tiling)",
+        sms=1,
+        splits=16,
+        interpreted=True,
+    )
+
+
+def retile_for_interpreter(module: ModuleOp) -> None:
+    """Writes `interpreter_tiling` on every loop.kernel (after the `tile` pass)."""
+    for kernel in module.walk():
+        if isinstance(kernel, loop.KernelOp):
+            set_tiling(kernel, interpreter_tiling(kernel_shape(kernel), tiling_of(kernel)))
+
+
+def interpreter_cost(steps: int, elements: int) -> float:
+    """The interpreter's time for a kernel, in steps' Python overheads."""
+    return steps + elements / INTERPRETER_STEP_ELEMENTS
+
+
+def _powers(most: int) -> Iterator[int]:
+    p = 1
+    while p <= most:
+        yield p
+        p *= 2
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def interpreter_tiling(shape: KernelShape, default: Tiling) -> Tiling:
+    """The tiling of least `interpreter_cost` among the blocks of the kernel's kind.
+
+    Element-wise kernels over one axis, row and column reductions and
+    contractions are re-tiled; other layouts (attention, 2-d element-wise
+    tiles) keep the `tile` pass's choice. Warps and stages mean nothing to the
+    interpreter and stay as chosen.
+    """
+    options: list[tuple[float, int, Tiling]] = []
+
+    def offer(block: tuple[int, ...], steps: int, elements: int) -> None:
+        t = replace(default, block=block, persistent=False)
+        options.append((interpreter_cost(steps, elements), numel(block), t))
+
+    if shape.kind is KernelKind.POINTWISE and len(default.block) == 1:
+        n = numel(shape.parallel)
+        for x in _powers(min(INTERPRETER_MAX_ELEMENTS, next_pow2(n))):
+            offer((x,), _cdiv(n, x), _cdiv(n, x) * x)
+    elif shape.kind is KernelKind.REDUCTION and len(default.block) == 2:
+        r = numel(shape.reduction)
+        passes = 2 if shape.epilogue else 1  # a looped row is read again by the epilogue
+        if shape.columns:
+            outer, inner = numel(shape.parallel) // shape.columns, shape.columns
+        else:
+            outer, inner = 1, numel(shape.parallel)
+        for x in _powers(min(INTERPRETER_MAX_ELEMENTS, next_pow2(inner))):
+            for rb in _powers(min(INTERPRETER_MAX_ELEMENTS // x, next_pow2(r))):
+                programs = outer * _cdiv(inner, x)
+                steps = programs * (1 if rb >= r else _cdiv(r, rb) * passes)
+                offer((x, rb), steps, steps * x * rb)
+    elif shape.kind is KernelKind.CONTRACTION and len(default.block) == 3:
+        *batch, m, n = shape.parallel
+        (k,) = shape.reduction
+        side = INTERPRETER_MAX_DOT
+        for bm in _powers(min(side, max(16, next_pow2(m)))):
+            for bn in _powers(min(side, max(16, next_pow2(n)))):
+                for bk in _powers(min(side, max(16, next_pow2(k)))):
+                    if min(bm, bn, bk) < 16:
+                        continue  # tl.dot's smallest tile
+                    steps = numel(batch) * _cdiv(m, bm) * _cdiv(n, bn) * _cdiv(k, bk)
+                    offer((bm, bn, bk), steps, steps * (bm * bk + bk * bn + bm * bn))
+    if not options:
+        return default
+    return min(options, key=lambda o: (o[0], o[1]))[2]

@@ -15,6 +15,11 @@ import pytest
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 
+# The interpreter runs the tilings a GPU would (irc.target.CPU_TILING_ENV): the
+# suite tests the GPU's kernels, looped and online reductions included. Tests
+# of the interpreter's own tilings set it back themselves.
+os.environ.setdefault("IRC_CPU_TILING", "gpu")
+
 
 @dataclass(frozen=True)
 class Thin:
