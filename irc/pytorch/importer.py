@@ -27,6 +27,7 @@ from irc.ir.types import format_type
 from irc.ir.value_names import set_value_name
 from irc.pytorch.aten import CONVERTERS
 from irc.pytorch.emitter import Emitter, Unsupported, clean_name
+from irc.pytorch.sink_views import sink_views
 from irc.pytorch.types import dtype_supported, fake_of, is_static, tensor_type
 
 IGNORED = {
@@ -164,6 +165,7 @@ def import_graph(
     fn_type = FunctionType.from_lists([a.type for a in block.args], [v.type for v in outputs])
     block.add_op(func.ReturnOp(*outputs))
     fn = func.FuncOp(clean_name(name), fn_type, Region(block))
+    sink_views(fn)
     return ModuleOp([fn])
 
 

@@ -1,0 +1,42 @@
+"""irc/pytorch/sink_views.py: element-wise work on a split 2-D value moves above the
+reshape, only where the 2-D form computes the same elements."""
+
+from __future__ import annotations
+
+import irc
+from irc.pytorch.sink_views import sink_views
+
+HEADER = "func @f(%m: tensor<8x16xf32>, %b: tensor<16xf32>, %r: tensor<2x4x16xf32>, %c: tensor<2x1x16xf32>) -> tensor<2x4x16xf32> {\n"
+
+
+def _sunk(body: str) -> str:
+    module = irc.parse(HEADER + body + "}\n")
+    sink_views(module.ops.first)  # type: ignore[arg-type]
+    irc.verify(module)
+    return irc.print_module(module)
+
+
+def test_bias_gelu_and_residual_stay_2d() -> None:
+    text = _sunk(
+        "  %v = graph.reshape %m : tensor<2x4x16xf32>\n"
+        "  %a = graph.add %v, %b\n"
+        "  %g = graph.gelu %a\n"
+        "  %y = graph.add %r, %g\n"
+        "  return %y : tensor<2x4x16xf32>\n"
+    )
+    assert "%a = graph.add %m, %b : tensor<8x16xf32>" in text
+    assert "%g = graph.gelu %a : tensor<8x16xf32>" in text
+    assert "%y.in = graph.reshape %r : tensor<8x16xf32>" in text
+    assert "%y = graph.add %y.in, %g : tensor<8x16xf32>" in text
+    assert "return %y.view : tensor<2x4x16xf32>" in text
+    assert text.count("graph.reshape") == 2  # %r in, the result out
+
+
+def test_a_broadcast_along_a_leading_dim_keeps_the_view() -> None:
+    body = (
+        "  %v = graph.reshape %m : tensor<2x4x16xf32>\n"
+        "  %y = graph.mul %v, %c : tensor<2x4x16xf32>\n"
+        "  return %y : tensor<2x4x16xf32>\n"
+    )
+    text = _sunk(body)
+    assert "%y = graph.mul %v, %c : tensor<2x4x16xf32>" in text
