@@ -4,13 +4,15 @@
     python benchmarks/attention.py --smoke                           # CPU, tiny, checks only
 
 Each row is one attention written out in `.ir` (matmul, scale, where-mask,
-softmax, matmul: `attention_ir`), compiled by irc, the same ops in torch run
+graph.softmax, matmul: `attention_ir`), compiled by irc, the same ops in torch run
 through torch.compile, and `F.scaled_dot_product_attention` on 4-D inputs with
 its flash and cuDNN backends (each where it runs). bf16, head dims 64 and 128,
 T = 512 ... 16384 with batch x heads chosen so that every row holds 32K query
 tokens (64 heads at 512, 2 at 16384), causal and not; then the variants SDPA
 cannot express (tanh soft-capping, an additive bias tensor), against
-torch.compile only, and grouped-query attention (4 query heads a K/V head).
+torch.compile only, grouped-query attention (4 query heads a K/V head), and
+rows of the `graph.attention` op on 4-d inputs (`sdpa_ir`, variant "op": what
+the PyTorch importer makes of SDPA; its scores stay in f32).
 Causal masks are written as two iotas compared, which irc recognizes: the key
 tiles above the diagonal are not visited. Times are `triton.testing.do_bench` medians, the
 variants of a row timed in turns (benchmarks/bench.py's interleaved_medians);
@@ -49,6 +51,7 @@ def attention_ir(
     softcap: float | None = None,
     epilogue: bool = False,
     kv_heads: int | None = None,
+    softmax_op: bool = False,
     name: str = "attn",
 ) -> str:
     """softmax(Q K^T * scale [+ bias] [softcap] [masked]) V over `batch` (batch x
@@ -56,7 +59,9 @@ def attention_ir(
     (true where a key is seen); `causal` a mask of two iotas compared (row + t_k -
     t_q >= key); `bias` an additive [t_q, t_k] input of `dtype`; `kv_heads` K and V
     of that many heads, each shared by batch / kv_heads query heads in turn (grouped
-    query attention: a reshape, broadcast and reshape, no copy)."""
+    query attention: a reshape, broadcast and reshape, no copy); `softmax_op` the
+    softmax as `graph.softmax` (computed in f32 for half types) rather than its five
+    ops in the element type."""
     dv = dv or d
     ty = dtype
     kvb = kv_heads or batch
@@ -120,20 +125,35 @@ def attention_ir(
             f"  %x5 = graph.where {cond}, {x}, %ninf : {s}",
         ]
         x = "%x5"
-    lines += [
-        f"  %m = graph.reduce_max {x} {{dims = [2], keepdim = true}} : {row}",
-        f"  %c = graph.sub {x}, %m : {s}",
-        f"  %e = graph.exp %c : {s}",
-        f"  %l = graph.reduce_sum %e {{dims = [2], keepdim = true}} : {row}",
-        f"  %p = graph.div %e, %l : {s}",
-        f"  %o = graph.matmul %p, {vv} : {o}",
-    ]
+    if softmax_op:
+        lines.append(f"  %p = graph.softmax {x} {{dim = 2}} : {s}")
+    else:
+        lines += [
+            f"  %m = graph.reduce_max {x} {{dims = [2], keepdim = true}} : {row}",
+            f"  %c = graph.sub {x}, %m : {s}",
+            f"  %e = graph.exp %c : {s}",
+            f"  %l = graph.reduce_sum %e {{dims = [2], keepdim = true}} : {row}",
+            f"  %p = graph.div %e, %l : {s}",
+        ]
+    lines.append(f"  %o = graph.matmul %p, {vv} : {o}")
     out = "%o"
     if epilogue:
         lines.append(f"  %y = graph.relu %o : {o}")
         out = "%y"
     lines += [f"  return {out} : {o}", "}"]
     return "\n".join(lines) + "\n"
+
+
+def sdpa_ir(batch: int, heads: int, t: int, d: int, dtype: str, causal: bool, name: str = "attn") -> str:
+    """`graph.attention` on 4-d inputs: what the PyTorch importer makes of
+    `F.scaled_dot_product_attention`."""
+    ty = f"tensor<{batch}x{heads}x{t}x{d}x{dtype}>"
+    props = " {is_causal = true}" if causal else ""
+    return (
+        f"func @{name}(%q: {ty}, %k: {ty}, %v: {ty}) -> {ty} {{\n"
+        f"  %o = graph.attention %q, %k, %v{props} : {ty}\n"
+        f"  return %o : {ty}\n}}\n"
+    )
 
 
 def causal_mask(t_q: int, t_k: int, device: str | torch.device = "cpu") -> torch.Tensor:
@@ -189,9 +209,7 @@ def written_out(
         rows = torch.arange(t_q, device=s.device)[:, None] + (t_k - t_q)
         keys = torch.arange(t_k, device=s.device)[None, :]
         s = torch.where(rows >= keys, s, torch.tensor(-math.inf, dtype=s.dtype, device=s.device))
-    m = s.amax(-1, keepdim=True)
-    e = torch.exp(s - m)
-    return (e / e.sum(-1, keepdim=True)) @ v
+    return torch.softmax(s.float(), -1).to(s.dtype) @ v  # graph.softmax: f32 inside
 
 
 def rows(smoke: bool) -> list[dict[str, Any]]:
@@ -203,7 +221,7 @@ def rows(smoke: bool) -> list[dict[str, Any]]:
             for d, t in ((16, 40), (32, 64))
         ] + [
             {"causal": True, "d": 16, "t": 40, "bh": 4, "variant": v}
-            for v in ("softcap", "bias", "gqa")
+            for v in ("softcap", "bias", "gqa", "op")
         ]
     out = [
         {"causal": c, "d": d, "t": t, "bh": TOKENS // t, "variant": None}
@@ -215,6 +233,12 @@ def rows(smoke: bool) -> list[dict[str, Any]]:
         {"causal": True, "d": d, "t": t, "bh": TOKENS // t, "variant": v}
         for v, d in (("softcap", 64), ("bias", 64), ("gqa", 128))
         for t in (1024, 4096)
+    ]
+    out += [
+        {"causal": c, "d": d, "t": t, "bh": TOKENS // t, "variant": "op"}
+        for c in (False, True)
+        for d in (64, 128)
+        for t in (1024, 4096, 16384)
     ]
     return out
 
@@ -252,10 +276,13 @@ def measure(row: dict[str, Any], device: str, timer: Callable[..., dict[str, flo
     softcap = 30.0 if variant == "softcap" else None
     bias_on = variant == "bias"
     kv = bh // GQA_GROUP if variant == "gqa" else bh
-    text = attention_ir(
-        bh, t, t, d, dtype=ty, causal=causal, bias=bias_on, softcap=softcap,
-        kv_heads=kv if variant == "gqa" else None,
-    )  # fmt: skip
+    if variant == "op":
+        text = sdpa_ir(1, bh, t, d, ty, causal)
+    else:
+        text = attention_ir(
+            bh, t, t, d, dtype=ty, causal=causal, bias=bias_on, softcap=softcap,
+            kv_heads=kv if variant == "gqa" else None, softmax_op=True,
+        )  # fmt: skip
     compiled = irc.compile(irc.parse(text), device=device)
     gen = torch.Generator(device=device).manual_seed(t + d)
     q = torch.randn(bh, t, d, device=device, generator=gen, dtype=dtype)
@@ -263,11 +290,13 @@ def measure(row: dict[str, Any], device: str, timer: Callable[..., dict[str, flo
     mask = causal_mask(t, t, device) if causal else None
     bias = torch.randn(t, t, device=device, generator=gen, dtype=dtype) if bias_on else None
     args = [a for a in (q, k, v, bias) if a is not None]
-    fns: dict[str, Callable[[], Any]] = {"irc": lambda: compiled.attn(*args)}
+    if variant == "op":
+        args = [x.view(1, bh, t, d) for x in args]
+    fns: dict[str, Callable[[], Any]] = {"irc": lambda: compiled.attn(*args).view(bh, t, d)}
     if device == "cuda":
         written = torch.compile(written_out)
         fns["torch.compile"] = lambda: written(q, k, v, causal, bias, softcap)
-        if variant in (None, "gqa"):
+        if variant in (None, "gqa", "op"):
             q4, k4, v4 = (x.view(1, x.shape[0], t, d) for x in (q, k, v))
             gqa = {"enable_gqa": True} if variant == "gqa" else {}
             for name, backend in (("sdpa flash", "FLASH_ATTENTION"), ("sdpa cudnn", "CUDNN_ATTENTION")):

@@ -178,6 +178,7 @@ def test_small_f32_with_a_causal_mask_matches_torch() -> None:
         (8, 40, 40, 16, 16, "f32", {"kv_heads": 2, "causal": True}),  # grouped-query
         (6, 64, 64, 32, 32, "bf16", {"kv_heads": 3}),
         (4, 40, 72, 16, 16, "bf16", {"causal": True, "softcap": 30.0}),  # more keys than rows
+        (4, 100, 100, 32, 32, "bf16", {"causal": True, "softmax_op": True}),  # f32 softmax
     ],
 )
 def test_attention_matches_torch(
