@@ -27,6 +27,8 @@ for that mix; each patch below names the Triton behaviour it works around:
    any other (irc's NaN-propagating `_irc_max`, `_irc_min`) it folds one element
    at a time in Python, about 0.1 ms an element: a softmax of 8192 x 8192 took
    45 minutes. Those two reduce with NumPy as well (`NUMPY_REDUCTIONS`).
+6. The interpreter shows nothing while it runs a grid's programs one by one:
+   each launch counts them for a progress bar (`irc.runtime.progress`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import triton.language as tl
 from triton.runtime.jit import JITFunction
+
+from irc.runtime.progress import ProgressBar
 
 if TYPE_CHECKING:
     from triton.runtime.interpreter import InterpretedFunction
@@ -123,6 +127,51 @@ def _install_numpy_reductions() -> None:
 
     apply_impl._irc_numpy = True  # type: ignore[attr-defined]
     ReduceOps.apply_impl = apply_impl  # type: ignore[method-assign]
+
+
+# --- 6. Progress of a launch's programs -----------------------------------------------
+
+_BAR: list[ProgressBar] = []  # the launch running now, once its grid is known
+_LABEL = ["kernel"]  # the kernel it runs
+
+
+def _install_progress() -> None:
+    """Counts each launch's programs for `ProgressBar` (once; interpreter-only classes)."""
+    from triton.runtime.interpreter import GridExecutor, interpreter_builder
+
+    if getattr(GridExecutor.__call__, "_irc_progress", False):
+        return
+    run, set_dim, set_idx = (
+        GridExecutor.__call__,
+        interpreter_builder.set_grid_dim,
+        interpreter_builder.set_grid_idx,
+    )
+
+    def launch(self: GridExecutor, *args: Any, **kwargs: Any) -> Any:
+        _BAR.clear()
+        _LABEL[0] = getattr(self.fn, "__name__", "kernel")
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            for bar in _BAR:
+                bar.step()
+                bar.close()
+            _BAR.clear()
+
+    def grid_dim(nx: int, ny: int, nz: int) -> None:
+        _BAR[:] = [ProgressBar(nx * ny * nz, _LABEL[0])]
+        set_dim(nx, ny, nz)
+
+    def grid_idx(x: int, y: int, z: int) -> None:
+        for bar in _BAR:
+            if x or y or z:
+                bar.step()  # the program before this one has finished
+        set_idx(x, y, z)
+
+    launch._irc_progress = True  # type: ignore[attr-defined]
+    GridExecutor.__call__ = launch  # type: ignore[method-assign]
+    interpreter_builder.set_grid_dim = grid_dim  # type: ignore[method-assign]
+    interpreter_builder.set_grid_idx = grid_idx  # type: ignore[method-assign]
 
 
 # --- 2. Twins of compiled @jit functions -------------------------------------------
@@ -239,6 +288,7 @@ def interpreting(on: bool) -> Iterator[None]:
     _DEPTH += on
     if on:
         _install_numpy_reductions()
+        _install_progress()
         _put_back_added()
         _install_twins()
     try:

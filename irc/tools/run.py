@@ -16,6 +16,7 @@ internal error in irc (one line; --debug shows the traceback).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from irc.analysis.verifier import verify
 from irc.compiler import CompiledModule
 from irc.compiler import compile as compile_module
 from irc.ir.types import format_type, numel, shape_of
+from irc.runtime.progress import PROGRESS_ENV
 from irc.syntax.diagnostics import Diagnostic, IrcError, SourceManager, op_location
 from irc.syntax.parser import parse, read_source
 from irc.testing.reference import (
@@ -78,6 +80,12 @@ def make_arg_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--no-fuse", action="store_true", help="with --check: compile without fusion, to compare"
+    )
+    ap.add_argument(
+        "--progress",
+        action="store_true",
+        help="a progress bar on stderr for kernels on Triton's interpreter even when "
+        "stderr is not a terminal (IRC_PROGRESS=1; on a terminal it is shown anyway)",
     )
     ap.add_argument(
         "--debug", action="store_true", help="show Python tracebacks of internal errors"
@@ -459,6 +467,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
         # torch's generators take 0..2**64-1 (a negative seed would alias a large one).
         sys.stderr.write(f"{PROG}: error: --seed must be from 0 to 2**64-1, got {args.seed}\n")
         return 1
+    if args.progress:
+        os.environ[PROGRESS_ENV] = "1"
     runner: Runner | None = None
     try:
         runner = Runner(args, stdout or sys.stdout)
