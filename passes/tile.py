@@ -134,7 +134,16 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
         for op in kernel.body.walk():
             if isinstance(op, loop.ReduceOp) and op.contract is not None:
                 half = op.result.type in HALF_TYPES
-                return KernelShape(kind, parallel, tuple(loop.int_list(op.bounds)), half)
+                operand_bytes = max(
+                    (
+                        element_bytes(load.buffer.type.element_type)  # type: ignore[attr-defined]
+                        for load in op.body.walk()
+                        if isinstance(load, loop.LoadOp)
+                    ),
+                    default=4,
+                )
+                bounds = tuple(loop.int_list(op.bounds))
+                return KernelShape(kind, parallel, bounds, half, element_bytes=operand_bytes)
     if kind is KernelKind.ATTENTION:
         return attention_shape(kernel, parallel)
     if kind is KernelKind.REDUCTION:
@@ -258,7 +267,13 @@ def choose_tiling(
     *_, m, n = shape.parallel
     (k,) = shape.reduction
     if shape.half and m >= 1024 and n >= 1024:
-        return Tiling((128, 256, 64), 8, 3, persistent=len(shape.parallel) == 2)
+        # K steps of 64 unless the operands are loaded wider than they are
+        # multiplied (f32 cast to bf16 in the kernel): the staged tiles must fit
+        # shared memory beside the epilogue's output tile.
+        bk = 64
+        while bk > 16 and gemm_shared_bytes(128, 256, bk, 3, shape.element_bytes) > SHARED_BYTES:
+            bk //= 2
+        return Tiling((128, 256, bk), 8, 3, persistent=len(shape.parallel) == 2)
     bm = min(64, max(16, next_pow2(m)))
     bn = min(64, max(16, next_pow2(n)))
     bk = min(32, max(16, next_pow2(k)))
@@ -279,6 +294,16 @@ def transpose_tiling(shape: KernelShape) -> Tiling:
     a = min(TRANSPOSE_TILE, next_pow2(shape.parallel[shape.across]))
     b = min(TRANSPOSE_TILE, next_pow2(shape.parallel[-1]))
     return Tiling((a, b), max(1, min(8, a * b // 512)))
+
+
+SHARED_BYTES = 227 * 1024
+"""Shared memory a program may use on an H100 or H200 (Triton's limit there)."""
+
+
+def gemm_shared_bytes(bm: int, bn: int, bk: int, stages: int, operand_bytes: int) -> int:
+    """Shared memory of a pipelined GEMM program: `stages` copies of its A and B
+    tiles as loaded, and the half-precision output tile its epilogue stores."""
+    return stages * (bm * bk + bk * bn) * operand_bytes + bm * bn * 2
 
 
 COLUMN_BYTES = 512

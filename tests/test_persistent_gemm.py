@@ -246,3 +246,30 @@ def test_tma_scratch_allocator_is_installed_unless_the_program_has_one() -> None
         assert _allocation._allocator.get() is mine
     finally:
         triton.set_allocator(before)
+
+
+def test_big_gemm_tiles_fit_shared_memory() -> None:
+    """K steps shrink when the operands are loaded wider than they are multiplied
+    (an f32 activation cast to bf16 inside the GEMM's kernel): three stages of
+    128x256x64 f32 tiles and the output tile need 361 KB, over an H100's 227 KB."""
+    from irc.passes.tile import SHARED_BYTES, gemm_shared_bytes
+
+    half = choose_tiling(KernelShape("contraction", (4096, 4096), (4096,), True, element_bytes=2))
+    wide = choose_tiling(KernelShape("contraction", (4096, 4096), (4096,), True, element_bytes=4))
+    assert half.block == (128, 256, 64) and wide.block == (128, 256, 32)
+    for t, size in ((half, 2), (wide, 4)):
+        assert gemm_shared_bytes(*t.block, t.stages, size) <= SHARED_BYTES
+    assert gemm_shared_bytes(128, 256, 64, 3, 4) > SHARED_BYTES
+
+
+def test_gemm_of_a_cast_operand_gets_its_loaded_width() -> None:
+    """The kernel shape reads the operands' loaded element type, not the product's."""
+    text = """func @f(%x: tensor<1024x256xf32>, %w: tensor<256x1024xbf16>) -> tensor<1024x1024xbf16> {
+  %xb = graph.cast %x : tensor<1024x256xbf16>
+  %y = graph.matmul %xb, %w : tensor<1024x1024xbf16>
+  return %y : tensor<1024x1024xbf16>
+}"""
+    module = irc.parse(text, "cast_gemm.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
+    (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    assert list(loop.int_list(kernel.block)) == [128, 256, 32]
