@@ -10,6 +10,7 @@ kernel count of each fused program too.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -398,3 +399,27 @@ def test_pow_by_small_integer_constants_is_multiplies() -> None:
             assert_close(g, want, rtol=0, atol=0, equal_nan=True, msg=f"x**{e}")  # bit for bit
         else:
             assert_close(g, want, equal_nan=True)
+
+
+def test_a_check_message_from_the_input_stays_a_string_literal() -> None:
+    """tile.check's text is irc's own, but a tile-level file may carry any: it is
+    printed as a Python literal, never pasted as code."""
+    import ast
+
+    from irc.syntax.printer import print_module
+
+    text = OUT_OF_RANGE
+    module = irc.parse(text, "t.ir")
+    from irc.pipeline import run_pipeline
+
+    run_pipeline(module, "fuse,graph-to-loop,loop-to-tile")
+    tile_text = print_module(module)
+    assert 'tile.check' in tile_text
+    hostile = "x'); import os; os.system('boom'); ('\\n"
+    tile_text = re.sub(r'what = "[^"]*"', lambda _: f'what = "{hostile}"', tile_text)
+    source = irc.compile(irc.parse(tile_text, "t.ir"), device="cpu").source
+    tree = ast.parse(source)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and n.func.attr == "device_assert"]
+    assert calls and all(isinstance(c.args[1], ast.Constant) for c in calls)
+    assert "os.system" not in {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
