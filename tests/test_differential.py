@@ -93,6 +93,8 @@ def _features(text: str) -> set[str]:
         found.add("size-1 dim")
     if re.search(r"-> \(", text):
         found.add("several outputs")
+    if 'approximate = "tanh"' in text:
+        found.add("gelu tanh")
     m = re.search(r"graph\.matmul %\w+, %\w+ : tensor<(\d+x){3}f", text)
     if m:
         found.add("batched matmul")
@@ -125,6 +127,7 @@ def test_the_ci_batch_covers_the_op_mix() -> None:
         "batched matmul", "f16 matmul",
         "cast to f16", "cast to bf16", "cast to f64", "cast to f32",
         "value used several times",
+        "slice", "concat", "iota", "index_select", "gather", "gelu tanh",
     }  # fmt: skip
     assert wanted <= seen, sorted(wanted - seen)
 

@@ -520,6 +520,85 @@ class Generator:
             raise Skip
         return self.op("broadcast", [v], new, v.dtype, v.scale, v.exact)
 
+    # -- indexing and generation (ops of models imported from PyTorch) --
+
+    def slice(self) -> Val:
+        v = self.pick(lambda v: any(d > 1 for d in v.shape), rounding=False)
+        start, end, step = [], [], []
+        for d in v.shape:
+            s = self.rng.randrange(d) if self.rng.random() < 0.5 else 0
+            e = self.rng.randint(s + 1, d) if self.rng.random() < 0.5 else d
+            start.append(s)
+            end.append(e)
+            step.append(self.rng.choice((1, 1, 2, 3)))
+        shape = [-(-(e - s) // k) for s, e, k in zip(start, end, step, strict=True)]
+        if tuple(shape) == v.shape:
+            raise Skip
+        attrs = f"{{start = {start}, end = {end}"
+        attrs += "}" if step == [1] * len(step) and self.rng.random() < 0.5 else f", step = {step}}}"
+        return self.op("slice", [v], shape, v.dtype, v.scale, v.exact, attrs)
+
+    def concat(self) -> Val:
+        v = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
+        dim = self.rng.randrange(len(v.shape))
+        parts = [v]
+        for _ in range(self.rng.randint(1, 2)):
+            size = self.rng.choice((1, 2, 5, v.shape[dim]))
+            shape = v.shape[:dim] + (size,) + v.shape[dim + 1 :]
+            same = [w for w in self.values if w.shape == shape and w.dtype == v.dtype]
+            w = self.rng.choice(same) if same and self.rng.random() < 0.6 else None
+            parts.append(w if w is not None and not w.noisy_half else self.arg(shape, v.dtype))
+        self.rng.shuffle(parts)
+        shape = list(v.shape)
+        shape[dim] = sum(p.shape[dim] for p in parts)
+        if numel(shape) > MAX_NUMEL:
+            raise Skip
+        text = dim - len(shape) if self.rng.random() < 0.2 else dim
+        scale = max(p.scale for p in parts)
+        exact = all(p.exact for p in parts)
+        return self.op("concat", parts, shape, v.dtype, scale, exact, f"{{dim = {text}}}")
+
+    def iota(self) -> Val:
+        """Each element its index: a column or row (a causal mask's halves) or a tensor."""
+        rank = self.rng.choice((1, 2, 2))
+        shape = list(self.random_shape(rank))
+        dim = self.rng.randrange(rank)
+        if rank == 2 and self.rng.random() < 0.5:
+            shape[1 - dim] = 1
+        dtype = self.rng.choice((*INTS, self.float_dtype()))
+        if dtype in HALF and shape[dim] > 256:
+            raise Skip  # f16 and bf16 hold every integer up to 2048 and 256 only
+        v = self.op("iota", [], shape, dtype, float(shape[dim]), True, f"{{dim = {dim}}}")
+        self.constants.add(v.name)
+        return v
+
+    def index_select(self) -> Val:
+        x = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
+        dim = self.rng.randrange(len(x.shape))
+        ishape = self.random_shape(self.rng.choice((0, 1, 1, 2)), limit=64)
+        shape = (*x.shape[:dim], *ishape, *x.shape[dim + 1 :])
+        if numel(shape) > MAX_NUMEL or len(shape) > 4:
+            raise Skip
+        idx = self.arg(ishape, self.rng.choice(INTS))  # drawn inside x's dim by random_inputs
+        return self.op("index_select", [x, idx], shape, x.dtype, x.scale, x.exact,
+                       f"{{dim = {dim}}}")  # fmt: skip
+
+    def gather(self) -> Val:
+        x = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
+        dim = self.rng.randrange(len(x.shape))
+        shape = tuple(
+            self.rng.choice(DIMS[:4]) if k == dim else self.rng.randint(1, d)
+            for k, d in enumerate(x.shape)
+        )
+        if numel(shape) > MAX_NUMEL:
+            raise Skip
+        idx = self.arg(shape, self.rng.choice(INTS))
+        return self.op("gather", [x, idx], shape, x.dtype, x.scale, x.exact, f"{{dim = {dim}}}")
+
+    def gelu_tanh(self) -> Val:
+        v = self.pick(lambda v: v.is_float)
+        return self.op("gelu", [v], v.shape, v.dtype, v.scale, False, '{approximate = "tanh"}')
+
     def softmax(self) -> Val:
         v = self.pick(lambda v: v.is_float and len(v.shape) >= 1)
         v = self.squash(v, 4.0)  # exp(x - max) keeps x's absolute error: |x| stays small
@@ -634,6 +713,12 @@ class Generator:
         "layer_norm": 2,
         "normalize": 4,
         "gemm_block": 3,
+        "slice": 3,
+        "concat": 2,
+        "iota": 1,
+        "index_select": 2,
+        "gather": 1,
+        "gelu_tanh": 1,
     }
 
     # -- the program --
