@@ -92,23 +92,27 @@ def test_llama_block_bf16() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_block_attention_is_one_fused_kernel(name: str) -> None:
-    """irc's SDPA decomposition keeps the matmul-softmax-matmul flow fuse_attention finds."""
+    """SDPA is one graph.attention, and fused as one attention kernel."""
     from irc.pytorch.export import export_text
 
     model, x = _model(name)
-    module = irc.parse(export_text(model, (x,)))
+    text = export_text(model, (x,))
+    assert text.count("graph.attention") == 1
+    module = irc.parse(text)
     irc.run_pipeline(module, "fuse")
     assert irc.print_module(module).count('kind = "attention"') == 1
 
 
-def test_sdpa_with_a_mask_uses_torchs_decomposition() -> None:
+@pytest.mark.parametrize("kind", ["float", "bool"])
+def test_sdpa_with_a_mask_and_a_scale(kind: str) -> None:
     def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
 
     q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
-    mask = torch.randn(4, 4)
+    mask = torch.randn(4, 4) if kind == "float" else (torch.rand(4, 4) < 0.5) | torch.eye(4, dtype=torch.bool)
     compiled = irc.compile(f, (q, k, v, mask))
     torch.testing.assert_close(compiled(q, k, v, mask), f(q, k, v, mask), rtol=1e-4, atol=1e-4)
+    assert compiled.report.eager_ops == {}
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -537,3 +537,20 @@ def _index(e: Emitter, node: fx.Node) -> SSAValue:
     if fake_of(index) is not None and fake_of(index).dtype == torch.bool:  # type: ignore[union-attr]
         raise Unsupported("a boolean mask index has a data-dependent shape")
     return e.op(graph.IndexSelectOp, e.arg(x), _index_tensor(e, index), dim=IntegerAttr(dim, i64))
+
+
+@converts(aten.scaled_dot_product_attention.default)
+def _attention(e: Emitter, node: fx.Node) -> SSAValue:
+    """SDPA as graph.attention: q, k, v, an optional mask; scale and is_causal."""
+    q, k, v = (e.arg(a) for a in node.args[:3])
+    mask = _arg(node, 3, "attn_mask")
+    if _arg(node, 4, "dropout_p", 0.0):
+        raise Unsupported("dropout")
+    operands = [q, k, v] + ([e.arg(mask)] if mask is not None else [])
+    props: dict[str, Attribute] = {}
+    scale = node.kwargs.get("scale", node.args[6] if len(node.args) > 6 else None)
+    if scale is not None:
+        props["scale"] = FloatAttr(float(scale), f64)
+    if _arg(node, 5, "is_causal", False):
+        props["is_causal"] = boolean(True)
+    return e.op(graph.AttentionOp, *operands, **props)

@@ -3,9 +3,10 @@
 It starts from `core_aten_decompositions()`, keeps whole the ops irc has a
 graph op or composite for (softmax, layer norm, GELU, SiLU: one op each, so
 the compiler sees and fuses them as such), and lets everything else
-decompose. Scaled dot-product attention decomposes to matmuls and a softmax:
-irc has no attention op, but `fuse` makes one kernel of that data flow
-(passes/fuse_attention.py), and `attention` below writes it so that it can.
+decompose. Scaled dot-product attention stays whole for torch.export, as
+`graph.attention`; dynamo's graphs (whose SDPA aot_autograd would lower to the
+device's fused-kernel op) take `attention` below, the matmul-softmax-matmul flow
+`fuse` makes one kernel of (passes/fuse_attention.py).
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def irc_decompositions() -> dict[Any, Any]:
     table = dict(core_aten_decompositions())
     for op in KEPT_WHOLE:
         table.pop(op, None)
-    table[aten.scaled_dot_product_attention.default] = attention
+    # graph.attention is SDPA itself: export keeps the op whole (a CompositeImplicit
+    # op left out of the table is preserved); aot_autograd meets `attention` instead
+    # (irc/pytorch/backend.py rewrites dynamo's SDPA calls before tracing).
+    table.pop(aten.scaled_dot_product_attention.default, None)
     return table
 
 
