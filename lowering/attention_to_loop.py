@@ -78,10 +78,21 @@ def attention_kernel(
     # exp(x - m) / l: the division waits until after the second contraction.
     numerator = pattern.normalize.operands[0]
     kb.overrides[pattern.normalize] = lambda at: kb.value_at(numerator, at)
-    kb.overrides[pattern.values_mm] = lambda at: _values(kb, pattern, n, at, row_sum, wide)
+    # Computed once, at the kernel's own index: an epilogue that reads the output
+    # through a reshape of the batch dims (fuse allows no other view) reads it there.
+    values: list[SSAValue] = []
+
+    def values_once(at: list[SSAValue]) -> SSAValue:
+        if not values:
+            values.append(_values(kb, pattern, n, idx, row_sum, wide))
+        return values[0]
+
+    kb.overrides[pattern.values_mm] = values_once
 
     for v, buf in zip(outputs, bufs, strict=True):
-        lowering.store(kb, v, buf, idx)
+        shape = shape_of(v.type)
+        at = idx if shape == out_shape else lowering.reshaped_index(kb, shape, out_shape, idx)
+        lowering.store(kb, v, buf, at)
     lowering.add_kernel(members, body, out_shape, name, KernelKind.ATTENTION)
     lowering.bind_outputs(outputs, bufs)
 

@@ -557,6 +557,14 @@ class FunctionLowering:
         self.add_kernel(members, body, rows, name, KernelKind.REDUCTION)
         self.bind_outputs(outputs, bufs)
 
+    @staticmethod
+    def reshaped_index(
+        kb: KernelBuilder, src: Sequence[int], dst: Sequence[int], idx: list[SSAValue]
+    ) -> list[SSAValue]:
+        """The index into a `src`-shaped value of element `idx` of its row-major
+        reshape to `dst` (for lowerings of other kernel kinds)."""
+        return _reshape_map(src, dst)(kb, idx)
+
     def builder(self, body: Block, members: set[Operation]) -> KernelBuilder:
         """A builder of one kernel's body (for lowerings of other kernel kinds)."""
         return KernelBuilder(self, body, members)

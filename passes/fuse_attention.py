@@ -26,7 +26,7 @@ from xdsl.dialects import func
 from xdsl.ir import Operation, SSAValue
 
 from irc.dialects import graph
-from irc.ir.types import shape_of
+from irc.ir.types import numel, shape_of
 
 VIEWS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp)
 
@@ -273,16 +273,36 @@ def attention_problem(ops: Sequence[Operation]) -> str | None:
             return f"{op.name} is neither the attention nor an epilogue on its output"
         if not isinstance(op, graph.ElementwiseOp):
             return f"epilogue {op.name} is not element-wise"
-        if shape_of(op.results[0].type) != out_shape:
-            return f"epilogue {op.name} of shape {list(shape_of(op.results[0].type))} differs from the output's"
+        shape = shape_of(op.results[0].type)
+        if not _same_rows(shape, out_shape):
+            return f"epilogue {op.name} of shape {list(shape)} differs from the output's"
         for o in op.operands:
-            if _source_op(o) in epilogue and o.owner not in epilogue and not _identity(o):
+            if _source_op(o) in epilogue and o.owner not in epilogue and not _batch_view(o):
                 return f"epilogue {op.name} reads the output tile through a view"
         epilogue.add(op)
-    for op in epilogue:
-        if not all(c in members for c in readers(op.results[0])[0]):
-            pass  # an output: stored, of the output's shape
     return None
+
+
+def _same_rows(shape: Sequence[int], out: Sequence[int]) -> bool:
+    """`shape` is the output's, or the output with its batch dim split (a 4-d
+    attention's [batch, heads] flattened for the matmuls): the same elements in
+    the same row-major order, so the kernel computes it at its own index."""
+    return tuple(shape) == tuple(out) or (
+        tuple(shape[-2:]) == tuple(out[-2:]) and numel(shape) == numel(out)
+    )
+
+
+def _batch_view(v: SSAValue) -> bool:
+    """Views that keep every element in place, or only split or merge the batch dims."""
+    while isinstance(view := _producer(v), VIEWS):
+        src = view.operands[0]
+        if isinstance(view, graph.ReshapeOp):
+            if not _same_rows(shape_of(v.type), shape_of(src.type)):
+                return False
+        elif not _identity(v):
+            return False
+        v = src
+    return True
 
 
 def _source_op(v: SSAValue) -> Operation | None:

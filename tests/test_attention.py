@@ -377,3 +377,34 @@ def test_graph_attention_matches_scaled_dot_product_attention(
     )  # fmt: skip
     tol = TOLERANCE[dtype]
     torch.testing.assert_close(compiled.sdpa(*args).float(), want, atol=tol, rtol=tol)
+
+
+EPILOGUE_4D = """\
+func @sdpa(%q: tensor<2x4x40x16xf32>, %k: tensor<2x2x40x16xf32>, %v: tensor<2x2x40x16xf32>, %r: tensor<2x4x40x16xf32>) -> tensor<2x4x40x16xf32> {
+  %o = graph.attention %q, %k, %v {is_causal = true} : tensor<2x4x40x16xf32>
+  %a = graph.relu %o : tensor<2x4x40x16xf32>
+  %y = graph.add %a, %r : tensor<2x4x40x16xf32>
+  return %y : tensor<2x4x40x16xf32>
+}
+"""
+
+
+def test_an_epilogue_on_the_4d_output_joins_the_kernel() -> None:
+    module = irc.parse(EPILOGUE_4D)
+    irc.run_pipeline(
+        module, "decompose,fuse,graph-to-loop,tile,online-softmax,loop-to-tile,tile-cse,dce"
+    )
+    assert sum(1 for op in module.walk() if isinstance(op, tile.KernelOp)) == 1
+    assert check_bounds(module) == []
+
+
+@pytest.mark.slow
+def test_an_epilogue_on_the_4d_output_matches_torch() -> None:
+    compiled = irc.compile(irc.parse(EPILOGUE_4D), device=DEVICE)
+    torch.manual_seed(3)
+    q, r = torch.randn(2, 4, 40, 16), torch.randn(2, 4, 40, 16)
+    k, v = torch.randn(2, 2, 40, 16), torch.randn(2, 2, 40, 16)
+    want = torch.relu(
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    ) + r
+    torch.testing.assert_close(compiled.sdpa(q, k, v, r), want, atol=1e-5, rtol=1e-5)
