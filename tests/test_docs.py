@@ -93,6 +93,7 @@ def test_the_readme_has_a_runnable_python_example() -> None:
     assert any(where.startswith("README.md") for where, _ in EXAMPLES)
 
 
+@pytest.mark.slow  # the README's 8192 x 8192 softmax: about 30 s of CPU
 @pytest.mark.parametrize(("where", "code"), EXAMPLES, ids=[w for w, _ in EXAMPLES])
 def test_python_examples_run_as_written_on_the_cpu(where: str, code: str, tmp_path: Path) -> None:
     import os
