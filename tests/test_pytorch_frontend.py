@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import operator
+from typing import Any
 
 import pytest
 import torch
@@ -271,3 +272,36 @@ def test_buffer_mutations_are_written_back() -> None:
     compiled(x)
     compiled(x)
     _close(m.total, 2 * x.sum(dim=0))
+
+
+def test_export_with_eager_ops_writes_one_function_per_island() -> None:
+    from irc.pytorch.export import export_text
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x.exp(), dim=1) * 2.0
+
+    text = export_text(f, (torch.randn(3, 7),))
+    assert "//   aten.cumsum.default x1: no graph op for it" in text
+    module = irc.parse(text)
+    assert [fn.sym_name.data for fn in module.ops] == ["f_0", "f_1"]  # type: ignore[attr-defined]
+
+
+def test_irc_import_cli_errors(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    from irc.pytorch.cli import main
+
+    model = tmp_path / "model.py"
+    model.write_text("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
+                     "        return x.sin()\n")  # fmt: skip
+    for argv, message in (
+        ([f"{model}:M", "--input", "3xq"], "cannot read the input type '3xq'"),
+        ([f"{model}:M"], "no example inputs: give --input TYPE"),
+        ([f"{model}:N", "--input", "3xf32"], f"{model} has no N"),
+        ([str(model)], f"{model} defines no `model`"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 1
+        assert f"irc-import: error: {message}" in capsys.readouterr().err
+    out = tmp_path / "m.ir"
+    assert main([f"{model}:M", "--input", "3xf32", "-o", str(out)]) == 0
+    assert "%sin = graph.sin %x : tensor<3xf32>" in out.read_text()
