@@ -500,7 +500,7 @@ def _workloads() -> list[Workload]:
                  _shared_producer, shared_producer,
                  _inputs(lambda s: [s.dims["n"], 1], lambda s: [1, s.dims["m"]]),
                  [_S("f32", n=8192, m=8192), _S("bf16", n=4099, m=3001)],
-                 _S("f32", n=20, m=20), irc_kernels=lambda s: 2),
+                 _S("f32", n=20, m=20)),
         Workload("row_and_column_sum", "peer: two reductions over different dims of one input",
                  _row_and_column_sum, row_and_column_sum, _inputs(_dims("n", "m")),
                  [_S("f32", n=8192, m=8192), _S("f32", n=4099, m=3001)],

@@ -8,10 +8,12 @@ computed in f32 and rounded once at the end, as PyTorch's kernels do.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
+from math import prod
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType, ModuleOp, f64, i64
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -22,7 +24,17 @@ from xdsl.pattern_rewriter import (
 )
 
 from irc.dialects import graph
-from irc.ir.types import ELEMENT_TYPES, F32, HALF_TYPES, I1, int_array, tensor
+from irc.ir.types import (
+    ELEMENT_TYPES,
+    F32,
+    HALF_TYPES,
+    I1,
+    broadcast_shapes,
+    element_of,
+    int_array,
+    shape_of,
+    tensor,
+)
 from irc.ir.value_names import set_value_name
 
 I32 = ELEMENT_TYPES["i32"]
@@ -215,3 +227,168 @@ class DecomposePass(ModulePass):
             ),
             apply_recursively=False,
         ).rewrite_module(op)
+
+
+# --- small reductions that feed another reduction ---------------------------------
+
+UNROLL_LIMIT = 8
+"""Elements a reduction may have to be unrolled (Inductor's unroll_reductions_threshold)."""
+
+MAX_UNROLLED_CHAIN = 8
+"""Element-wise ops before the reduction that each unrolled element recomputes."""
+
+
+def unroll_small_reductions(block: Block) -> list[str]:
+    """Rewrites a reduction over at most `UNROLL_LIMIT` elements that feeds another
+    reduction over other dims into element-wise ops, one term an element.
+
+    Two reductions over different dims are two kernels, the first writing its
+    whole result for the second (Inductor's test_neighbor, `((a - b)**2).sum(-1)
+    .amax(1)`: a 10x10 intermediate). Unrolled, the small one is element-wise work
+    on the second's space, and both are one kernel: each term recomputes the
+    element-wise ops the reduction read, on slices of their inputs (views, so no
+    data moves). Sums are added in f32 and rounded once, as torch's reduction does.
+    Returns a line for the fusion report for each reduction unrolled.
+    """
+    notes: list[str] = []
+    for op in list(block.ops):
+        if not isinstance(op, graph.ReduceOp) or op.parent_block() is not block:
+            continue
+        dims = op.reduced_dims()
+        shape = shape_of(op.input.type)
+        count = prod(shape[d] for d in dims)
+        if not 2 <= count <= UNROLL_LIMIT:
+            continue
+        fed = _reduction_fed(op)
+        if fed is None:
+            continue
+        name = op.result.name_hint
+        result = _unroll(op, dims, block)
+        if name is not None:
+            set_value_name(result, name)
+        label = f"{op.name.removeprefix('graph.')} %{name}" if name else op.name
+        fed_name = fed.result.name_hint
+        fed_label = f"{fed.name.removeprefix('graph.')}" + (f" %{fed_name}" if fed_name else "")
+        notes.append(
+            f"{label} over {count} elements unrolled into element-wise ops: it feeds "
+            f"{fed_label}, over other dims, and one kernel computes both"
+        )
+        chain = _chain(op.input)
+        op.result.replace_all_uses_with(result)
+        block.erase_op(op)
+        for dead in reversed(chain):  # what only the reduction read
+            if all(not r.uses for r in dead.results):
+                block.erase_op(dead)
+    return notes
+
+
+def _reduction_fed(op: graph.ReduceOp) -> graph.ReduceOp | None:
+    """A reduction over another space that `op`'s value reaches through element-wise ops."""
+    stack, seen = [op.result], set[SSAValue]()
+    while stack:
+        v = stack.pop()
+        for use in v.uses:
+            user = use.operation
+            if isinstance(user, graph.ReduceOp):
+                if shape_of(user.input.type) != shape_of(op.input.type):
+                    return user
+            elif isinstance(user, graph.ElementwiseOp) and user.results[0] not in seen:
+                seen.add(user.results[0])
+                stack.append(user.results[0])
+    return None
+
+
+def _chain(root: SSAValue) -> list[Operation]:
+    """The element-wise ops `root` is made of, in program order (at most MAX_UNROLLED_CHAIN)."""
+    found: list[Operation] = []
+    stack = [root]
+    while stack:
+        owner = stack.pop().owner
+        if (
+            isinstance(owner, graph.ElementwiseOp)
+            and owner not in found
+            and len(found) < MAX_UNROLLED_CHAIN
+        ):
+            found.append(owner)
+            stack += list(owner.operands)
+    block = root.owner.parent_block() if isinstance(root.owner, Operation) else None
+    if block is None:
+        return found
+    order = {o: i for i, o in enumerate(block.ops)}
+    return sorted(found, key=order.__getitem__)
+
+
+def _unroll(op: graph.ReduceOp, dims: list[int], block: Block) -> SSAValue:
+    shape = shape_of(op.input.type)
+    keep = op.keeps_dims()
+    chain = _chain(op.input)
+    made = {r for c in chain for r in c.results}
+    new: list[Operation] = []
+
+    def emit(o: Operation) -> SSAValue:
+        o.location = op.location
+        new.append(o)
+        return o.results[0]
+
+    def sliced(leaf: SSAValue, at: dict[int, int]) -> SSAValue:
+        """`leaf` at one element of the reduced dims, those dims dropped unless kept."""
+        lshape = shape_of(leaf.type)
+        lead = len(shape) - len(lshape)
+        start, end = [0] * len(lshape), list(lshape)
+        for d, j in at.items():
+            a = d - lead
+            if a >= 0 and lshape[a] != 1:
+                start[a], end[a] = j, j + 1
+        v = leaf
+        if start != [0] * len(lshape) or end != list(lshape):
+            v = emit(graph.SliceOp.make(leaf, start=int_array(start), end=int_array(end)))
+        if not keep:
+            kept = [size for a, size in enumerate(lshape) if a + lead not in at]
+            if len(kept) != len(lshape):
+                v = emit(graph.ReshapeOp.make(v, result_type=tensor(kept, element_of(leaf.type))))
+        return v
+
+    terms: list[SSAValue] = []
+    for index in product(*(range(shape[d]) for d in dims)):
+        at = dict(zip(dims, index, strict=True))
+        mapping: dict[SSAValue, SSAValue] = {}
+        for c in chain:
+            operands = []
+            for o in c.operands:
+                if o not in mapping:
+                    mapping[o] = o if o in made else sliced(o, at)
+                operands.append(mapping[o])
+            out = broadcast_shapes(*(shape_of(o.type) for o in operands))
+            assert out is not None
+            result_type = tensor(out, element_of(c.results[0].type))
+            mapping[c.results[0]] = emit(
+                type(c).create(
+                    operands=operands, result_types=[result_type], properties=dict(c.properties)
+                )
+            )
+        terms.append(mapping[op.input] if op.input in mapping else sliced(op.input, at))
+    element = element_of(op.result.type)
+    combine: type[graph.GraphOp] = {
+        graph.ReduceMaxOp: graph.MaximumOp,
+        graph.ReduceMinOp: graph.MinimumOp,
+    }.get(type(op), graph.AddOp)
+    widen = combine is graph.AddOp and element in HALF_TYPES
+    if widen:
+        terms = [
+            emit(graph.CastOp.make(t, result_type=tensor(shape_of(t.type), F32))) for t in terms
+        ]
+    total = terms[0]
+    for t in terms[1:]:
+        total = emit(combine.make(total, t))
+    if isinstance(op, graph.ReduceMeanOp):
+        count = emit(
+            graph.ConstantOp.make(
+                result_type=tensor([], element_of(total.type)),
+                value=FloatAttr(float(len(terms)), f64),
+            )
+        )
+        total = emit(graph.DivOp.make(total, count))
+    if widen:
+        total = emit(graph.CastOp.make(total, result_type=op.result.type))
+    block.insert_ops_before(new, op)
+    return total

@@ -544,6 +544,23 @@ class OtherKernel:
 
 
 @dataclass
+class Recompute:
+    """A value one kernel would write for another to read, computed again in the
+    reader from what it is made of instead (`done`), or why not."""
+
+    value: str
+    ops: list[str]
+    producer_kernel: str
+    consumer_kernel: str
+    saved: int
+    work: int
+    """Element ops the reader computes again (a transcendental one counts
+    TRANSCENDENTAL_WORK)."""
+    done: bool
+    reason: str
+
+
+@dataclass
 class FusionReport:
     """The kernels of one function and the candidates turned down between them.
 
@@ -557,6 +574,9 @@ class FusionReport:
     groups: list[GroupRecord] = field(default_factory=list[GroupRecord])
     rejected: list[Rejection] = field(default_factory=list[Rejection])
     other: list[OtherKernel] = field(default_factory=list[OtherKernel])
+    recomputed: list[Recompute] = field(default_factory=list[Recompute])
+    unrolled: list[str] = field(default_factory=list[str])
+    """Small reductions rewritten into element-wise ops before the search, and why."""
     launched: int | None = None
 
     def as_dict(self) -> dict[str, object]:
@@ -566,6 +586,8 @@ class FusionReport:
             "groups": [vars(gr) for gr in self.groups],
             "other_kernels": [vars(o) for o in self.other],
             "rejected": [vars(r) for r in self.rejected],
+            "recomputed": [vars(r) for r in self.recomputed],
+            "unrolled": list(self.unrolled),
         }
 
     def text(self) -> str:
@@ -590,6 +612,14 @@ class FusionReport:
                 f"  not fused: {r.first_kernel} [{', '.join(r.first)}] with "
                 f"{r.second_kernel} [{', '.join(r.second)}] "
                 f"(would save {_mb(r.saved)}): {r.reason}"
+            )
+        for note in self.unrolled:
+            lines.append(f"  unrolled: {note}")
+        for c in self.recomputed:
+            what = "recomputed" if c.done else "not recomputed"
+            lines.append(
+                f"  {what}: {c.value} [{', '.join(c.ops)}] of {c.producer_kernel} in "
+                f"{c.consumer_kernel} (saves {_mb(c.saved)} for {c.work} element ops): {c.reason}"
             )
         return "\n".join(lines)
 
@@ -654,6 +684,13 @@ def resolve_reports(reports: Sequence[FusionReport], lowered: ModuleOp) -> None:
             for r in report.rejected
             if r.first_kernel in final and r.second_kernel in final
         ]
+        report.recomputed = [
+            dataclasses.replace(
+                c, producer_kernel=final[c.producer_kernel], consumer_kernel=final[c.consumer_kernel]
+            )
+            for c in report.recomputed
+            if c.producer_kernel in final and c.consumer_kernel in final
+        ]
         report.other = [OtherKernel(n, COPY_WHY) for names in made.values() for n in names]
         report.launched = len(launched)
 
@@ -695,8 +732,19 @@ def _op_label(g: FusionGraph, op: Operation) -> str:
 # --- the greedy search ---------------------------------------------------------------
 
 
-def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> FusionReport:
-    """Fuses one graph function in place; returns what was decided and why."""
+def fuse_function(
+    fn: func.FuncOp,
+    counter: list[int],
+    max_ops: int = 64,
+    recompute_rounds: int = 1,
+    labels: dict[Operation, str] | None = None,
+) -> FusionReport:
+    """Fuses one graph function in place; returns what was decided and why.
+
+    After the search, cheap producers that one kernel writes for others to read
+    are copied into their readers where that saves traffic (`recompute_plans`),
+    and the search runs again on the graph with the copies (`recompute_rounds`
+    times at most); `labels` names such copies in the report."""
     # Views and constants nobody reads go: a dead view of a group's value would
     # otherwise make that value an output the group's schema never saw.
     for op in reversed(list(fn.body.block.ops)):
@@ -704,6 +752,7 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
             op.detach()
             op.erase()
     g = FusionGraph(fn)
+    g.labels.update(labels or {})
     report = FusionReport(function=fn.sym_name.data)
     group_of: dict[Operation, Group] = {}
     for i, op in enumerate(g.compute):
@@ -933,6 +982,20 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
     groups = sorted(
         {id(gr): gr for gr in group_of.values()}.values(), key=lambda gr: g.order[gr.ops[0]]
     )
+    plans, turned_down = recompute_plans(g, groups, group_of, max_ops)
+    if plans and recompute_rounds > 0:
+        copies: dict[Operation, str] = dict(g.labels)
+        done = [apply_recompute(g, plan, copies) for plan in plans]
+        report = fuse_function(fn, counter, max_ops, recompute_rounds - 1, copies)
+        for plan, (root, clones) in zip(plans, done, strict=True):
+            for consumer, clone in zip(plan.consumers, clones, strict=True):
+                record = dataclasses.replace(
+                    plan.records[consumer],
+                    producer_kernel=_kernel_holding(root),
+                    consumer_kernel=_kernel_holding(clone),
+                )
+                report.recomputed.append(record)
+        return report
     name_of: dict[int, str] = {}
     blocked_attention = _blocked_attention(g, group_of)  # asked before the groups move
     for gr in groups:
@@ -955,6 +1018,10 @@ def fuse_function(fn: func.FuncOp, counter: list[int], max_ops: int = 64) -> Fus
         if a.id in name_of and b.id in name_of:
             rejection.first_kernel, rejection.second_kernel = name_of[a.id], name_of[b.id]
             report.rejected.append(rejection)
+    for p, c, record in turned_down:
+        if p.id in name_of and c.id in name_of:
+            record.producer_kernel, record.consumer_kernel = name_of[p.id], name_of[c.id]
+            report.recomputed.append(record)
     _drop_unread_views(fn.body.block)
     _restore_order(fn.body.block)
     return report
@@ -983,6 +1050,201 @@ def _blocked_attention(g: FusionGraph, group_of: dict[Operation, Group]) -> list
             Rejection(first.id, second.id, first_ops, second_ops, saved, str(found))  # type: ignore[arg-type]
         )
     return out
+
+
+# --- recomputing cheap producers in their readers -------------------------------------
+
+MAX_RECOMPUTED_OPS = 8
+"""Element-wise ops one recomputation may copy into a reading kernel."""
+
+WORK_PER_BYTE = 4
+"""Element ops a recomputation may add for each HBM byte it saves. A GPU computes
+far more than it moves (an H100 or H200 issues about 60 T f32 operations a second
+against 3.3-4.8 TB/s of HBM: 12-18 an HBM byte); a quarter of that leaves room
+for the kernel's own work."""
+
+TRANSCENDENTAL_WORK = 8
+"""What an exp, cos or division costs next to an add: the special-function units
+run at a quarter of the ALUs' rate, and most such ops take a few instructions more."""
+
+
+@dataclass
+class RecomputePlan:
+    """Copy `ops` (the cheap element-wise ops `value` is made of inside `producer`)
+    into each of `consumers`, which then read the copy's inputs instead of `value`."""
+
+    value: SSAValue
+    ops: list[Operation]
+    producer: Group
+    consumers: list[Group]
+    records: dict[Group, Recompute]
+
+
+def _work(op: Operation) -> int:
+    weight = 1 if isinstance(op, CHEAP_OPS) else TRANSCENDENTAL_WORK
+    return numel(shape_of(op.results[0].type)) * weight
+
+
+def producer_chain(
+    g: FusionGraph, root: Operation, members: set[Operation]
+) -> tuple[list[Operation], list[SSAValue]]:
+    """The element-wise ops of a group that `root`'s value is made of (up to
+    `MAX_RECOMPUTED_OPS`, stopping at reductions and matmuls), and the tensors
+    they read from elsewhere: the group's inputs and its other values."""
+    chain = [root]
+    seen = {root}
+    stack = [root]
+    while stack:
+        for v in g.inputs(stack.pop()):
+            owner = v.owner
+            if (
+                isinstance(owner, graph.ElementwiseOp)
+                and owner in members
+                and owner not in seen
+                and len(chain) < MAX_RECOMPUTED_OPS
+            ):
+                seen.add(owner)
+                chain.append(owner)
+                stack.append(owner)
+    chain.sort(key=g.order.__getitem__)
+    leaves: list[SSAValue] = []
+    for op in chain:
+        for v in g.inputs(op):
+            if v.owner not in seen and v not in leaves:
+                leaves.append(v)
+    return chain, leaves
+
+
+def _views_split_cleanly(g: FusionGraph, v: SSAValue, group_of: dict[Operation, Group]) -> bool:
+    """Whether each view of `v` is read by one kernel only (`apply_recompute` moves
+    a reader's views to the copy, and a view read by two kernels cannot go to both)."""
+    for use in v.uses:
+        user = use.operation
+        if isinstance(user, VIEW_OPS):
+            readers = {group_of[c] for c in g.consumers(user.results[0])}
+            if len(readers) > 1 or g.escapes(user.results[0]):
+                return False
+    return True
+
+
+def recompute_plans(
+    g: FusionGraph,
+    groups: Sequence[Group],
+    group_of: dict[Operation, Group],
+    max_ops: int | None,
+) -> tuple[list[RecomputePlan], list[tuple[Group, Group, Recompute]]]:
+    """Values a kernel writes only for other kernels to read, made of cheap
+    element-wise ops: recomputed in each reader when that saves bytes and the
+    extra work is within `WORK_PER_BYTE` of them (Inductor's test_partitioning_keops:
+    cos(a * b) summed over both dims; layer norm's `x - mean` read by a second
+    reduction). Returns the plans, and the candidates turned down with the reason."""
+    plans: list[RecomputePlan] = []
+    turned_down: list[tuple[Group, Group, Recompute]] = []
+    for p in groups:
+        members = set(p.ops)
+        for v in sorted(p.writes, key=lambda v: g.order[v.owner]):  # type: ignore[index]
+            root = v.owner
+            if not isinstance(root, graph.ElementwiseOp) or not isinstance(root, Operation):
+                continue
+            readers = sorted(
+                {group_of[c] for c in g.consumers(v)} - {p}, key=lambda r: g.order[r.ops[0]]
+            )
+            if not readers or not _views_split_cleanly(g, v, group_of):
+                continue
+            chain, leaves = producer_chain(g, root, members)
+            work = sum(_work(op) for op in chain)
+            labels = [_op_label(g, op) for op in chain]
+            name = _op_label(g, root).split(" ", 1)[1]
+            new_writes = [x for x in leaves if x.owner in members and x not in p.writes]
+            extra_write = sum(g.bytes(x) for x in new_writes)
+            chosen: list[Group] = []
+            records: dict[Group, Recompute] = {}
+            saved = 0
+            for c in readers:
+                fresh = sum(g.bytes(x) for x in leaves if x not in c.reads)
+                gain = g.bytes(v) - fresh
+                record = Recompute(name, labels, "", "", gain, work, False, "")
+                try:
+                    reads = (c.reads - {v}) | set(leaves)
+                    ops = sorted([*c.ops, *chain], key=g.order.__getitem__)
+                    kernel_schema(g, ops, max_ops, (reads, c.writes))
+                except Rejected as e:
+                    if gain > 0:
+                        record.reason = f"the reader cannot compute it: {e}"
+                        turned_down.append((p, c, record))
+                    continue
+                chosen.append(c)
+                records[c] = record
+                saved += gain
+            if not chosen:
+                continue
+            unwritten = not g.escapes(v) and len(chosen) == len(readers)
+            saved += (g.bytes(v) if unwritten else 0) - extra_write
+            total_work = work * len(chosen)
+            if saved <= 0:
+                continue  # not a candidate: nothing to report
+            reason = ""
+            if total_work > WORK_PER_BYTE * saved:
+                reason = f"over {WORK_PER_BYTE} element ops an HBM byte saved"
+            elif new_writes:
+                writes = (p.writes - {v} if unwritten else p.writes) | set(new_writes)
+                try:
+                    kernel_schema(g, p.ops, max_ops, (p.reads, writes))
+                except Rejected as e:
+                    reason = f"the producer cannot write its inputs: {e}"
+            share = saved // len(chosen)
+            for c in chosen:
+                records[c].saved = share
+                records[c].reason = reason or (
+                    f"{total_work} element ops for {_mb(saved)} saved, within "
+                    f"{WORK_PER_BYTE} an HBM byte"
+                )
+                records[c].done = not reason
+                if reason:
+                    turned_down.append((p, c, records[c]))
+            if not reason:
+                plans.append(RecomputePlan(v, chain, p, chosen, records))
+    return plans, turned_down
+
+
+def apply_recompute(
+    g: FusionGraph, plan: RecomputePlan, labels: dict[Operation, str]
+) -> tuple[Operation, list[Operation]]:
+    """Copies the plan's ops once for each reading kernel, right after the original,
+    and points that kernel's reads of the value (or of its views) at the copy.
+    Returns the original op that made the value and the copies that make it now;
+    `labels` gets each copy's report label."""
+    root = plan.value.owner
+    assert isinstance(root, Operation)
+    clones: list[Operation] = []
+    for consumer in plan.consumers:
+        readers = set(consumer.ops)
+        mapping: dict[SSAValue, SSAValue] = {}
+        at = root
+        for op in plan.ops:
+            copy = op.clone(value_mapper=dict(mapping), clone_name_hints=False)
+            g.block.insert_op_after(copy, at)
+            labels[copy] = f"{_op_label(g, op)} (copy)"
+            at = copy
+            for old, new in zip(op.results, copy.results, strict=True):
+                mapping[old] = new
+        fresh = mapping[plan.value]
+        for use in list(plan.value.uses):
+            user = use.operation
+            if user in readers or (
+                isinstance(user, VIEW_OPS) and set(g.consumers(user.results[0])) <= readers
+            ):
+                user.operands = [fresh if o is plan.value else o for o in user.operands]
+        clones.append(at)
+    return root, clones
+
+
+def _kernel_holding(op: Operation) -> str:
+    """The graph.fused kernel `op` was materialized in."""
+    parent = op.parent_op()
+    if isinstance(parent, graph.FusedOp) and isinstance(parent.kernel, StringAttr):
+        return parent.kernel.data
+    return ""
 
 
 def _drop_unread_views(block: Block) -> None:
@@ -1141,16 +1403,20 @@ def materialize(
 
 
 def fuse_module(module: ModuleOp, max_ops: int = 64) -> list[FusionReport]:
-    """Decomposes composites, then fuses every graph function of `module`."""
-    from irc.passes.decompose import DecomposePass
+    """Decomposes composites, unrolls small reductions that feed another reduction
+    (`unroll_small_reductions`), then fuses every graph function of `module`."""
+    from irc.passes.decompose import DecomposePass, unroll_small_reductions
 
     DecomposePass().apply(Context(), module)
     counter = [0]
-    return [
-        fuse_function(op, counter, max_ops)
-        for op in list(module.body.ops)
-        if isinstance(op, func.FuncOp) and _is_unfused_graph(op)
-    ]
+    reports: list[FusionReport] = []
+    for op in list(module.body.ops):
+        if isinstance(op, func.FuncOp) and _is_unfused_graph(op):
+            unrolled = unroll_small_reductions(op.body.block)
+            report = fuse_function(op, counter, max_ops)
+            report.unrolled = unrolled
+            reports.append(report)
+    return reports
 
 
 def _is_unfused_graph(fn: func.FuncOp) -> bool:

@@ -171,3 +171,178 @@ def test_transposed_operand_is_an_index_map(shape: tuple[int, int]) -> None:
 """
     assert moved_elements(text) == (1, 3 * n * m)
     run_against_torch(text, "f", lambda a, b: a + b.t(), (n, m), (m, n))
+
+
+# --- recomputing a cheap shared producer -----------------------------------------------
+
+KEOPS = """func @f(%a: tensor<20x1xf32>, %b: tensor<1x20xf32>) -> (tensor<20xf32>, tensor<20xf32>) {
+  %p = graph.mul %a, %b : tensor<20x20xf32>
+  %c = graph.cos %p
+  %s0 = graph.reduce_sum %c {dims = [1]} : tensor<20xf32>
+  %s1 = graph.reduce_sum %c {dims = [0]} : tensor<20xf32>
+  return %s0, %s1 : tensor<20xf32>, tensor<20xf32>
+}
+"""
+
+
+def _report(text: str) -> Any:
+    from irc.passes.fuse import fuse_module
+
+    (report,) = fuse_module(irc.parse(text, "<test>"))
+    return report
+
+
+def test_a_cheap_producer_of_two_reductions_is_recomputed_not_written() -> None:
+    """Inductor's test_partitioning_keops: cos(a * b) feeds sums over both dims. Written
+    once and read back it moves 880 elements; recomputed in the second kernel 120."""
+    assert moved_elements(KEOPS) == (2, 4 * 20 + 2 * 20)
+    (record,) = _report(KEOPS).recomputed
+    assert record.done and record.value == "%c" and record.ops == ["mul %p", "cos %c"]
+    assert record.saved == 2 * 400 * 4 - 40 * 4 and record.work == 400 * (1 + 8)
+    assert "within 4 an HBM byte" in record.reason
+    run_against_torch(
+        KEOPS, "f", lambda a, b: ((a * b).cos().sum(1), (a * b).cos().sum(0)), (20, 1), (1, 20)
+    )
+
+
+def test_recomputation_is_in_the_fusion_report(tmp_path: Any) -> None:
+    from irc.tools.opt import run as irc_opt
+
+    path = tmp_path / "keops.ir"
+    path.write_text(KEOPS)
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert irc_opt([str(path), "--fuse", "--fusion-report"]) == 0
+    text = err.getvalue()
+    assert "2 kernels launched" in text
+    line = next(x for x in text.splitlines() if x.startswith("  recomputed: %c"))
+    assert "[mul %p, cos %c] of triton_per_fused_mul_cos_sum_0 in triton_per_fused_mul_cos_sum_1" in line
+    assert "mul %p (copy), cos %c (copy), reduce_sum %s1" in text
+
+
+COSTLY = """func @f(%x: tensor<16x24xbf16>) -> (tensor<16xbf16>, tensor<24xbf16>) {
+  %a = graph.sigmoid %x
+  %b = graph.tanh %a
+  %c = graph.cos %b
+  %d = graph.sin %c
+  %p = graph.exp %d
+  %s0 = graph.reduce_sum %p {dims = [1]} : tensor<16xbf16>
+  %s1 = graph.reduce_sum %p {dims = [0]} : tensor<24xbf16>
+  return %s0, %s1 : tensor<16xbf16>, tensor<24xbf16>
+}
+"""
+
+
+def test_a_costly_producer_is_written_once_and_the_report_says_why() -> None:
+    """Five transcendental ops an element for 2 bytes saved: over the work budget."""
+    (record,) = _report(COSTLY).recomputed
+    assert not record.done and record.work == 5 * 8 * 16 * 24
+    assert record.reason == "over 4 element ops an HBM byte saved"
+    assert moved_elements(COSTLY) == (2, 2 * 16 * 24 + 16 + 16 * 24 + 24)
+
+
+LAYERNORM_AMAX = """func @f(%x: tensor<12x40xf32>, %w: tensor<40xf32>, %b: tensor<40xf32>) -> (tensor<12x40xf32>, tensor<f32>) {
+  %mean = graph.reduce_mean %x {dims = [1], keepdim = true} : tensor<12x1xf32>
+  %c = graph.sub %x, %mean
+  %sq = graph.mul %c, %c
+  %var = graph.reduce_mean %sq {dims = [1], keepdim = true} : tensor<12x1xf32>
+  %eps = graph.constant {value = 1.0e-5} : tensor<f32>
+  %ve = graph.add %var, %eps
+  %inv = graph.rsqrt %ve
+  %n = graph.mul %c, %inv
+  %s = graph.mul %n, %w
+  %y = graph.add %s, %b
+  %ab = graph.abs %y
+  %amax = graph.reduce_max %ab {dims = [0, 1]} : tensor<f32>
+  %sg = graph.sigmoid %y
+  return %sg, %amax : tensor<12x40xf32>, tensor<f32>
+}
+"""
+
+
+def test_layer_norm_then_a_full_reduction_does_not_write_x_minus_mean() -> None:
+    """Inductor's test_reduction_pointwise_multi_level_reduction: the second kernel
+    recomputes `x - mean` from x and the row means instead of reading it full-size."""
+    kernels, moved = moved_elements(LAYERNORM_AMAX)
+    n, h = 12, 40
+    assert kernels == 2
+    # statistics: x in, mean and 1/std out; then x, mean, 1/std, w, b in, y and amax out
+    assert moved == (n * h + 2 * n) + (n * h + 2 * n + 2 * h + n * h + 1)
+    (record,) = _report(LAYERNORM_AMAX).recomputed
+    assert record.done and record.ops == ["sub %c"]
+
+    def want(x: Any, w: Any, b: Any) -> Any:
+        y = torch.nn.functional.layer_norm(x, (h,), w, b, 1e-5)
+        return torch.sigmoid(y), y.abs().amax()
+
+    run_against_torch(LAYERNORM_AMAX, "f", want, (n, h), (h,), (h,))
+
+
+# --- two reductions over different dims, the first small -------------------------------
+
+
+def _neighbor(k: int) -> str:
+    return f"""func @f(%a: tensor<10x1x{k}xf32>, %b: tensor<1x10x{k}xf32>) -> tensor<10xf32> {{
+  %d = graph.sub %a, %b : tensor<10x10x{k}xf32>
+  %s = graph.mul %d, %d
+  %r = graph.reduce_sum %s {{dims = [2]}} : tensor<10x10xf32>
+  %m = graph.reduce_max %r {{dims = [1]}} : tensor<10xf32>
+  return %m : tensor<10xf32>
+}}
+"""
+
+
+@pytest.mark.parametrize(("k", "elements"), [(4, 90), (8, 170)])
+def test_neighbor_is_one_kernel(k: int, elements: int) -> None:
+    """Inductor's test_neighbor: 90 elements at k=4 (170 at k=8, its would-be-nice case)
+    where two kernels write and read the 10x10 sums (290)."""
+    assert moved_elements(_neighbor(k)) == (1, elements)
+    report = _report(_neighbor(k))
+    assert report.unrolled == [
+        f"reduce_sum %r over {k} elements unrolled into element-wise ops: it feeds "
+        "reduce_max %m, over other dims, and one kernel computes both"
+    ]
+    run_against_torch(
+        _neighbor(k), "f", lambda a, b: ((a - b) ** 2).sum(-1).amax(1), (10, 1, k), (1, 10, k)
+    )
+
+
+def test_a_reduction_over_more_than_eight_elements_is_not_unrolled() -> None:
+    assert moved_elements(_neighbor(9))[0] == 2
+    assert _report(_neighbor(9)).unrolled == []
+
+
+MEAN_KEEPDIM = """func @f(%x: tensor<6x5x3xbf16>) -> tensor<6x1x1xbf16> {
+  %e = graph.exp %x
+  %r = graph.reduce_mean %e {dims = [2], keepdim = true} : tensor<6x5x1xbf16>
+  %m = graph.reduce_min %r {dims = [1], keepdim = true} : tensor<6x1x1xbf16>
+  return %m : tensor<6x1x1xbf16>
+}
+"""
+
+
+def test_an_unrolled_half_precision_mean_is_summed_in_f32() -> None:
+    """keepdim, a mean and bf16: the terms are added in f32 and rounded once, as torch's
+    mean is; the result is judged by irc-run --check's rule against the f64 program."""
+    from irc.testing.reference import functions
+    from irc.testing.verdict import judge, yardsticks
+
+    assert moved_elements(MEAN_KEEPDIM) == (1, 90 + 6)
+    torch.manual_seed(0)
+    x = torch.randn(6, 5, 3, dtype=torch.bfloat16)
+    (got,) = _compile(MEAN_KEEPDIM).run("f", [x])
+    want = x.exp().mean(2, keepdim=True).amin(1, keepdim=True)
+    (stick,) = yardsticks(functions(irc.parse(MEAN_KEEPDIM, "<test>"))["f"], [x])
+    assert judge(got, want, stick).ok
+
+
+def test_a_small_reduction_read_by_no_other_reduction_stays_a_reduction() -> None:
+    text = """func @f(%x: tensor<10x4xf32>) -> tensor<10xf32> {
+  %r = graph.reduce_sum %x {dims = [1]} : tensor<10xf32>
+  return %r : tensor<10xf32>
+}
+"""
+    assert _report(text).unrolled == [] and moved_elements(text) == (1, 50)

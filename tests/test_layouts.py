@@ -86,6 +86,8 @@ def test_smoke_row_is_correct_on_the_cpu(workload: Any, tmp_path: Path) -> None:
     row = layouts.measure(workload, workload.smoke, "cpu", None, tmp_path, with_compile=False)
     assert row["correct"], row["verdicts"]
     assert row["kernels_irc"] == row["kernels_irc_static"] >= 1
+    if row["kernels_irc_expected"] is not None:  # views and peer patterns: pinned
+        assert row["kernels_irc_static"] == row["kernels_irc_expected"]
     assert row["irc_ms"] > 0 and row["compile_ms"] is None
 
 
