@@ -23,6 +23,8 @@ import string
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+
 from irc.analysis.verifier import verify
 from irc.pipeline import build_pipeline, run_pipeline
 from irc.syntax.diagnostics import IrcError, SourceManager
@@ -286,14 +288,20 @@ def test_the_fuzzer_has_valid_seeds() -> None:
         assert check_text(text), text
 
 
-def test_mutated_files() -> None:
-    results = run_cases("mutated", SEED, n(5000), mutated)
+# Campaigns: a sample in the fast run, the whole campaign in the slow group.
+CAMPAIGN = ["sample", pytest.param("campaign", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("size", CAMPAIGN)
+def test_mutated_files(size: str) -> None:
+    results = run_cases("mutated", SEED, n(500 if size == "sample" else 5000), mutated)
     # Some mutations keep the file valid (and then it must round-trip).
     assert 0 < sum(results) < len(results)
 
 
-def test_random_ops() -> None:
-    results = run_cases("structured", SEED, n(1500), structured)
+@pytest.mark.parametrize("size", CAMPAIGN)
+def test_random_ops(size: str) -> None:
+    results = run_cases("structured", SEED, n(300 if size == "sample" else 1500), structured)
     assert sum(results) > 0
 
 

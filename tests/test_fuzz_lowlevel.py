@@ -112,9 +112,16 @@ def test_seed_programs_are_valid(
         assert outcome.status == 0 and outcome.problem is None, (case.origin, outcome)
 
 
-def test_mutants(programs: list[Program], sandbox: tuple[Path, Path, dict[str, str]]) -> None:
+# Campaigns: a sample in the fast run, the whole campaign in the slow group.
+CAMPAIGN = ["sample", pytest.param("campaign", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("size", CAMPAIGN)
+def test_mutants(
+    size: str, programs: list[Program], sandbox: tuple[Path, Path, dict[str, str]]
+) -> None:
     inputs, cwd, env = sandbox
-    cases = make_cases(programs, SEED, n(200), 0.0, inputs)
+    cases = make_cases(programs, SEED, n(50 if size == "sample" else 200), 0.0, inputs)
     report = Report(cases, run_many(cases, check_case, cwd, env, timeout=120))
     accepted = sum(1 for o in report.outcomes if o.status == 0)
     # Some mutants stay valid (and are then lowered all the way), most are rejected.
@@ -133,12 +140,13 @@ def test_mutants_run_under_the_memory_guard(sandbox: tuple[Path, Path, dict[str,
     judge(report, seed)
 
 
+@pytest.mark.parametrize("size", CAMPAIGN)
 def test_a_sample_through_the_real_cli(
-    programs: list[Program], sandbox: tuple[Path, Path, dict[str, str]]
+    size: str, programs: list[Program], sandbox: tuple[Path, Path, dict[str, str]]
 ) -> None:
     """The forked checks agree with `irc-opt` run as a process: same exit status, 0 or 1."""
     inputs, cwd, env = sandbox
-    cases = make_cases(programs, SEED + 2, n(6), 0.0, inputs)
+    cases = make_cases(programs, SEED + 2, n(2 if size == "sample" else 6), 0.0, inputs)
     forked = run_many(cases, check_case, cwd, env)
     for case, outcome in zip(cases, forked, strict=True):
         done = subprocess.run(
