@@ -22,6 +22,7 @@ from xdsl.utils.exceptions import VerifyException
 from irc.ir.types import ELEMENT_TYPES, FLOAT_TYPES, I1, SCALAR_TYPES, format_type
 
 I32 = ELEMENT_TYPES["i32"]
+I64 = ELEMENT_TYPES["i64"]
 
 MAX_BLOCK = 2**20
 """Elements of one Triton block at most (Triton's TRITON_MAX_TENSOR_NUMEL)."""
@@ -132,6 +133,13 @@ def check_number(op: Operation, name: str, value: Attribute | None, t: Attribute
         raise VerifyException(
             f"{op.name}: '{name}' is {number}, not an integer as {format_type(t)} needs"
         )
+    if isinstance(value, FloatAttr):
+        # A whole float still says "float": at this level the literal is the value's
+        # type as Triton sees it (`8.0` makes an fp32 constant), so it must match.
+        raise VerifyException(
+            f"{op.name}: '{name}' is the float {number}, but {format_type(t)} needs an "
+            f"integer (write {int(number)})"
+        )
     whole = int(number)
     if element == I1:
         if whole not in (0, 1, -1):  # -1: xDSL keeps a signless i1 true as all bits set
@@ -140,6 +148,16 @@ def check_number(op: Operation, name: str, value: Attribute | None, t: Attribute
     bits = 32 if element == I32 else 64  # i64 and index
     if not -(2 ** (bits - 1)) <= whole < 2 ** (bits - 1):
         raise VerifyException(f"{op.name}: '{name}' {whole} does not fit in {format_type(element)}")
+
+
+def number_for(value: Attribute, t: Attribute) -> Attribute:
+    """`value` (a graph constant's) written as the loop and tile levels want it for
+    an element of type `t`: a whole float becomes an integer for integer types."""
+    if isinstance(value, FloatAttr) and element_type(t) not in FLOAT_TYPES:
+        number = value.value.data
+        if float(number).is_integer():
+            return IntegerAttr(int(number), I64)
+    return value
 
 
 @dataclass(frozen=True, init=False)

@@ -510,7 +510,10 @@ class ReduceOp(IRDLOperation):
         check_int(self, "axis", self.axis, 0, rank - 1)
         shape = _shape(self.input.type)
         axis = self.axis.value.data
-        _check_result(self, shape[:axis] + shape[axis + 1 :], None)
+        # The result keeps the input's element type, as the tl.sum / tl.reduce that
+        # tile-to-triton prints gives it; another written type would be a lie that
+        # the values after it (stores, applies) would be checked against.
+        _check_result(self, shape[:axis] + shape[axis + 1 :], _element(self.input.type))
 
 
 @irdl_op_definition

@@ -35,6 +35,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import graph, loop
+from irc.dialects.attrs import number_for
 from irc.dialects.graph import kind_of_ops
 from irc.ir.kernel_kind import NAME_PREFIX, KernelKind, RowGeometry
 from irc.ir.types import F32, HALF_TYPES, I1, element_of, int_array, shape_of
@@ -211,6 +212,7 @@ class KernelBuilder:
         )
 
     def constant(self, value: Attribute, element: Attribute) -> SSAValue:
+        value = number_for(value, element)  # graph.constant's 8.0 for an i32 is 8 here
         return self.add(loop.ConstantOp.create(properties={"value": value}, result_types=[element]))
 
     def value_at(self, v: SSAValue, idx: list[SSAValue]) -> SSAValue:

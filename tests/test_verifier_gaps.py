@@ -196,7 +196,7 @@ TILE_CASES = [
     Case("expand-dims-result", TILE, "{axis = 0} : tensor<1x8xf32>", "{axis = 0} : tensor<8x1xf32>",
          "9:3", "tile.expand_dims: the result must be [1, 8] of f32, got tensor<8x1xf32>"),
     Case("reduce-result", TILE, "axis = 1} : tensor<1xf32>", "axis = 1} : tensor<8xf32>", "10:3",
-         "tile.reduce: the result must be [1], got tensor<8xf32>"),
+         "tile.reduce: the result must be [1] of f32, got tensor<8xf32>"),
     Case("dot-shapes", TILE, "tile.dot %z, %z, %z", "tile.dot %z, %row, %z", "12:3",
          "tile.dot: shapes [8, 8] @ [1, 8] + [8, 8] do not make a product"),
     Case("for-step", TILE, "step = 4", "step = 0", "13:3",
@@ -745,9 +745,11 @@ def test_buffer_of_index_is_located(tmp_path: Path) -> None:
     assert_located(tmp_path, source, "2:3", "loop.alloc: buffers hold f32 f16 bf16 f64 i64 i32 i1, not index")
 
 
-def test_integral_float_for_an_integer_type_is_emitted(tmp_path: Path) -> None:
-    """F9: `8.0 : i32` verifies, and Triton gets the integer 8 (once an internal TypeError)."""
+def test_integral_float_for_an_integer_type_is_a_located_error(tmp_path: Path) -> None:
+    """F9: `3.0 : i32` below the graph level (once an internal TypeError, then taken as 3):
+    the literal says float, so it is an error; graph.constant's 3.0 is lowered as 3
+    (tests/test_constant_literals.py)."""
     source = mutate(TILE, "  %pid =", "  %q = tile.constant {value = 3.0} : i32\n  %pid =")
-    status, out, err, _ = run_opt(tmp_path, source, "--emit", "triton")
-    assert status == 0, err
-    assert "tl.full([], 3, tl.int32)" in out, out
+    assert_located(
+        tmp_path, source, "3:3", "tile.constant: 'value' is the float 3.0, but i32 needs an integer"
+    )
