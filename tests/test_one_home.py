@@ -38,15 +38,9 @@ KNOWN: Counter[tuple[str, tuple[str, ...]]] = Counter(
         (
             "irc/testing/graphgen.py",
             (
-                "broadcast",
-                "cast",
-                "layer_norm",
-                "matmul",
-                "reshape",
-                "softmax",
-                "transpose",
-                "where",
-            ),
+                "broadcast", "cast", "concat", "gather", "index_select", "iota", "layer_norm",
+                "matmul", "reshape", "slice", "softmax", "transpose", "where",
+            ),  # fmt: skip
         ): 1,
         # The integer interval analysis: transfer functions of the index arithmetic and
         # comparisons of loop.apply / tile.apply, by function (irc.analysis.bounds).
