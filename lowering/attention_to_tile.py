@@ -162,7 +162,16 @@ class AttentionLayout:
         p = self.tile_of(p_value)
         if jmask_row is not None:
             p = t.apply("where", [jmask_row, p, t.const(0.0, F32)])
-        l_new = t.apply("add", [t.apply("mul", [l_old, alpha]), self.row_reduce("sum", p)])
+        # The row sum is of the softmax's numerator exp(x - m) as the graph computes
+        # it (in f32 for a graph.softmax of half values, rounded where the graph
+        # rounds): the probabilities before their cast to the values' type.
+        e = p
+        numerator = p_value.owner
+        if isinstance(numerator, loop.ApplyOp) and numerator.fn.data == "cast":
+            e = self.tile_of(numerator.args[0])
+            if jmask_row is not None:
+                e = t.apply("where", [jmask_row, e, t.const(0.0, F32)])
+        l_new = t.apply("add", [t.apply("mul", [l_old, alpha]), self.row_reduce("sum", e)])
         with t.scope(axis_masks=[jmask_col, self.col_mask]):
             t.bind(j_values, j_col)
             v = t.dot_operand(v_value, (bn, self.be), self.element)
