@@ -26,15 +26,18 @@ program summing all the partials, then costs more than they save
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
+    FloatAttr,
     IndexType,
     IntegerAttr,
     MemRefType,
     ModuleOp,
     StringAttr,
+    f64,
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
@@ -42,7 +45,7 @@ from xdsl.passes import ModulePass
 
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
-from irc.ir.types import F32, HALF_TYPES, int_array, numel
+from irc.ir.types import ELEMENT_TYPES, F32, FLOAT_TYPES, HALF_TYPES, I1, int_array, numel
 from irc.passes.options import check_option
 from irc.passes.tile import choose_tiling, kernel_shape, programs
 
@@ -113,11 +116,30 @@ def _levels(kernel: loop.KernelOp) -> list[list[loop.ReduceOp]]:
     return out
 
 
-def _chunk_region(block: Block, g: SSAValue, chunk: int, bounds: list[int]) -> None:
+def _identity(kind: str, element: Attribute) -> Attribute:
+    """What a masked-off element of a ragged chunk contributes to a `kind` reduction."""
+    if element in FLOAT_TYPES:
+        value = {"sum": 0.0, "max": -math.inf, "min": math.inf}[kind]
+        return FloatAttr(value, f64)
+    if element == I1:
+        return IntegerAttr({"sum": 0, "max": 0, "min": 1}[kind], i64)
+    bits = 64 if element == ELEMENT_TYPES["i64"] else 32
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return IntegerAttr({"sum": 0, "max": lo, "min": hi}[kind], i64)
+
+
+def _chunk_region(
+    block: Block, g: SSAValue, chunk: int, bounds: list[int], kind: str | None = None
+) -> None:
     """Re-indexes a region over `bounds` as chunk `g` of `chunk` flat elements:
-    its argument becomes the offset in the chunk and the old indices are computed."""
+    its argument becomes the offset in the chunk and the old indices are computed.
+
+    Where chunks are ragged (the last one runs past the end), indices are clamped
+    to the last element, and a reduction (`kind`) yields its identity there; a
+    foreach writes the last element again, with the same value."""
     first = block.first_op
     assert first is not None
+    n = numel(bounds)
     old_args = list(block.args)
     rr = block.insert_arg(INDEX, 0)
     flat = _apply(
@@ -126,10 +148,24 @@ def _chunk_region(block: Block, g: SSAValue, chunk: int, bounds: list[int]) -> N
         [_apply(block, "mul", [g, _index_const(block, chunk, first)], first), rr],
         first,
     )
-    stride = numel(bounds)
+    inside = flat
+    if n % chunk:
+        inside = _apply(block, "minimum", [flat, _index_const(block, n - 1, first)], first)
+        if kind is not None:
+            yielded = block.last_op
+            assert isinstance(yielded, loop.YieldOp)
+            value = yielded.values[0]
+            valid = _apply(block, "lt", [flat, _index_const(block, n, first)], yielded, I1)
+            neutral = loop.ConstantOp.create(
+                properties={"value": _identity(kind, value.type)}, result_types=[value.type]
+            )
+            block.insert_op_before(neutral, yielded)
+            masked = _apply(block, "where", [valid, value, neutral.result], yielded, value.type)
+            yielded.operands = [masked]
+    stride = n
     for d, (old, size) in enumerate(zip(old_args, bounds, strict=True)):
         stride //= size
-        v = flat
+        v = inside
         if stride != 1:
             v = _apply(block, "floordiv", [v, _index_const(block, stride, first)], first)
         if d > 0:
@@ -168,7 +204,8 @@ def _chunked_kernel(
     for op in chunked:
         c = mapping[op]
         assert isinstance(c, loop.ReduceOp | loop.ForeachOp)
-        _chunk_region(c.body.block, gi, chunk, loop.int_list(c.bounds))
+        kind = c.kind.data if isinstance(c, loop.ReduceOp) else None
+        _chunk_region(c.body.block, gi, chunk, loop.int_list(c.bounds), kind)
         c.bounds = int_array([chunk])
     stage = loop.KernelOp.create(
         properties={
@@ -228,7 +265,8 @@ def split_kernel(kernel: loop.KernelOp, g: int) -> None:
     parallel = kernel.parallel_bounds()
     levels = _levels(kernel)
     n = numel(loop.int_list(levels[0][0].bounds))
-    chunk = n // g
+    chunk = -(-n // g)
+    assert -(-n // chunk) == g, "no chunk is empty"
     base = kernel.kernel_name.data
     for depth, level in enumerate(levels):
         keep: list[Operation] = list(level)
@@ -336,7 +374,9 @@ def split_chunks(
         if n < threshold:
             return 1
         g = split_count(n, min(splits, most, n // min_chunk))
-        return g if g >= 16 else 1
+        if g >= 16:
+            return g
+        return ragged_count(n, min(splits, most, n // min_chunk))
     shape = kernel_shape(kernel)
     if recombines and not shape.columns:
         # Rows with an epilogue or dependent statistics (softmax, layer norm) keep
@@ -349,17 +389,31 @@ def split_chunks(
         return 1
     best = 1
     g = 2
-    while g <= min(splits, most) and n % g == 0:
-        split = replace(shape, parallel=(g, *parallel), reduction=(n // g,))
+    while g <= min(splits, most):
+        chunk = -(-n // g)
+        count = -(-n // chunk)  # ragged: no chunk left empty
+        split = replace(shape, parallel=(count, *parallel), reduction=(chunk,))
         t = choose_tiling(split)
         kept = t.block[0] if not shape.columns else min(t.block[0], parallel[-1])
-        if (n // g) * kept < min_chunk or n // g < unsplit.block[1]:
+        if chunk * kept < min_chunk or chunk < unsplit.block[1]:
             break
-        best = g
+        best = count
         if programs(split, t) >= want:
             break
         g *= 2
     return best if best > 1 else 1
+
+
+def ragged_count(n: int, most: int) -> int:
+    """Chunks for a full reduction of `n` elements with no power-of-two divisor
+    worth splitting by: `most` (a power of two) chunks of ceil(n / most), the last
+    one short (its missing elements masked), if that gives 16 or more."""
+    g = 1
+    while g * 2 <= most:
+        g *= 2
+    if g < 16:
+        return 1
+    return -(-n // -(-n // g))
 
 
 PROGRAMS_PER_SM = 4

@@ -271,6 +271,31 @@ def test_split_sigmoid_and_max_match_torch() -> None:
     check(sigmoid_and_max((512, 384)), expect_kernels=2)
 
 
+def test_odd_sizes_split_in_ragged_chunks() -> None:
+    """Sizes with no power-of-two divisor (6007x4099, a column sum over 3001 rows)
+    split all the same: the last chunk is short, its missing elements masked."""
+    module = tiled(sigmoid_and_max((6007, 4099)))
+    assert_grids_fill_the_gpu(module)
+    assert launches(module)[0][1] >= 4096
+    module = tiled(reduce_fn("reduce_sum", (30011, 3001), [0]))
+    assert_grids_fill_the_gpu(module)
+    assert len(launches(module)) == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        sigmoid_and_max((601, 409)),
+        reduce_fn("reduce_sum", (3001, 257), [0], "bf16"),
+        reduce_fn("reduce_min", (301, 223), [0, 1], "i32"),
+        batch_norm_stats(3001, 24),
+    ],
+    ids=["sigmoid-max", "column-bf16", "min-i32", "batch-norm"],
+)
+def test_ragged_splits_match_torch(text: str) -> None:
+    check(text)
+
+
 def test_split_normalize_by_sum_matches_torch() -> None:
     check(normalize_by_sum((512, 384)))
 
