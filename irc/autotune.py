@@ -129,10 +129,11 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
                     for w in (4, 8, 16, 32):
                         if x * full >= 32 * w:  # a warp holds 32 elements or more
                             out.append(Tiling((x, full), w))
-        for rb in (1024, 2048, 4096):
+        for rb in (1024, 2048, 4096, 8192):  # rows streamed in chunks (vocabulary rows)
             if rb < full:
-                for w in (4, 8):
-                    out.append(Tiling((1, rb), w))
+                for w in (4, 8, 16):
+                    if w <= 8 or rb >= 256 * w:  # 16 warps: 8 elements a thread or more
+                        out.append(Tiling((1, rb), w))
     else:
         *_, m, n = shape.parallel
         (k,) = shape.reduction
