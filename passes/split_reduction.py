@@ -344,8 +344,9 @@ def split_chunks(
     choose, as long as a chunk is at least `min_chunk` elements a program and a
     full step of its tile (rows that an epilogue or a dependent reduction reads
     again, a softmax's, stay one kernel). Where programs combine partials they did not make
-    (a reduction reading another, a foreach reading one), chunks are at least 4 G
-    long, so that combining costs at most a quarter of the chunk's reads.
+    (a reduction reading another, a foreach reading one), chunks are at least G
+    long, so that combining (reads of a small partials buffer, from L2) costs no
+    more reads than the chunk's own from DRAM.
     """
     if loop.kernel_kind(kernel) is not KernelKind.REDUCTION:
         return 1
@@ -367,7 +368,7 @@ def split_chunks(
     most = n
     if recombines:
         most = 1
-        while (most * 2) ** 2 * 4 <= n:
+        while (most * 2) ** 2 <= n:
             most *= 2
     parallel = kernel.parallel_bounds()
     if not parallel:
