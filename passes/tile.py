@@ -68,6 +68,9 @@ class KernelShape:
     """A reduction whose streamed loads are contiguous along a kept dim, not the
     reduced one (a column sum): that kept dim's size (0 for row reductions)."""
     element_bytes: int = 4  # the widest element the reduction streams
+    epilogue_tiles: int = 0
+    """A contraction's full-size epilogue operands (a SwiGLU's other half): Triton
+    stages each output-sized tile of them through shared memory."""
     across: int = -1
     """Element-wise kernels: the parallel dim that an access is contiguous along
     when it is not the last one (a transposed operand: `x.T + y`), else -1."""
@@ -142,8 +145,18 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                     ),
                     default=4,
                 )
+                inside = set(op.body.walk())
+                tiles = sum(
+                    1
+                    for load in kernel.body.walk()
+                    if isinstance(load, loop.LoadOp)
+                    and load not in inside
+                    and sum(d > 1 for d in load.buffer.type.get_shape()) >= 2  # type: ignore[attr-defined]
+                )
                 bounds = tuple(loop.int_list(op.bounds))
-                return KernelShape(kind, parallel, bounds, half, element_bytes=operand_bytes)
+                return KernelShape(
+                    kind, parallel, bounds, half, element_bytes=operand_bytes, epilogue_tiles=tiles
+                )
     if kind is KernelKind.ATTENTION:
         return attention_shape(kernel, parallel)
     if kind is KernelKind.REDUCTION:
@@ -271,7 +284,10 @@ def choose_tiling(
         # multiplied (f32 cast to bf16 in the kernel): the staged tiles must fit
         # shared memory beside the epilogue's output tile.
         bk = 64
-        while bk > 16 and gemm_shared_bytes(128, 256, bk, 3, shape.element_bytes) > SHARED_BYTES:
+        while bk > 16 and (
+            gemm_shared_bytes(128, 256, bk, 3, shape.element_bytes, shape.epilogue_tiles)
+            > SHARED_BYTES
+        ):
             bk //= 2
         return Tiling((128, 256, bk), 8, 3, persistent=len(shape.parallel) == 2)
     bm = min(64, max(16, next_pow2(m)))
@@ -300,10 +316,14 @@ SHARED_BYTES = 227 * 1024
 """Shared memory a program may use on an H100 or H200 (Triton's limit there)."""
 
 
-def gemm_shared_bytes(bm: int, bn: int, bk: int, stages: int, operand_bytes: int) -> int:
+def gemm_shared_bytes(
+    bm: int, bn: int, bk: int, stages: int, operand_bytes: int, epilogue_tiles: int = 0
+) -> int:
     """Shared memory of a pipelined GEMM program: `stages` copies of its A and B
-    tiles as loaded, and the half-precision output tile its epilogue stores."""
-    return stages * (bm * bk + bk * bn) * operand_bytes + bm * bn * 2
+    tiles as loaded, and the half-precision output tile its epilogue stores, plus
+    one such tile for each full-size operand the epilogue reads (a SwiGLU's
+    `silu(a) * (x @ w)` needed 240 KB at K steps of 64 on an H100)."""
+    return stages * (bm * bk + bk * bn) * operand_bytes + bm * bn * 2 * (1 + epilogue_tiles)
 
 
 COLUMN_BYTES = 512

@@ -273,3 +273,21 @@ def test_gemm_of_a_cast_operand_gets_its_loaded_width() -> None:
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
     (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
     assert list(loop.int_list(kernel.block)) == [128, 256, 32]
+
+
+def test_gemm_with_a_full_size_epilogue_operand_takes_shorter_k_steps() -> None:
+    """A SwiGLU's `gate * (x @ w)`: the epilogue's full-size operand is staged in
+    shared memory too (245,760 bytes at K steps of 64 on an H100, over its limit)."""
+    text = """func @f(%x: tensor<1024x256xbf16>, %w: tensor<256x1024xbf16>, %g: tensor<1024x1024xbf16>, %b: tensor<1024xbf16>) -> tensor<1024x1024xbf16> {
+  %y = graph.matmul %x, %w : tensor<1024x1024xbf16>
+  %z = graph.mul %y, %g : tensor<1024x1024xbf16>
+  %o = graph.add %z, %b : tensor<1024x1024xbf16>
+  return %o : tensor<1024x1024xbf16>
+}"""
+    module = irc.parse(text, "swiglu.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
+    (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    assert list(loop.int_list(kernel.block)) == [128, 256, 32]
+    # A bias vector is no tile: mm_bias_relu keeps its K steps of 64.
+    shape = KernelShape("contraction", (4096, 4096), (4096,), True, element_bytes=2)
+    assert choose_tiling(shape).block == (128, 256, 64)
