@@ -55,6 +55,16 @@ THINNED: dict[str, Thin] = {
 }
 
 
+SLOW_ITEMS = {
+    # The whole lit suite is one test of about 110 s (one xdist worker for half the
+    # fast run); `lit tests/lit` runs it on its own, and the slow group in CI.
+    "test_lit.py::test_lit_suite_passes",
+    # The 20,000-op index chain (15 s); the 3,000-deep inputs stay in the fast run.
+    "test_hostile.py::test_generated_hostile_input[loop_index_chain_20000-irc-opt]",
+}
+"""Single tests in the slow group, by `file::name` as pytest ids them."""
+
+
 def _policy(item: pytest.Item) -> Thin | None:
     file = item.path.name
     name = getattr(item, "originalname", item.name)
@@ -65,6 +75,9 @@ def _mark_slow_families(items: list[pytest.Item]) -> None:
     seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
     counts: dict[tuple[str, str], int] = {}
     for item in items:
+        if f"{item.path.name}::{item.name}" in SLOW_ITEMS:
+            item.add_marker(pytest.mark.slow)
+            continue
         callspec = getattr(item, "callspec", None)
         policy = _policy(item)
         if callspec is None or policy is None or item.get_closest_marker("slow"):
