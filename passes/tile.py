@@ -281,15 +281,13 @@ def choose_tiling(
     (k,) = shape.reduction
     if shape.half and m >= 1024 and n >= 1024:
         # K steps of 64 unless the operands are loaded wider than they are
-        # multiplied (f32 cast to bf16 in the kernel): the staged tiles must fit
-        # shared memory beside the epilogue's output tile.
-        bk = 64
-        while bk > 16 and (
-            gemm_shared_bytes(128, 256, bk, 3, shape.element_bytes, shape.epilogue_tiles)
-            > SHARED_BYTES
-        ):
-            bk //= 2
-        return Tiling((128, 256, bk), 8, 3, persistent=len(shape.parallel) == 2)
+        # multiplied (f32 cast to bf16 in the kernel) or the epilogue reads
+        # full-size operands: the staged tiles must fit shared memory beside the
+        # epilogue's tiles. When no K step fits, the small tiles below do.
+        for bk in (64, 32, 16):
+            need = gemm_shared_bytes(128, 256, bk, 3, shape.element_bytes, shape.epilogue_tiles)
+            if need <= SHARED_BYTES:
+                return Tiling((128, 256, bk), 8, 3, persistent=len(shape.parallel) == 2)
     bm = min(64, max(16, next_pow2(m)))
     bn = min(64, max(16, next_pow2(n)))
     bk = min(32, max(16, next_pow2(k)))

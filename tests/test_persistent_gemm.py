@@ -291,3 +291,16 @@ def test_gemm_with_a_full_size_epilogue_operand_takes_shorter_k_steps() -> None:
     # A bias vector is no tile: mm_bias_relu keeps its K steps of 64.
     shape = KernelShape("contraction", (4096, 4096), (4096,), True, element_bytes=2)
     assert choose_tiling(shape).block == (128, 256, 64)
+
+
+def test_gemm_whose_big_tiles_never_fit_takes_the_small_ones() -> None:
+    """f32 operands and two full-size epilogue operands overflow shared memory at
+    every K step of the big tile: the kernel gets the small tiling, which fits."""
+    from irc.passes.tile import SHARED_BYTES, gemm_shared_bytes
+
+    shape = KernelShape(
+        "contraction", (2048, 1536), (1000,), True, element_bytes=4, epilogue_tiles=2
+    )
+    t = choose_tiling(shape)
+    assert not t.persistent and t.block[:2] == (64, 64)
+    assert gemm_shared_bytes(*t.block, t.stages, 4, 2) <= SHARED_BYTES
