@@ -398,3 +398,35 @@ def test_odd_but_legal_names_run_and_are_keywords() -> None:
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert not names & {"import", "class", "x.y", "def-1"}
     assert "FUNCTIONS = {'import': fn0}" in compiled.source
+
+
+def test_a_check_message_reaches_the_kernel_only_as_a_string(tmp_path: Path) -> None:
+    """`tile.check`'s words go into `tl.device_assert(cond, "...")`: a hand-written
+    message of quotes, newlines and Python is one string constant of the kernel, and
+    the module imports and runs without running it."""
+    marker = tmp_path / "ran"
+    words = "x'\"\"\"\n" + payload(marker) + "\\'\n)\nopen('x', 'w')#"
+    text = """func @f(%w: tensor<20x16xf32>, %ids: tensor<7xi64>) -> tensor<7x16xf32> {
+  %e = graph.index_select %w, %ids {dim = 0}
+  %s = graph.exp %e
+  return %s : tensor<7x16xf32>
+}"""
+    module = irc.parse(text, "check.ir")
+    irc.run_pipeline(module, "decompose,fuse,graph-to-loop,split-reduction,tile,loop-to-tile")
+    (check,) = [op for op in module.walk() if isinstance(op, tile.CheckOp)]
+    check.what = StringAttr(words)
+    hostile = irc.parse(irc.print_module(module), "check_tile.ir")
+    source = emit_triton(hostile, "check_tile.ir")
+    messages = [
+        node.args[1].value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func) == "tl.device_assert"
+        and isinstance(node.args[1], ast.Constant)
+    ]
+    assert messages == [words]
+    compiled = irc.compile(hostile, device=DEVICE)
+    w = torch.randn(20, 16, device=DEVICE)
+    ids = torch.randint(0, 20, (7,), device=DEVICE)
+    torch.testing.assert_close(compiled["f"](w, ids), torch.exp(w[ids]))
+    assert not marker.exists()
