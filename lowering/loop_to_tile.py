@@ -173,6 +173,14 @@ def streamed_buffers(kernel: loop.KernelOp, shape: KernelShape) -> set[SSAValue]
     return streamed if len(streamed) == 1 else set()
 
 
+def combined(terms: list[tuple[SSAValue, int]]) -> list[tuple[SSAValue, int]]:
+    """Terms of one value added up (first appearance keeps its place), zeros dropped."""
+    out: dict[SSAValue, int] = {}
+    for t, c in terms:
+        out[t] = out.get(t, 0) + c
+    return [(t, c) for t, c in out.items() if c != 0]
+
+
 class KernelTranslator:
     """Builds one tile.kernel from one loop.kernel."""
 
@@ -192,6 +200,10 @@ class KernelTranslator:
         self.constants: dict[SSAValue, int] = {}
         # Index block -> (flat index F, div, mod): the block is (F // div) % mod.
         self.digits: dict[SSAValue, tuple[SSAValue, int, int | None]] = {}
+        # Index sum -> its terms (value, coefficient), values that are no sums
+        # themselves: `refold` sees through the row-major linearization the loop IR
+        # writes for a reshape (`i * m + j` of the digits of one flat index).
+        self.sums: dict[SSAValue, list[tuple[SSAValue, int]]] = {}
         self.const_cache: dict[tuple[int | float, Attribute], SSAValue] = {}
         self.shape = kernel_shape(kernel)
         self.tiling = tiling_of(kernel)
@@ -274,6 +286,8 @@ class KernelTranslator:
         if fn == "mul" and b == 1 or fn == "add" and b == 0 or fn == "floordiv" and b == 1:
             return a
         v = self.apply(fn, [a, self.const(b, self.index)])
+        if fn == "mul":
+            self.sums[v] = [(t, c * b) for t, c in self.terms_of(a)]
         flat, div, mod = self.digits.get(a, (a, 1, None))
         if fn == "floordiv" and mod is None:
             self.digits[v] = (flat, div * b, None)
@@ -643,6 +657,8 @@ class KernelTranslator:
         if result == INDEX:
             if fn in ("floordiv", "mod", "mul", "add") and args[1] in self.constants:
                 return self.iapply(fn, args[0], self.constants[args[1]])
+            if fn == "add":
+                return self.index_add(args[0], args[1])
             return self.apply(fn, args, self.index)
         if fn == "cast":
             target = result
@@ -750,6 +766,36 @@ class KernelTranslator:
             return v
         return self.apply("cast", [self.apply("cast", [v], element)], F32)
 
+    def terms_of(self, v: SSAValue) -> list[tuple[SSAValue, int]]:
+        """An index value as a sum of (value, coefficient) terms."""
+        return self.sums.get(v, [(v, 1)])
+
+    def index_add(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        """`a + b` of two index blocks, refolded where their terms are the digits of
+        one flat index: a reshape's `i * m + j` is the flat index itself, which
+        Triton sees as contiguous (the digits' sum it cannot)."""
+        terms = combined(self.terms_of(a) + self.terms_of(b))
+        folded = self.refold(terms)
+        if len(folded) < len(terms):
+            return self.index_sum(folded, terms)
+        v = self.apply("add", [a, b], self.index)
+        self.sums[v] = terms
+        return v
+
+    def index_sum(
+        self, terms: list[tuple[SSAValue, int]], expanded: list[tuple[SSAValue, int]]
+    ) -> SSAValue:
+        """The block of sum(value * coefficient), remembered as the sum of `expanded`."""
+        total: SSAValue | None = None
+        for t, c in terms:
+            term = self.iapply("mul", t, c)
+            total = term if total is None else self.apply("add", [total, term])
+        if total is None:
+            return self.const(0, self.index)
+        if total not in self.sums and len(terms) > 1:
+            self.sums[total] = expanded
+        return total
+
     def offsets(self, memref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
         """Element offsets of a row-major buffer at loop `indices`."""
         shape = tuple(memref.type.get_shape())  # type: ignore[attr-defined]
@@ -760,11 +806,13 @@ class KernelTranslator:
             for t, size, stride in zip(values, shape, strides, strict=True)
             if size != 1 and self.constants.get(t) != 0
         ]
-        total: SSAValue | None = None
-        for t, stride in self.refold(terms):
-            term = self.iapply("mul", t, stride)
-            total = term if total is None else self.apply("add", [total, term])
-        return total if total is not None else self.const(0, self.index)
+        # Through the index sums: a load of a reshaped buffer at `(b * S + s, h)`
+        # is at the flat index its digits come from.
+        expanded = combined([(a, c * stride) for t, stride in terms for a, c in self.terms_of(t)])
+        folded = self.refold(expanded)
+        if len(folded) < len(expanded):
+            return self.index_sum(folded, expanded)
+        return self.index_sum(self.refold(terms), expanded)
 
     def refold(self, terms: list[tuple[SSAValue, int]]) -> list[tuple[SSAValue, int]]:
         """Sum(digit_k * stride_k) over all the digits of one flat index F is F times
