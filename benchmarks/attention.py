@@ -363,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", type=Path)
     p.add_argument("--json", type=Path)
     p.add_argument("--only-t", type=int, action="append", help="only rows of these T")
+    p.add_argument(
+        "--only-variant", action="append",
+        help="only rows of these variants (plain, softcap, bias, gqa, op)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     device = "cpu" if args.smoke else "cuda"
     timer = None
@@ -378,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for row in rows(args.smoke):
         if args.only_t and row["t"] not in args.only_t:
+            continue
+        if args.only_variant and (row["variant"] or "plain") not in args.only_variant:
             continue
         r = measure(row, device, timer)
         results.append(r)

@@ -582,9 +582,10 @@ class ForOp(IRDLOperation):
 class ForStopOp(IRDLOperation):
     """Ends the enclosing `tile.for` early: it runs while its index is below
     min(ub, `stop`), a scalar computed before the loop. The first op of the loop's
-    body. The loop's iterations are a prefix of `range(lb, ub, step)`, so what is
-    proved of those holds (irc.analysis.bounds). An attention under a causal mask
-    stops at the diagonal of its rows, skipping the key tiles it would mask whole
+    body (after its `tile.for_start`, if any). The loop's iterations are a prefix
+    of `range(lb, ub, step)`, so what is proved of those holds
+    (irc.analysis.bounds). An attention under a causal mask stops at the diagonal
+    of its rows, skipping the key tiles it would mask whole
     (lowering/attention_to_tile.py)."""
 
     name = "tile.for_stop"
@@ -592,17 +593,43 @@ class ForStopOp(IRDLOperation):
 
     def verify_(self) -> None:
         loop = self.parent_op()
-        if not isinstance(loop, ForOp) or loop.body.block.first_op is not self:
+        first = loop.body.block.first_op if isinstance(loop, ForOp) else None
+        if first is not self and not (isinstance(first, ForStartOp) and first.next_op is self):
             raise VerifyException("tile.for_stop: the first op of a tile.for's body")
-        t = self.stop.type
-        if not isinstance(t, IntegerType) or t.width.data not in (32, 64):
-            raise VerifyException(f"tile.for_stop: the stop is an i32 or i64 scalar, not {format_type(t)}")
-        owner = self.stop.owner
-        inside = owner.parent_op() if isinstance(owner, Block) else owner
-        while inside is not None:
-            if inside is loop:
-                raise VerifyException("tile.for_stop: the stop is computed before the loop")
-            inside = inside.parent_op()
+        _check_loop_bound(self, self.stop, loop)
+
+
+@irdl_op_definition
+class ForStartOp(IRDLOperation):
+    """Starts the enclosing `tile.for` late: its first index is max(lb, `start`), a
+    scalar computed before the loop that its maker keeps lb plus a multiple of
+    step. The first op of the loop's body. The iterations are then a subset of
+    `range(lb, ub, step)`, so what is proved of those holds. An attention under a
+    causal mask runs its key tiles below the diagonal in one loop without the mask
+    and starts a second, masked, loop at the diagonal tiles
+    (lowering/attention_to_tile.py)."""
+
+    name = "tile.for_start"
+    start = operand_def()
+
+    def verify_(self) -> None:
+        loop = self.parent_op()
+        if not isinstance(loop, ForOp) or loop.body.block.first_op is not self:
+            raise VerifyException("tile.for_start: the first op of a tile.for's body")
+        _check_loop_bound(self, self.start, loop)
+
+
+def _check_loop_bound(op: Operation, bound: SSAValue, loop: Operation | None) -> None:
+    """A dynamic loop bound is an integer scalar computed before the loop."""
+    t = bound.type
+    if not isinstance(t, IntegerType) or t.width.data not in (32, 64):
+        raise VerifyException(f"{op.name}: the bound is an i32 or i64 scalar, not {format_type(t)}")
+    owner = bound.owner
+    inside = owner.parent_op() if isinstance(owner, Block) else owner
+    while inside is not None:
+        if inside is loop:
+            raise VerifyException(f"{op.name}: the bound is computed before the loop")
+        inside = inside.parent_op()
 
 
 @irdl_op_definition
@@ -634,7 +661,7 @@ Tile = Dialect(
     [
         KernelOp, LaunchOp, ProgramIdOp, ArangeOp, ExpandDimsOp, BroadcastToOp, ApplyOp,
         ConstantOp, LoadOp, StoreOp, BlockLoadOp, BlockStoreOp, ReduceOp, DotOp, ForOp,
-        ForStopOp, TilesOp, YieldOp, CheckOp,
+        ForStopOp, ForStartOp, TilesOp, YieldOp, CheckOp,
     ],
     [PtrType],
 )  # fmt: skip

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 I32 = ELEMENT_TYPES["i32"]
 MINUS_INF = FloatAttr(-math.inf, f64)
+MAX_GRID_Y = 65535
+"""CUDA's limit on a grid's second axis."""
 ZERO = FloatAttr(0.0, f64)
 
 
@@ -81,14 +83,26 @@ class AttentionLayout:
 
     def build(self) -> None:
         t, bm, bn = self.t, self.bm, self.bn
-        t.grid = [math.ceil(self.m / bm), numel(self.batch)]
-        row_start = t.iapply("mul", t.program_id(0), bm)
+        rows_iv = t.kernel.body.block.args[-2]
+        offset = causal_offset(self.softmax, rows_iv)
+        blocks = math.ceil(self.m / bm)
+        if offset is not None and blocks <= MAX_GRID_Y:
+            # Under a causal mask the last rows' programs see the most keys: they are
+            # launched first (rows in reverse, every head of a row block together), so
+            # the light programs fill the machine's last wave instead of the heavy ones.
+            t.grid = [numel(self.batch), blocks]
+            row_program = t.apply("sub", [t.const(blocks - 1, t.index), t.program_id(1)])
+            batch_program = t.program_id(0)
+        else:
+            t.grid = [blocks, numel(self.batch)]
+            row_program, batch_program = t.program_id(0), t.program_id(1)
+        row_start = t.iapply("mul", row_program, bm)
         rows = t.expand(t.apply("add", [row_start, t.arange(bm)]), 1)
         cols = t.expand(t.arange(self.be), 0)
         self.row_mask = t.mask_below(rows, self.m, bm)
         self.col_mask = t.mask_below(cols, self.e, self.be)
         t.scopes[-1].axis_masks = [self.row_mask, self.col_mask]
-        batch = t.unravel(t.program_id(1), self.batch) if self.batch else []
+        batch = t.unravel(batch_program, self.batch) if self.batch else []
         for iv, v in zip(t.kernel.body.block.args, [*batch, rows, cols], strict=True):
             t.bind(iv, v)
         kk = t.arange(self.bd)
@@ -106,36 +120,75 @@ class AttentionLayout:
                 t.bind(kiv, self.k_row)
                 q, element = _narrow(_factors(dot)[0], dot.result.type)
                 self.queries[dot] = t.dot_operand(q, (bm, self.bd), element)
-        inits = [
+        carried = [
             t.full(MINUS_INF, F32, (bm, 1)),
             t.full(ZERO, F32, (bm, 1)),
             t.full(ZERO, F32, (bm, self.be)),
         ]
-        block = Block(arg_types=[I32, *(v.type for v in inits)])
-        offset = causal_offset(self.softmax, t.kernel.body.block.args[-2])
-        stop = None
-        if offset is not None:
-            # Keys past row + offset are masked for every row: the tiles of keys past the
-            # program's last row + offset are not visited.
+        # Two stages, as FlashAttention-2 runs them: the key tiles no mask touches
+        # (whole tiles inside the keys, below every row's diagonal) without masks,
+        # then the rest (the diagonal tiles, the ragged last tile) with them.
+        whole = self.keys - self.keys % bn
+        self.causal_masks: list[loop.ApplyOp] = []
+        if offset is None:
+            if whole:
+                carried = self.key_loop(carried, whole, masked=False)
+            if whole < self.keys:
+                carried = self.key_loop(carried, self.keys, masked=True, lb=whole)
+        else:
+            self.causal_masks = causal_wheres(self.softmax, self.values, rows_iv, offset)
+            # Keys past row + offset are masked for every row: the tiles of keys past
+            # the program's last row + offset are not visited.
             stop = t.iapply("add", row_start, bm + offset)
-        with t.scope(block=block):
-            new = self.key_tile(block)
-            t.add(tile.YieldOp.create(operands=new))
-        if stop is not None:
-            first = block.first_op
-            assert first is not None
-            block.insert_op_before(tile.ForStopOp.create(operands=[stop]), first)
-        m, total, acc = t.for_loop(block, inits, self.keys, bn)
+            if whole and self.causal_masks:
+                # Tile [j0, j0 + bn) is below every row's diagonal when
+                # j0 + bn <= row_start + offset + 1.
+                seen = t.iapply("add", row_start, offset + 1)
+                seen = t.apply("maximum", [seen, t.const(0, t.index)])
+                diagonal = t.iapply("mul", t.iapply("floordiv", seen, bn), bn)
+                split = t.apply("minimum", [diagonal, t.const(whole, t.index)])
+                carried = self.key_loop(carried, whole, masked=False, stop=split)
+                carried = self.key_loop(carried, self.keys, masked=True, start=split, stop=stop)
+            else:
+                carried = self.key_loop(carried, self.keys, masked=True, stop=stop)
+        m, total, acc = carried
         t.bind(self.softmax.maximum, m)
         t.bind(self.softmax.sum_exp, total)
         t.bind(self.values.result, acc)
 
-    def key_tile(self, block: Block) -> list[SSAValue]:
-        """One step of the key loop: scores, running max and sum, accumulator."""
+    def key_loop(
+        self,
+        carried: list[SSAValue],
+        ub: int,
+        masked: bool,
+        lb: int = 0,
+        start: SSAValue | None = None,
+        stop: SSAValue | None = None,
+    ) -> list[SSAValue]:
+        """One stage of the key loop, from `lb` (or `start`) to `ub` (or `stop`)."""
+        t = self.t
+        block = Block(arg_types=[I32, *(v.type for v in carried)])
+        with t.scope(block=block):
+            new = self.key_tile(block, masked)
+            t.add(tile.YieldOp.create(operands=new))
+        bounds = [tile.ForStartOp.create(operands=[start])] if start is not None else []
+        if stop is not None:
+            bounds.append(tile.ForStopOp.create(operands=[stop]))
+        for op in reversed(bounds):
+            first = block.first_op
+            assert first is not None
+            block.insert_op_before(op, first)
+        return t.for_loop(block, carried, ub, self.bn, lb)
+
+    def key_tile(self, block: Block, masked: bool) -> list[SSAValue]:
+        """One step of the key loop: scores, running max and sum, accumulator.
+        Unmasked, the tile lies inside the keys and below the causal diagonal: it
+        neither masks the keys past the end nor applies the causal `where`."""
         t, bn = self.t, self.bn
         m_old, l_old, acc_old = block.args[1:]
         jj = t.apply("add", [t.arange(bn), t.loop_index(block)])
-        jmask = t.apply("lt", [jj, t.const(self.keys, t.index)]) if self.keys % bn else None
+        ragged = masked and self.keys % bn
+        jmask = t.apply("lt", [jj, t.const(self.keys, t.index)]) if ragged else None
         j_row, j_col = t.expand(jj, 0), t.expand(jj, 1)
         jmask_row = None if jmask is None else t.expand(jmask, 0)
         jmask_col = None if jmask is None else t.expand(jmask, 1)
@@ -143,7 +196,7 @@ class AttentionLayout:
 
         (j_softmax,) = self.softmax.body.block.args
         t.bind(j_softmax, j_row)
-        self.bind_scores(self.softmax.body.block, j_row, jmask_row)
+        self.bind_scores(self.softmax.body.block, j_row, jmask_row, masked)
         x = self.tile_of(self.softmax.body.block.last_op.values[0])  # type: ignore[union-attr]
         if jmask_row is not None:
             x = t.apply("where", [jmask_row, x, t.const_attr(MINUS_INF, F32)])
@@ -157,7 +210,7 @@ class AttentionLayout:
         t.bind(self.softmax.maximum, base)
         (j_values,) = self.values.body.block.args
         t.bind(j_values, j_row)
-        self.bind_scores(self.values.body.block, j_row, jmask_row)
+        self.bind_scores(self.values.body.block, j_row, jmask_row, masked)
         p_value, v_value = _factors(self.values)
         p = self.tile_of(p_value)
         if jmask_row is not None:
@@ -180,8 +233,11 @@ class AttentionLayout:
         acc = self.dot(p, v, t.apply("mul", [acc_old, alpha]))
         return [m_new, l_new, acc]
 
-    def bind_scores(self, body: Block, j_row: SSAValue, jmask_row: SSAValue | None) -> None:
-        """Binds each score contraction in `body` to one dot of the Q rows and a K tile."""
+    def bind_scores(
+        self, body: Block, j_row: SSAValue, jmask_row: SSAValue | None, masked: bool
+    ) -> None:
+        """Binds each score contraction in `body` to one dot of the Q rows and a K tile;
+        unmasked, the causal `where` in `body` to the scores it keeps."""
         t = self.t
         for dot in _score_dots(body):
             if dot is self.values:
@@ -193,6 +249,11 @@ class AttentionLayout:
                 k = t.dot_operand(k, (self.bd, self.bn), element)
             zero = t.full(ZERO, F32, (self.bm, self.bn))
             t.bind(dot.result, t.round_to(self.dot(self.queries[dot], k, zero), dot.result.type))
+        if not masked:
+            inside = set(body.walk())
+            for where in self.causal_masks:
+                if where in inside:
+                    t.bind(where.result, t.value(where.args[1]))
 
     def tile_of(self, v: SSAValue) -> SSAValue:
         """`v` over the (rows, keys) tile, in f32."""
@@ -238,8 +299,33 @@ def causal_offset(softmax: loop.SoftmaxReduceOp, row: SSAValue) -> int | None:
     other scores (a mask tensor, a bias after the mask: nothing is skipped).
     """
     (key,) = softmax.body.block.args
-    v = _uncast(softmax.body.block.last_op.values[0])  # type: ignore[union-attr]
-    where = v.owner
+    where = _uncast(softmax.body.block.last_op.values[0]).owner  # type: ignore[union-attr]
+    return _mask_offset(where, row, key)
+
+
+def causal_wheres(
+    softmax: loop.SoftmaxReduceOp, values: loop.ReduceOp, row: SSAValue, offset: int
+) -> list[loop.ApplyOp]:
+    """The `where`s that apply the causal mask of `offset`, in the softmax's scores and
+    in their copy in the values' loop; none unless both copies are found (then every
+    tile keeps its mask)."""
+    found: list[loop.ApplyOp] = []
+    for body in (softmax.body.block, values.body.block):
+        (key,) = body.args
+        mine = [
+            op
+            for op in body.walk()
+            if isinstance(op, loop.ApplyOp) and _mask_offset(op, row, key) == offset
+        ]
+        if not mine:
+            return []
+        found += mine
+    return found
+
+
+def _mask_offset(where: object, row: SSAValue, key: SSAValue) -> int | None:
+    """`off` when `where` is `where(i + ca OP j + cb, s, -inf)` keeping only the keys
+    j <= i + off of row i; None otherwise."""
     if not (isinstance(where, loop.ApplyOp) and where.fn.data == "where"):
         return None
     cond, _, other = where.args

@@ -924,14 +924,14 @@ class KernelTranslator:
         return iv if self.index == I32 else self.apply("cast", [iv], self.index)
 
     def for_loop(
-        self, block: Block, inits: Sequence[SSAValue], ub: int, step: int
+        self, block: Block, inits: Sequence[SSAValue], ub: int, step: int, lb: int = 0
     ) -> list[SSAValue]:
-        """`for iv in range(0, ub, step)` over a built body carrying `inits`."""
+        """`for iv in range(lb, ub, step)` over a built body carrying `inits`."""
         loop_op = tile.ForOp.create(
             operands=list(inits),
             result_types=[c.type for c in inits],
             properties={
-                "lb": IntegerAttr(0, i64),
+                "lb": IntegerAttr(lb, i64),
                 "ub": IntegerAttr(ub, i64),
                 "step": IntegerAttr(step, i64),
             },

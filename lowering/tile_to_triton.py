@@ -257,7 +257,7 @@ class KernelPrinter:
             )
             self.emit(depth + 1, f"{n(out)} = {n(out)} + tl.num_programs(0)")
             self.block(op.body.block, depth + 1)
-        elif isinstance(op, tile.ForStopOp):
+        elif isinstance(op, tile.ForStopOp | tile.ForStartOp):
             return  # in the loop's range (for_loop)
         elif isinstance(op, tile.YieldOp):
             parent = op.parent_op()
@@ -276,11 +276,14 @@ class KernelPrinter:
         for arg, init, result in zip(carried, op.inits, op.results_, strict=True):
             self.names[result] = self.name(arg)
             self.emit(depth, f"{self.name(arg)} = {self.name(init)}")
-        ub = str(_int(op.ub))
+        lb, ub = str(_int(op.lb)), str(_int(op.ub))
         stop = block.first_op
+        if isinstance(stop, tile.ForStartOp):  # starts late, at max(lb, start)
+            lb = f"tl.maximum({self.name(stop.start)}, {lb})"
+            stop = stop.next_op
         if isinstance(stop, tile.ForStopOp):  # ends early, at min(ub, stop)
             ub = f"tl.minimum({self.name(stop.stop)}, {ub})"
-        self.emit(depth, f"for {self.name(iv)} in range({_int(op.lb)}, {ub}, {_int(op.step)}):")
+        self.emit(depth, f"for {self.name(iv)} in range({lb}, {ub}, {_int(op.step)}):")
         self.block(block, depth + 1)
 
     def apply(self, op: tile.ApplyOp) -> str:

@@ -16,6 +16,7 @@ from types import ModuleType
 import pytest
 import torch
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
 
 import irc
 from irc.analysis.bounds import check_bounds
@@ -103,7 +104,7 @@ def test_written_out_attention_is_one_kernel_in_the_report(tmp_path: Path) -> No
 
 
 def test_the_kernel_reads_as_flash_attention() -> None:
-    source = kernels_of(attention_ir(4, 100, 100, 32, dtype="bf16", mask=True))
+    source = kernels_of(attention_ir(4, 128, 128, 32, dtype="bf16", mask=True))
     assert source.count("def triton_") == 1
     assert source.count("for ") == 1  # one loop over key tiles
     dots = [m.start() for m in re.finditer(r"(tl\.dot|_irc_dot_\w+)\(", source)]
@@ -113,6 +114,17 @@ def test_the_kernel_reads_as_flash_attention() -> None:
     assert before.count("tl.load(") == 1  # the resident Q rows
     assert loop_body.count("tl.exp(") == 2  # the rescale and the probabilities
     assert source.rindex(" / ") > dots[-1]  # normalized once, at the end
+
+
+def test_ragged_keys_mask_only_the_last_tile() -> None:
+    # 100 keys in tiles of 64: the whole tile runs without the key mask, then a
+    # second loop from 64 takes the ragged tile with it.
+    source = kernels_of(attention_ir(4, 100, 100, 32, dtype="bf16"))
+    first, second = source.split("for ")[1:]
+    assert re.match(r"\w+ in range\(0, 64, 64\)", first)
+    assert re.match(r"\w+ in range\(64, 100, 64\)", second)
+    assert " < " not in first and "mask=" not in first
+    assert "mask=" in second
 
 
 def test_bounds_are_proved_for_every_access() -> None:
@@ -210,31 +222,140 @@ def test_benchmark_smoke_mode_checks_every_row_on_the_cpu(tmp_path: Path) -> Non
     assert all(r["correct"] and r["irc_kernels"] == 1 for r in results)
 
 
-def causal_ir(t: int, d: int, row: str = "%ri", cmp: str = "ge %r, %ci", offset: int = 0) -> str:
+def causal_ir(
+    t: int, d: int, row: str = "%ri", cmp: str = "ge %r, %ci", offset: int = 0, t_k: int | None = None
+) -> str:
     """Attention under a mask made of two iotas compared (`cmp` of row and key)."""
-    text = attention_ir(2, t, t, d)
+    t_k = t_k or t
+    text = attention_ir(2, t, t_k, d)
     mask = [
-        f"  %ri = graph.iota {{dim = 0}} : tensor<{t}x{t}xi32>",
-        f"  %ci = graph.iota {{dim = 1}} : tensor<{t}x{t}xi32>",
+        f"  %ri = graph.iota {{dim = 0}} : tensor<{t}x{t_k}xi32>",
+        f"  %ci = graph.iota {{dim = 1}} : tensor<{t}x{t_k}xi32>",
         f"  %off = graph.constant {{value = {offset}}} : tensor<i32>",
-        f"  %r = graph.add {row}, %off : tensor<{t}x{t}xi32>",
-        f"  %keep = graph.{cmp} : tensor<{t}x{t}xi1>",
+        f"  %r = graph.add {row}, %off : tensor<{t}x{t_k}xi32>",
+        f"  %keep = graph.{cmp} : tensor<{t}x{t_k}xi1>",
         "  %ninf = graph.constant {value = -inf} : tensor<f32>",
-        f"  %xm = graph.where %keep, %x0, %ninf : tensor<2x{t}x{t}xf32>",
+        f"  %xm = graph.where %keep, %x0, %ninf : tensor<2x{t}x{t_k}xf32>",
     ]
     text = text.replace("  %m = graph.reduce_max %x0", "\n".join(mask) + "\n  %m = graph.reduce_max %xm")
     return text.replace("graph.sub %x0, %m", "graph.sub %xm, %m")
 
 
-def lowered_with_small_tiles(text: str) -> ModuleOp:
-    """Lowered to tile kernels with 16x16 attention tiles: several row and key tiles."""
+def lowered_with_small_tiles(text: str, block: tuple[int, int] = (16, 16)) -> ModuleOp:
+    """Lowered to tile kernels with small attention tiles (16x16): several row and key tiles."""
     module = irc.parse(text)
     irc.run_pipeline(module, "decompose,fuse,graph-to-loop,tile")
     for kernel in module.walk():
         if isinstance(kernel, loop.KernelOp):
-            set_tiling(kernel, Tiling((16, 16), 4, 2))
+            set_tiling(kernel, Tiling(block, 4, 2))
     irc.run_pipeline(module, "online-softmax,loop-to-tile,tile-cse,dce")
     return module
+
+
+def scalar(v: SSAValue, program: tuple[int, int]) -> int:
+    """A kernel's scalar index value in the program `program` (its two program ids)."""
+    op = v.owner
+    if isinstance(op, tile.ProgramIdOp):
+        return program[op.axis.value.data]
+    if isinstance(op, tile.ConstantOp):
+        return int(op.value.value.data)
+    assert isinstance(op, tile.ApplyOp), op
+    args = [scalar(a, program) for a in op.args]
+    fns = {
+        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+        "floordiv": lambda a, b: a // b, "maximum": max, "minimum": min, "cast": lambda a: a,
+    }  # fmt: skip
+    return fns[op.fn.data](*args)
+
+
+def key_tiles_visited(module: ModuleOp) -> dict[tuple[int, int], tuple[int, list[int], list[int]]]:
+    """Program ids -> (its first row, the key tiles its unmasked loop visits, those its
+    masked loop visits), from the kernel's loop bounds."""
+    (kernel,) = [op for op in module.walk() if isinstance(op, tile.KernelOp)]
+    loops = [op for op in kernel.body.block.ops if isinstance(op, tile.ForOp)]
+    # The program's rows: its first row plus an arange, the Q rows' index.
+    (row_start,) = {
+        op.args[0]
+        for op in kernel.body.walk()
+        if isinstance(op, tile.ApplyOp) and op.fn.data == "add"
+        and isinstance(op.args[1].owner, tile.ArangeOp) and op.args[0].type == op.args[1].type.element_type
+        and op.parent_op() is kernel
+    }  # fmt: skip
+    grid = [a.value.data for a in kernel.grid.data]
+    out = {}
+    for p0 in range(grid[0]):
+        for p1 in range(grid[1]):
+            visited: list[list[int]] = []
+            for for_op in loops:
+                lb, ub, step = (getattr(for_op, n).value.data for n in ("lb", "ub", "step"))
+                for op in for_op.body.block.ops:
+                    if isinstance(op, tile.ForStartOp):
+                        lb = max(lb, scalar(op.start, (p0, p1)))
+                    elif isinstance(op, tile.ForStopOp):
+                        ub = min(ub, scalar(op.stop, (p0, p1)))
+                visited.append(list(range(lb, ub, step)))
+            unmasked, masked = visited if len(visited) == 2 else ([], *visited)
+            out[(p0, p1)] = (scalar(row_start, (p0, p1)), unmasked, masked)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("t_q", "t_k", "cmp", "offset", "block"),
+    [
+        (40, 40, "ge %r, %ci", 0, (16, 16)),  # i >= j, ragged
+        (64, 64, "ge %r, %ci", 0, (16, 16)),
+        (40, 40, "le %ci, %r", 8, (16, 16)),  # j <= i + 8
+        (40, 40, "gt %r, %ci", 0, (16, 16)),  # i > j
+        (40, 72, "ge %r, %ci", 32, (16, 16)),  # more keys than rows, aligned at the end
+        (72, 40, "ge %r, %ci", -32, (16, 16)),  # fewer: the first rows see no key
+        (64, 64, "ge %r, %ci", 3, (32, 16)),  # tall row blocks, several diagonal tiles
+        (64, 64, "ge %r, %ci", 0, (16, 32)),  # wide key tiles
+        (50, 50, "gt %r, %ci", -5, (16, 32)),
+    ],
+)
+def test_causal_tiles_split_into_unmasked_and_diagonal_stages(
+    t_q: int, t_k: int, cmp: str, offset: int, block: tuple[int, int]
+) -> None:
+    """Every key tile a program's rows see is visited once; no tile wholly above the
+    diagonal is visited; the unmasked loop visits only tiles every row sees whole."""
+    module = lowered_with_small_tiles(causal_ir(t_q, 16, cmp=cmp, offset=offset, t_k=t_k), block)
+    assert check_bounds(module) == []
+    bm, bn = block
+    keep = {"ge": lambda i, j: i + offset >= j, "le": lambda i, j: j <= i + offset, "gt": lambda i, j: i + offset > j}[cmp[:2]]  # noqa: E501
+    rows_seen = set()
+    for r0, unmasked, masked in key_tiles_visited(module).values():
+        rows_seen.add(r0)
+        rows = range(r0, min(r0 + bm, t_q))
+        assert not set(unmasked) & set(masked)
+        for j0 in unmasked:
+            # Whole: every key of the tile is a key, and every row keeps it.
+            assert j0 + bn <= t_k and all(keep(i, j) for i in range(r0, r0 + bm) for j in range(j0, j0 + bn))
+        # In program order: the unmasked loop before the diagonal tiles.
+        assert unmasked == sorted(unmasked) and (not unmasked or not masked or unmasked[-1] < masked[0])
+        wanted = {j0 for j0 in range(0, t_k, bn) if any(keep(i, j) for i in rows for j in range(j0, min(j0 + bn, t_k)))}
+        # Every needed tile is visited; a visited tile past them is needed by the
+        # program's rows past the end only.
+        assert wanted <= set(unmasked) | set(masked)
+        for j0 in set(unmasked) | set(masked) - wanted:
+            assert any(keep(i, j) for i in range(r0, r0 + bm) for j in range(j0, min(j0 + bn, t_k)))
+    assert rows_seen == set(range(0, t_q, bm))
+
+
+def test_the_unmasked_stage_does_not_compare_indices() -> None:
+    module = lowered_with_small_tiles(causal_ir(64, 16))
+    unmasked, masked = [op for op in module.walk() if isinstance(op, tile.ForOp)]
+    compares = {"ge", "gt", "le", "lt", "where"}
+    # No comparison or select over the [16, 16] scores (the running max's check for
+    # rows that have seen only -inf is a column).
+    assert not [
+        op
+        for op in unmasked.body.walk()
+        if isinstance(op, tile.ApplyOp) and op.fn.data in compares and op.result.type.get_shape() == (16, 16)
+    ]
+    assert [op for op in masked.body.walk() if isinstance(op, tile.ApplyOp) and op.fn.data == "ge"]
+    assert isinstance(masked.body.block.first_op, tile.ForStartOp)
+    source = emit_triton(module)
+    assert "in range(tl.maximum(" in source and source.count("tl.minimum(") >= 2
 
 
 @pytest.mark.parametrize(
@@ -248,8 +369,8 @@ def lowered_with_small_tiles(text: str) -> ModuleOp:
 def test_iota_causal_masks_stop_the_key_loop_at_the_diagonal(cmp: str, offset: int, stop: int) -> None:
     module = lowered_with_small_tiles(causal_ir(40, 16, cmp=cmp, offset=offset))
     assert check_bounds(module) == []
-    (for_op,) = [op for op in module.walk() if isinstance(op, tile.ForOp)]
-    first = for_op.body.block.first_op
+    _, for_op = [op for op in module.walk() if isinstance(op, tile.ForOp)]
+    first = for_op.body.block.first_op.next_op
     assert isinstance(first, tile.ForStopOp)
     # stop = program id * 16 + stop
     assert "tl.minimum(" in emit_triton(module)
