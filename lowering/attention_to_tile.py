@@ -23,6 +23,7 @@ the same tile ops, which `tile-cse` shares: they are computed once a tile.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, StringAttr, f64, i64
@@ -82,11 +83,12 @@ class AttentionLayout:
         self.element = self.values.result.type
 
     def build(self) -> None:
-        t, bm, bn = self.t, self.bm, self.bn
+        t, bm = self.t, self.bm
         rows_iv = t.kernel.body.block.args[-2]
-        offset = causal_offset(self.softmax, rows_iv)
+        band = key_band(self.softmax, self.values, rows_iv)
+        self.band_masks: tuple[loop.ApplyOp, ...] = () if band is None else band.wheres
         blocks = math.ceil(self.m / bm)
-        if offset is not None and blocks <= MAX_GRID_Y:
+        if band is not None and band.lo is None and band.hi is not None and blocks <= MAX_GRID_Y:
             # Under a causal mask the last rows' programs see the most keys: they are
             # launched first (rows in reverse, every head of a row block together), so
             # the light programs fill the machine's last wave instead of the heavy ones.
@@ -125,36 +127,65 @@ class AttentionLayout:
             t.full(ZERO, F32, (bm, 1)),
             t.full(ZERO, F32, (bm, self.be)),
         ]
-        # Two stages, as FlashAttention-2 runs them: the key tiles no mask touches
-        # (whole tiles inside the keys, below every row's diagonal) without masks,
-        # then the rest (the diagonal tiles, the ragged last tile) with them.
-        whole = self.keys - self.keys % bn
-        self.causal_masks: list[loop.ApplyOp] = []
-        if offset is None:
-            if whole:
-                carried = self.key_loop(carried, whole, masked=False)
-            if whole < self.keys:
-                carried = self.key_loop(carried, self.keys, masked=True, lb=whole)
-        else:
-            self.causal_masks = causal_wheres(self.softmax, self.values, rows_iv, offset)
-            # Keys past row + offset are masked for every row: the tiles of keys past
-            # the program's last row + offset are not visited.
-            stop = t.iapply("add", row_start, bm + offset)
-            if whole and self.causal_masks:
-                # Tile [j0, j0 + bn) is below every row's diagonal when
-                # j0 + bn <= row_start + offset + 1.
-                seen = t.iapply("add", row_start, offset + 1)
-                seen = t.apply("maximum", [seen, t.const(0, t.index)])
-                diagonal = t.iapply("mul", t.iapply("floordiv", seen, bn), bn)
-                split = t.apply("minimum", [diagonal, t.const(whole, t.index)])
-                carried = self.key_loop(carried, whole, masked=False, stop=split)
-                carried = self.key_loop(carried, self.keys, masked=True, start=split, stop=stop)
-            else:
-                carried = self.key_loop(carried, self.keys, masked=True, stop=stop)
+        carried = self.key_stages(carried, row_start, band)
         m, total, acc = carried
         t.bind(self.softmax.maximum, m)
         t.bind(self.softmax.sum_exp, total)
         t.bind(self.values.result, acc)
+
+    def key_stages(
+        self, carried: list[SSAValue], row_start: SSAValue, band: KeyBand | None
+    ) -> list[SSAValue]:
+        """The key loop in stages, as FlashAttention-2 runs it: the key tiles no mask
+        touches (whole tiles inside the keys and inside every row's band) without
+        masks, the tiles at the band's edges and the ragged last tile with them, and
+        none of the tiles outside every row's band.
+
+        A program's rows are i = r .. r + BM - 1 and its band keeps keys
+        i + lo <= j <= i + hi: tile [j0, j0 + BN) is kept whole by every row when
+        j0 >= r + BM - 1 + lo and j0 + BN <= r + hi + 1, and seen at all when
+        j0 + BN > r + lo and j0 < r + BM + hi. Each stage's bounds are multiples of BN.
+        """
+        t, bm, bn = self.t, self.bm, self.bn
+        whole = self.keys - self.keys % bn
+
+        def tile_at(c: int) -> SSAValue:  # floor(max(r + c, 0) / BN) * BN
+            x = t.apply("maximum", [t.iapply("add", row_start, c), t.const(0, t.index)])
+            return t.iapply("mul", t.iapply("floordiv", x, bn), bn)
+
+        def lesser(a: SSAValue, b: SSAValue) -> SSAValue:
+            return t.apply("minimum", [a, b])
+
+        if band is None:
+            if whole:
+                carried = self.key_loop(carried, whole, masked=False)
+            if whole < self.keys:
+                carried = self.key_loop(carried, self.keys, masked=True, lb=whole)
+            return carried
+        first = full_from = None
+        stop = full_to = None
+        if band.lo is not None:
+            first = tile_at(band.lo)
+            full_from = tile_at(bm - 1 + band.lo + bn - 1)
+        if band.hi is not None:
+            # Keys past the last row + hi are masked for every row: not visited.
+            stop = t.iapply("add", row_start, bm + band.hi)
+            full_to = lesser(tile_at(band.hi + 1), t.const(whole, t.index))
+        if full_from is not None:
+            # The tiles before the band is whole for every row: masked.
+            before = full_from if stop is None else lesser(full_from, stop)
+            carried = self.key_loop(carried, self.keys, True, start=first, stop=before)
+        if whole:
+            carried = self.key_loop(carried, whole, False, start=full_from, stop=full_to)
+        if full_to is None and whole == self.keys:
+            return carried  # the band has no upper edge and the keys no ragged tile
+        if full_to is None:
+            after = full_from  # the ragged tile, from max(full_from, whole)
+            lb = whole
+        else:
+            after = full_to if full_from is None else t.apply("maximum", [full_from, full_to])
+            lb = 0
+        return self.key_loop(carried, self.keys, True, lb=lb, start=after, stop=stop)
 
     def key_loop(
         self,
@@ -182,8 +213,8 @@ class AttentionLayout:
 
     def key_tile(self, block: Block, masked: bool) -> list[SSAValue]:
         """One step of the key loop: scores, running max and sum, accumulator.
-        Unmasked, the tile lies inside the keys and below the causal diagonal: it
-        neither masks the keys past the end nor applies the causal `where`."""
+        Unmasked, the tile lies inside the keys and inside every row's band: it
+        neither masks the keys past the end nor applies the band's `where`s."""
         t, bn = self.t, self.bn
         m_old, l_old, acc_old = block.args[1:]
         jj = t.apply("add", [t.arange(bn), t.loop_index(block)])
@@ -237,7 +268,7 @@ class AttentionLayout:
         self, body: Block, j_row: SSAValue, jmask_row: SSAValue | None, masked: bool
     ) -> None:
         """Binds each score contraction in `body` to one dot of the Q rows and a K tile;
-        unmasked, the causal `where` in `body` to the scores it keeps."""
+        unmasked, the band's `where`s in `body` to the scores they keep."""
         t = self.t
         for dot in _score_dots(body):
             if dot is self.values:
@@ -251,7 +282,7 @@ class AttentionLayout:
             t.bind(dot.result, t.round_to(self.dot(self.queries[dot], k, zero), dot.result.type))
         if not masked:
             inside = set(body.walk())
-            for where in self.causal_masks:
+            for where in reversed(self.band_masks):  # the innermost layer first
                 if where in inside:
                     t.bind(where.result, t.value(where.args[1]))
 
@@ -290,50 +321,95 @@ INDEX_EXACT = 2**24
 """Indices below this are exact in f32 too (a float iota compares exactly)."""
 
 
-def causal_offset(softmax: loop.SoftmaxReduceOp, row: SSAValue) -> int | None:
-    """`off` such that the scores mask every key j > i + off of row i, if they do.
+@dataclass(frozen=True)
+class KeyBand:
+    """The keys an iota mask keeps for row i: i + lo <= j <= i + hi (None: no bound)."""
 
-    The softmax's input must be `where(c, s, -inf)` (casts aside) with `c` a
-    comparison of the row index and the key index, each plus a constant: what an
-    iota-made causal mask (`i >= j`, `j <= i + 8`, ...) lowers to. None for any
-    other scores (a mask tensor, a bias after the mask: nothing is skipped).
+    lo: int | None
+    hi: int | None
+    wheres: tuple[loop.ApplyOp, ...]
+    """The `where(c, s, -inf)` layers that apply it, in the softmax's scores and in
+    their copy in the values' loop: an unmasked tile takes `s` as it is."""
+
+
+def key_band(
+    softmax: loop.SoftmaxReduceOp, values: loop.ReduceOp, row: SSAValue
+) -> KeyBand | None:
+    """The band of keys the softmax's input keeps for each row, if iotas make it.
+
+    The input must be `where(c, s, -inf)` (casts aside), possibly nested, with
+    each `c` a comparison of the row index and the key index, each plus a
+    constant, or a conjunction of those (`where(a, b, a)`, `where(a, b, false)`):
+    what an iota-made causal mask (`i >= j`, `j <= i + 8`), a mask of keys past
+    the diagonal (`i <= j`) or a sliding window (both) lowers to. None for any
+    other scores (a mask tensor, a bias after the mask: every tile is visited
+    and masked as the scores say).
     """
     (key,) = softmax.body.block.args
-    where = _uncast(softmax.body.block.last_op.values[0]).owner  # type: ignore[union-attr]
-    return _mask_offset(where, row, key)
-
-
-def causal_wheres(
-    softmax: loop.SoftmaxReduceOp, values: loop.ReduceOp, row: SSAValue, offset: int
-) -> list[loop.ApplyOp]:
-    """The `where`s that apply the causal mask of `offset`, in the softmax's scores and
-    in their copy in the values' loop; none unless both copies are found (then every
-    tile keeps its mask)."""
-    found: list[loop.ApplyOp] = []
-    for body in (softmax.body.block, values.body.block):
-        (key,) = body.args
-        mine = [
-            op
-            for op in body.walk()
-            if isinstance(op, loop.ApplyOp) and _mask_offset(op, row, key) == offset
-        ]
-        if not mine:
-            return []
-        found += mine
-    return found
-
-
-def _mask_offset(where: object, row: SSAValue, key: SSAValue) -> int | None:
-    """`off` when `where` is `where(i + ca OP j + cb, s, -inf)` keeping only the keys
-    j <= i + off of row i; None otherwise."""
-    if not (isinstance(where, loop.ApplyOp) and where.fn.data == "where"):
+    last = softmax.body.block.last_op.values[0]  # type: ignore[union-attr]
+    found = _band_layers(last, row, key)
+    if found is None:
         return None
-    cond, _, other = where.args
-    if _number(_uncast(other)) != -math.inf:
+    lo, hi, wheres = found
+    # The same layers in the values' copy of the scores: its outermost band of the
+    # same bounds.
+    (vkey,) = values.body.block.args
+    copies = [
+        layers
+        for op in values.body.block.walk()
+        if isinstance(op, loop.ApplyOp)
+        and (layers := _band_layers(op.result, row, vkey)) is not None
+        and layers[:2] == (lo, hi)
+    ]
+    if not copies:
         return None
-    cmp = cond.owner
-    if not (isinstance(cmp, loop.ApplyOp) and cmp.fn.data in COMPARISONS):
+    copy = max(copies, key=lambda c: len(c[2]))[2]
+    return KeyBand(lo, hi, (*wheres, *copy))
+
+
+def _band_layers(
+    v: SSAValue, row: SSAValue, key: SSAValue
+) -> tuple[int | None, int | None, list[loop.ApplyOp]] | None:
+    """(lo, hi, the where layers) of the iota masks applied to `v` outermost first."""
+    lo: int | None = None
+    hi: int | None = None
+    wheres: list[loop.ApplyOp] = []
+    where = _uncast(v).owner
+    while isinstance(where, loop.ApplyOp) and where.fn.data == "where":
+        cond, kept, other = where.args
+        bounds = _conjuncts(cond, row, key)
+        if _number(_uncast(other)) != -math.inf or bounds is None:
+            break
+        for side, off in bounds:
+            if side == "lo":
+                lo = off if lo is None else max(lo, off)
+            else:
+                hi = off if hi is None else min(hi, off)
+        wheres.append(where)
+        where = _uncast(kept).owner
+    return (lo, hi, wheres) if wheres else None
+
+
+def _conjuncts(cond: SSAValue, row: SSAValue, key: SSAValue) -> list[tuple[str, int]] | None:
+    """The bounds ("lo" or "hi", off) whose conjunction `cond` is, if it is one."""
+    op = cond.owner
+    if not isinstance(op, loop.ApplyOp):
         return None
+    if op.fn.data in COMPARISONS:
+        bound = _key_bound(op, row, key)
+        return None if bound is None else [bound]
+    if op.fn.data == "where":  # a and b: where(a, b, a) or where(a, b, false)
+        a, b, c = op.args
+        if c is a or _number(c) == 0:
+            left, right = _conjuncts(a, row, key), _conjuncts(b, row, key)
+            if left is not None and right is not None:
+                return left + right
+    return None
+
+
+def _key_bound(cmp: loop.ApplyOp, row: SSAValue, key: SSAValue) -> tuple[str, int] | None:
+    """("hi", off) for a comparison keeping keys j <= i + off of row i, ("lo", off)
+    for one keeping j >= i + off; None for any other."""
     a, b = (_linear(x) for x in cmp.args)
     if a is None or b is None:
         return None
@@ -341,10 +417,13 @@ def _mask_offset(where: object, row: SSAValue, key: SSAValue) -> int | None:
     if a[0] is key and b[0] is row:  # j + ca OP i + cb: flip to i + cb OP' j + ca
         a, b = b, a
         fn = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[fn]
-    if not (a[0] is row and b[0] is key) or fn not in ("gt", "ge"):
-        return None  # keys kept below a row's diagonal only (or not a mask of rows by keys)
-    offset = a[1] - b[1]  # i + ca >= j + cb: j <= i + (ca - cb)
-    return offset if fn == "ge" else offset - 1
+    if not (a[0] is row and b[0] is key):
+        return None  # not a comparison of rows with keys
+    offset = a[1] - b[1]  # i + ca OP j + cb: j OP' i + (ca - cb)
+    return {
+        "ge": ("hi", offset), "gt": ("hi", offset - 1),
+        "le": ("lo", offset), "lt": ("lo", offset + 1),
+    }[fn]  # fmt: skip
 
 
 def _uncast(v: SSAValue) -> SSAValue:

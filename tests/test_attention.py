@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -268,11 +269,56 @@ def scalar(v: SSAValue, program: tuple[int, int]) -> int:
     return fns[op.fn.data](*args)
 
 
-def key_tiles_visited(module: ModuleOp) -> dict[tuple[int, int], tuple[int, list[int], list[int]]]:
-    """Program ids -> (its first row, the key tiles its unmasked loop visits, those its
-    masked loop visits), from the kernel's loop bounds."""
+def band_ir(t_q: int, t_k: int, d: int, lo: int, hi: int, conjunction: bool = False) -> str:
+    """Attention under a sliding window of iotas: row i keeps keys i + lo <= j <= i + hi,
+    as two nested `where`s or (`conjunction`) one `where` of both comparisons."""
+    text = attention_ir(2, t_q, t_k, d)
+    idx = f"tensor<{t_q}x{t_k}xi32>"
+    cond = f"tensor<{t_q}x{t_k}xi1>"
+    scores = f"tensor<2x{t_q}x{t_k}xf32>"
+    mask = [
+        f"  %ri = graph.iota {{dim = 0}} : {idx}",
+        f"  %ci = graph.iota {{dim = 1}} : {idx}",
+        f"  %hi = graph.constant {{value = {hi}}} : tensor<i32>",
+        f"  %lo = graph.constant {{value = {lo}}} : tensor<i32>",
+        f"  %rh = graph.add %ri, %hi : {idx}",
+        f"  %rl = graph.add %ri, %lo : {idx}",
+        f"  %below = graph.ge %rh, %ci : {cond}",
+        f"  %above = graph.le %rl, %ci : {cond}",
+        "  %ninf = graph.constant {value = -inf} : tensor<f32>",
+    ]
+    if conjunction:
+        mask += [
+            f"  %keep = graph.where %below, %above, %below : {cond}",
+            f"  %xm = graph.where %keep, %x0, %ninf : {scores}",
+        ]
+    else:
+        mask += [
+            f"  %x1 = graph.where %below, %x0, %ninf : {scores}",
+            f"  %xm = graph.where %above, %x1, %ninf : {scores}",
+        ]
+    text = text.replace("  %m = graph.reduce_max %x0", "\n".join(mask) + "\n  %m = graph.reduce_max %xm")
+    return text.replace("graph.sub %x0, %m", "graph.sub %xm, %m")
+
+
+def masks_scores(for_op: tile.ForOp, bm: int, bn: int) -> bool:
+    """Whether a key loop compares or selects over its [BM, BN] scores."""
+    return any(
+        isinstance(op, tile.ApplyOp)
+        and op.fn.data in ("ge", "gt", "le", "lt", "where")
+        and tuple(op.result.type.get_shape()) == (bm, bn)
+        for op in for_op.body.walk()
+    )
+
+
+def key_tiles_visited(
+    module: ModuleOp, bm: int, bn: int
+) -> list[tuple[int, list[tuple[bool, list[int]]]]]:
+    """For each program: its first row, and for each key loop in order whether it
+    masks the scores and the key tiles it visits (from the loop's bounds)."""
     (kernel,) = [op for op in module.walk() if isinstance(op, tile.KernelOp)]
     loops = [op for op in kernel.body.block.ops if isinstance(op, tile.ForOp)]
+    masked = [masks_scores(op, bm, bn) for op in loops]
     # The program's rows: its first row plus an arange, the Q rows' index.
     (row_start,) = {
         op.args[0]
@@ -282,21 +328,51 @@ def key_tiles_visited(module: ModuleOp) -> dict[tuple[int, int], tuple[int, list
         and op.parent_op() is kernel
     }  # fmt: skip
     grid = [a.value.data for a in kernel.grid.data]
-    out = {}
+    out = []
     for p0 in range(grid[0]):
         for p1 in range(grid[1]):
-            visited: list[list[int]] = []
-            for for_op in loops:
+            visited = []
+            for for_op, mask in zip(loops, masked, strict=True):
                 lb, ub, step = (getattr(for_op, n).value.data for n in ("lb", "ub", "step"))
                 for op in for_op.body.block.ops:
                     if isinstance(op, tile.ForStartOp):
                         lb = max(lb, scalar(op.start, (p0, p1)))
                     elif isinstance(op, tile.ForStopOp):
                         ub = min(ub, scalar(op.stop, (p0, p1)))
-                visited.append(list(range(lb, ub, step)))
-            unmasked, masked = visited if len(visited) == 2 else ([], *visited)
-            out[(p0, p1)] = (scalar(row_start, (p0, p1)), unmasked, masked)
+                visited.append((mask, list(range(lb, ub, step))))
+            out.append((scalar(row_start, (p0, p1)), visited))
     return out
+
+
+def check_tiles_visited(
+    module: ModuleOp, t_q: int, t_k: int, block: tuple[int, int], keep: Callable[[int, int], bool]
+) -> None:
+    """Every key tile a program's rows see is visited once, in order; no tile that all
+    its rows mask is visited; the unmasked loops visit only tiles every row sees whole."""
+    assert check_bounds(module) == []
+    bm, bn = block
+    firsts = []
+    for r0, loops in key_tiles_visited(module, bm, bn):
+        firsts.append(r0)
+        rows = range(r0, min(r0 + bm, t_q))
+        order = [j0 for _, tiles in loops for j0 in tiles]
+        assert order == sorted(set(order))  # each once, in key order
+        for masked, tiles in loops:
+            for j0 in tiles if not masked else ():
+                keys = range(j0, j0 + bn)
+                assert j0 + bn <= t_k and all(keep(i, j) for i in range(r0, r0 + bm) for j in keys)
+        wanted = {
+            j0
+            for j0 in range(0, t_k, bn)
+            if any(keep(i, j) for i in rows for j in range(j0, min(j0 + bn, t_k)))
+        }
+        # Every needed tile is visited; a visited tile past them is needed by the
+        # program's rows past the end only.
+        assert wanted <= set(order)
+        for j0 in set(order) - wanted:
+            assert any(keep(i, j) for i in range(r0, r0 + bm) for j in range(j0, min(j0 + bn, t_k)))
+    # Each row block once for each of the 2 heads.
+    assert sorted(firsts) == sorted(list(range(0, t_q, bm)) * 2)
 
 
 @pytest.mark.parametrize(
@@ -311,34 +387,64 @@ def key_tiles_visited(module: ModuleOp) -> dict[tuple[int, int], tuple[int, list
         (64, 64, "ge %r, %ci", 3, (32, 16)),  # tall row blocks, several diagonal tiles
         (64, 64, "ge %r, %ci", 0, (16, 32)),  # wide key tiles
         (50, 50, "gt %r, %ci", -5, (16, 32)),
+        (40, 40, "le %r, %ci", 0, (16, 16)),  # i <= j: the keys from the diagonal on
+        (50, 40, "lt %r, %ci", 3, (32, 16)),
     ],
 )
 def test_causal_tiles_split_into_unmasked_and_diagonal_stages(
     t_q: int, t_k: int, cmp: str, offset: int, block: tuple[int, int]
 ) -> None:
-    """Every key tile a program's rows see is visited once; no tile wholly above the
-    diagonal is visited; the unmasked loop visits only tiles every row sees whole."""
     module = lowered_with_small_tiles(causal_ir(t_q, 16, cmp=cmp, offset=offset, t_k=t_k), block)
-    assert check_bounds(module) == []
-    bm, bn = block
-    keep = {"ge": lambda i, j: i + offset >= j, "le": lambda i, j: j <= i + offset, "gt": lambda i, j: i + offset > j}[cmp[:2]]  # noqa: E501
-    rows_seen = set()
-    for r0, unmasked, masked in key_tiles_visited(module).values():
-        rows_seen.add(r0)
-        rows = range(r0, min(r0 + bm, t_q))
-        assert not set(unmasked) & set(masked)
-        for j0 in unmasked:
-            # Whole: every key of the tile is a key, and every row keeps it.
-            assert j0 + bn <= t_k and all(keep(i, j) for i in range(r0, r0 + bm) for j in range(j0, j0 + bn))
-        # In program order: the unmasked loop before the diagonal tiles.
-        assert unmasked == sorted(unmasked) and (not unmasked or not masked or unmasked[-1] < masked[0])
-        wanted = {j0 for j0 in range(0, t_k, bn) if any(keep(i, j) for i in rows for j in range(j0, min(j0 + bn, t_k)))}
-        # Every needed tile is visited; a visited tile past them is needed by the
-        # program's rows past the end only.
-        assert wanted <= set(unmasked) | set(masked)
-        for j0 in set(unmasked) | set(masked) - wanted:
-            assert any(keep(i, j) for i in range(r0, r0 + bm) for j in range(j0, min(j0 + bn, t_k)))
-    assert rows_seen == set(range(0, t_q, bm))
+    keep = {
+        "ge %r, %ci": lambda i, j: i + offset >= j, "le %ci, %r": lambda i, j: j <= i + offset,
+        "gt %r, %ci": lambda i, j: i + offset > j, "le %r, %ci": lambda i, j: i + offset <= j,
+        "lt %r, %ci": lambda i, j: i + offset < j,
+    }[cmp]  # fmt: skip
+    check_tiles_visited(module, t_q, t_k, block, keep)
+    if cmp.startswith(("ge", "gt")) or cmp == "le %ci, %r":
+        unmasked, masked = [op for op in module.walk() if isinstance(op, tile.ForOp)]
+        assert not masks_scores(unmasked, *block) and masks_scores(masked, *block)
+
+
+@pytest.mark.parametrize(
+    ("t_q", "t_k", "lo", "hi", "block", "conjunction"),
+    [
+        (64, 64, -20, 0, (16, 16), False),  # a sliding window of 21 keys
+        (64, 64, -40, 0, (16, 16), True),
+        (72, 80, -5, 5, (32, 16), False),  # narrower than a row block: no tile is whole
+        (64, 64, -64, -16, (16, 32), True),
+        (40, 40, -100, 100, (16, 16), False),  # wider than the keys: every tile, the last ragged
+    ],
+)
+def test_sliding_windows_skip_tiles_outside_every_rows_band(
+    t_q: int, t_k: int, lo: int, hi: int, block: tuple[int, int], conjunction: bool
+) -> None:
+    module = lowered_with_small_tiles(band_ir(t_q, t_k, 16, lo, hi, conjunction), block)
+    check_tiles_visited(module, t_q, t_k, block, lambda i, j: i + lo <= j <= i + hi)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("t_q", "t_k", "lo", "hi", "block", "conjunction"),
+    [
+        (64, 64, -20, 0, (16, 16), False),
+        (72, 80, -5, 5, (32, 16), True),
+        (40, 40, -30, 100, (16, 32), False),
+    ],
+)
+def test_sliding_window_attention_matches_torch(
+    t_q: int, t_k: int, lo: int, hi: int, block: tuple[int, int], conjunction: bool
+) -> None:
+    module = lowered_with_small_tiles(band_ir(t_q, t_k, 16, lo, hi, conjunction), block)
+    compiled = irc.compile(module, device=DEVICE)
+    torch.manual_seed(t_q + lo)
+    q = torch.randn(2, t_q, 16, device=DEVICE)
+    k, v = (torch.randn(2, t_k, 16, device=DEVICE) for _ in range(2))
+    i = torch.arange(t_q, device=DEVICE)[:, None]
+    j = torch.arange(t_k, device=DEVICE)[None, :]
+    want = attention_reference(q, k, v, (i + lo <= j) & (j <= i + hi))
+    got = compiled.attn(q, k, v)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, equal_nan=True)
 
 
 def test_the_unmasked_stage_does_not_compare_indices() -> None:
@@ -380,10 +486,9 @@ def test_iota_causal_masks_stop_the_key_loop_at_the_diagonal(cmp: str, offset: i
     assert isinstance(constant, tile.ConstantOp) and constant.value.value.data == stop
 
 
-def test_a_mask_tensor_or_a_lower_bound_skips_nothing() -> None:
-    for text in (attention_ir(2, 40, 40, 16, mask=True), causal_ir(40, 16, cmp="le %r, %ci")):
-        module = lowered_with_small_tiles(text)
-        assert not any(isinstance(op, tile.ForStopOp) for op in module.walk())
+def test_a_mask_tensor_skips_nothing() -> None:
+    module = lowered_with_small_tiles(attention_ir(2, 40, 40, 16, mask=True))
+    assert not any(isinstance(op, tile.ForStopOp | tile.ForStartOp) for op in module.walk())
 
 
 @pytest.mark.slow
