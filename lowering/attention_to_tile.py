@@ -420,10 +420,10 @@ def _key_bound(cmp: loop.ApplyOp, row: SSAValue, key: SSAValue) -> tuple[str, in
     if not (a[0] is row and b[0] is key):
         return None  # not a comparison of rows with keys
     offset = a[1] - b[1]  # i + ca OP j + cb: j OP' i + (ca - cb)
-    return {
-        "ge": ("hi", offset), "gt": ("hi", offset - 1),
-        "le": ("lo", offset), "lt": ("lo", offset + 1),
-    }[fn]  # fmt: skip
+    strict = int(fn.endswith("t"))  # i + c > j is i + c - 1 >= j on integers
+    if fn.startswith("g"):  # i + c >= j: an upper bound on the keys
+        return "hi", offset - strict
+    return "lo", offset + strict
 
 
 def _uncast(v: SSAValue) -> SSAValue:

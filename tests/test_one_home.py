@@ -55,7 +55,6 @@ KNOWN: Counter[tuple[str, tuple[str, ...]]] = Counter(
         # The causal-mask matcher of attention: comparisons of row and key index, and
         # the index offsets it reads through (lowering/attention_to_tile.py).
         ("lowering/attention_to_tile.py", ("ge", "gt", "le", "lt")): 2,
-        ("lowering/attention_to_tile.py", ("ge", "gt")): 1,
         ("lowering/attention_to_tile.py", ("add", "sub")): 1,
         # decompose's split of a reduction: the binary op that combines partial results
         # of each reduce op (passes/decompose.py); a fact next to COMBINE would do.
