@@ -109,7 +109,10 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
                 if ta <= max(a, 32) and tb <= max(b, 32):
                     out.append(Tiling((ta, tb), w))
     elif shape.kind == "attention":
-        for bm, bn, w, s in ((128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3)):
+        for bm, bn, w, s in (
+            (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3),
+            (128, 64, 4, 2), (128, 128, 4, 3), (64, 128, 4, 3),
+        ):  # fmt: skip
             out.append(Tiling((bm, bn), w, s))
     elif shape.kind == "reduction" and shape.columns:
         # Column reductions: bytes side by side along the kept dim, rows a step.

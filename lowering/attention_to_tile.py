@@ -332,6 +332,12 @@ class KeyBand:
     their copy in the values' loop: an unmasked tile takes `s` as it is."""
 
 
+def band_of(kernel: loop.KernelOp) -> KeyBand | None:
+    """The band of keys an attention kernel's iota mask keeps, if it has one."""
+    softmax, values = _parts(kernel)
+    return key_band(softmax, values, kernel.body.block.args[-2])
+
+
 def key_band(
     softmax: loop.SoftmaxReduceOp, values: loop.ReduceOp, row: SSAValue
 ) -> KeyBand | None:

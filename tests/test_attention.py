@@ -23,8 +23,17 @@ import irc
 from irc.analysis.bounds import check_bounds
 from irc.compiler import triton_source
 from irc.dialects import graph, loop, tile
+from irc.ir.kernel_kind import KernelKind
 from irc.lowering.tile_to_triton import emit_triton
-from irc.passes.tile import Tiling, set_tiling
+from irc.passes.tile import (
+    ATTENTION_LIVE_F32,
+    SHARED_BYTES,
+    KernelShape,
+    Tiling,
+    attention_tiling,
+    kernel_shape,
+    set_tiling,
+)
 
 
 def _benchmark() -> ModuleType:
@@ -118,12 +127,13 @@ def test_the_kernel_reads_as_flash_attention() -> None:
 
 
 def test_ragged_keys_mask_only_the_last_tile() -> None:
-    # 100 keys in tiles of 64: the whole tile runs without the key mask, then a
-    # second loop from 64 takes the ragged tile with it.
-    source = kernels_of(attention_ir(4, 100, 100, 32, dtype="bf16"))
+    # 40 keys in tiles of 16: the two whole tiles run without the key mask, then a
+    # second loop from 32 takes the ragged tile with it.
+    source = emit_triton(lowered_with_small_tiles(attention_ir(2, 40, 40, 16)))
+    source = source[source.index("def triton_") : source.index("\ndef fn0")]
     first, second = source.split("for ")[1:]
-    assert re.match(r"\w+ in range\(0, 64, 64\)", first)
-    assert re.match(r"\w+ in range\(64, 100, 64\)", second)
+    assert re.match(r"\w+ in range\(0, 32, 16\)", first)
+    assert re.match(r"\w+ in range\(32, 40, 16\)", second)
     assert " < " not in first and "mask=" not in first
     assert "mask=" in second
 
@@ -628,9 +638,39 @@ def test_an_epilogue_on_the_4d_output_joins_the_kernel() -> None:
 def test_an_epilogue_on_the_4d_output_matches_torch() -> None:
     compiled = irc.compile(irc.parse(EPILOGUE_4D), device=DEVICE)
     torch.manual_seed(3)
-    q, r = torch.randn(2, 4, 40, 16), torch.randn(2, 4, 40, 16)
-    k, v = torch.randn(2, 2, 40, 16), torch.randn(2, 2, 40, 16)
+    q, r = torch.randn(2, 4, 40, 16, device=DEVICE), torch.randn(2, 4, 40, 16, device=DEVICE)
+    k, v = torch.randn(2, 2, 40, 16, device=DEVICE), torch.randn(2, 2, 40, 16, device=DEVICE)
     want = torch.relu(
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     ) + r
     torch.testing.assert_close(compiled.sdpa(q, k, v, r), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("banded", [False, True])
+@pytest.mark.parametrize("half", [False, True])
+def test_attention_tiles_fit_two_programs_an_sm(banded: bool, half: bool) -> None:
+    """The accumulator and scores fit a thread's registers, and (where any tiling of
+    64 keys can) two programs' Q rows and staged K and V tiles fit an SM's shared memory;
+    under a band the rows are 64, one warp group's dot."""
+    for d in (16, 40, 64, 96, 128):
+        for t in (24, 100, 1024, 16384):
+            tiling = attention_tiling(KernelShape(KernelKind.ATTENTION, (4, t, d), (t, d), half, banded=banded))
+            (bm, bn), warps, stages = tiling.block, tiling.warps, tiling.stages
+            width = max(16, 1 << (d - 1).bit_length())
+            assert bm * (width + bn) <= ATTENTION_LIVE_F32 * 32 * warps
+            shared = (2 if half else 4) * (bm * width + stages * bn * 2 * width)
+            if half or d <= 64:
+                assert 2 * shared <= SHARED_BYTES, (d, t, tiling)
+            assert bn <= max(16, 1 << (t - 1).bit_length()) and bm <= max(16, 1 << (t - 1).bit_length())
+            if banded and t >= 64:
+                assert bm == 64
+            if half and not banded and t >= 1024 and d <= 64:
+                assert (bm, bn) == (128, 128)  # a wide key tile rescales the accumulator half as often
+
+
+def test_a_causal_mask_makes_a_banded_attention_shape() -> None:
+    for text, banded in ((causal_ir(40, 16), True), (attention_ir(2, 40, 40, 16, mask=True), False)):
+        module = irc.parse(text)
+        irc.run_pipeline(module, "decompose,fuse,graph-to-loop")
+        (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+        assert kernel_shape(kernel).banded is banded
