@@ -240,7 +240,7 @@ def attention_tiling(shape: KernelShape) -> Tiling:
     the rows halves that heaviest program and doubles the programs that fill
     the machine's last wave. Measured on an H100 (bf16, T = 4096 and 16384,
     causal and not, d = 64 and 128, against ten other tilings): the choice is
-    the fastest or within 4% of it on each (f32 is not measured). Short
+    the fastest or within 5% of it on each (f32 is not measured). Short
     sequences get smaller tiles.
     """
     *_, m, e = shape.parallel
