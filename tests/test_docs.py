@@ -117,6 +117,127 @@ def test_python_examples_run_as_written_on_the_cpu(where: str, code: str, tmp_pa
     assert cpu < 2 * EXAMPLE_SECONDS, f"{where} took {cpu:.0f} s of CPU"
 
 
+# --- the README's and docs' irc-opt and irc-run commands run on the CPU set-up ----------
+
+TOOLS = ("irc-opt", "irc-run")
+PLACEHOLDERS = {
+    "FILE.ir": "examples/softmax.ir",  # the README's example, and the largest one
+    "OUT.ir": "out.ir",
+    "NAME": "softmax",  # FILE.ir's function
+    "N": "1",
+}
+"""What a command's placeholders stand for; `block.ir` is the small block of
+tests/pytorch_small_block.py, written by irc-import as docs/pytorch.md does."""
+BLOCK_IMPORT = "irc-import {root}/tests/pytorch_small_block.py:SmallBlock --input 2x16x8xf32 -o %s"
+BLOCK_IMPORT %= "block.ir"
+
+
+def documented_commands() -> dict[str, tuple[str, str]]:
+    """{command: (where, comment)}: every irc-opt / irc-run line of a code block of the
+    README and docs/ (the `&&`-joined parts of a line too), each `[optional]` group
+    left out and, in a second command, put in (`a|b` as `a`), placeholders filled."""
+    import shlex
+
+    found: dict[str, tuple[str, str]] = {}
+    for doc in DOCUMENTS:
+        for lang, block in re.findall(r"```(\w*)\n(.*?)```", doc.read_text(), re.DOTALL):
+            for line in block.splitlines() if lang in ("", "sh", "bash") else ():
+                code, _, comment = line.partition(" #")
+                for part in code.split("&&"):
+                    if part.split()[:1] not in ([t] for t in TOOLS):
+                        continue
+                    where = f"{doc.relative_to(ROOT)}: {line.strip()}"
+                    without = re.sub(r"\s*\[[^\]]*\]", "", part)
+                    within = re.sub(r"\[([^\]]*)\]", r"\1", part)
+                    within = re.sub(r"(\S+)\|\S+", r"\1", within.replace(" | ", " ! "))
+                    for variant in (without, within.replace(" ! ", " | ")):
+                        filled = [PLACEHOLDERS.get(w, w) for w in shlex.split(variant)]
+                        found.setdefault(shlex.join(filled), (where, comment))
+    return found
+
+
+COMMANDS = documented_commands()
+
+
+def test_every_documented_command_is_found_and_filled_in() -> None:
+    commands = list(COMMANDS)
+    assert "irc-run examples/softmax.ir --check --progress" in commands
+    assert "irc-run examples/softmax.ir --fn softmax --seed 1 --device cpu" in commands
+    assert "irc-run examples/softmax.ir --check --no-fuse" in commands
+    assert "irc-opt examples/softmax.ir --fuse --fusion-report=json '|' jq ." in commands
+    assert {where.split(":")[0] for where, _ in COMMANDS.values()} == {
+        "README.md", "docs/language.md", "docs/pytorch.md"
+    }  # fmt: skip
+    # A new placeholder (an all-capitals word) needs a value in PLACEHOLDERS.
+    for command in commands:
+        left = [w for w in command.split() if re.fullmatch(r"[A-Z][A-Z0-9_]*(\.\w+)?", w)]
+        assert not left, f"{COMMANDS[command][0]}: fill in {left} (PLACEHOLDERS)"
+
+
+@pytest.fixture(scope="module")
+def block_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's working folder: the examples, and block.ir made by irc-import."""
+    import shlex
+    import subprocess
+
+    where = tmp_path_factory.mktemp("commands")
+    (where / "examples").symlink_to(ROOT / "examples")
+    command = shlex.split(BLOCK_IMPORT.format(root=ROOT))
+    done = subprocess.run(command, cwd=where, env=_user_env(where), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return where
+
+
+def _user_env(cache: Path) -> dict[str, str]:
+    """The environment of a user of the CPU set-up: the venv's tools first on PATH, no GPU,
+    the interpreter's tilings (not the suite's IRC_CPU_TILING=gpu), a cold cache."""
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "IRC_CPU_TILING"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["IRC_CACHE_DIR"] = str(cache / "irc-cache")
+    return env
+
+
+@pytest.mark.slow  # irc-run examples/softmax.ir --check: an 8192 x 8192 softmax, about 10 s
+@pytest.mark.parametrize("command", list(COMMANDS), ids=list(COMMANDS))
+def test_documented_commands_run_on_the_cpu(command: str, block_dir: Path, tmp_path: Path) -> None:
+    """Each runs in a fresh working folder with a cold cache; one whose comment says it
+    needs a GPU must say so and exit 1. `| jq .`: the output must be JSON alone."""
+    import json
+    import resource
+    import shlex
+    import shutil
+    import subprocess
+
+    where, comment = COMMANDS[command]
+    words = shlex.split(command)
+    piped_to = words[words.index("|") + 1 :] if "|" in words else []
+    words = words[: words.index("|")] if piped_to else words
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    shutil.copy(block_dir / "block.ir", tmp_path / "block.ir")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        words, cwd=tmp_path, env=_user_env(tmp_path), capture_output=True, text=True,
+        timeout=20 * EXAMPLE_SECONDS,  # wall time on a loaded machine; CPU time is checked below
+    )  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    if "GPU" in comment:
+        assert done.returncode == 1 and "error:" in done.stderr and "GPU" in done.stderr, where
+    else:
+        assert done.returncode == 0, f"{where}:\n{done.stderr[-3000:]}"
+        if "-o" in words:
+            assert (tmp_path / words[words.index("-o") + 1]).stat().st_size > 0, where
+        else:
+            assert done.stdout, where
+        if piped_to[:1] == ["jq"]:
+            json.loads(done.stdout)  # what jq needs: JSON alone on stdout
+    assert cpu < 2 * EXAMPLE_SECONDS, f"{where} took {cpu:.0f} s of CPU"
+
+
 # --- docs/architecture.md: "Adding a pass", run as written ------------------------------
 
 ARCHITECTURE = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()

@@ -177,6 +177,52 @@ def test_integers_nan_placement_shapes_and_no_f64() -> None:
     assert not missing.ok and missing.line.endswith("no f64 value to weigh it against")
 
 
+def _chunked_cases() -> list[tuple[torch.Tensor, torch.Tensor, Yardstick | None]]:
+    """(got, eager, yardstick) of every verdict kind, 1000 elements: 142 chunks of 7 and a tail."""
+    exact = torch.linspace(-3.0, 3.0, 1000, dtype=torch.float64).reshape(10, 100)
+    eager = (exact + 1e-3).float()
+    other = (exact - 2e-3).float()
+    stick = Yardstick(exact, [other])
+    tail_wrong = eager.clone()
+    tail_wrong[-1, -1] += 1.0  # only in the last, short chunk
+    nan_late = eager.clone()
+    nan_late[9, 50] = float("nan")
+    inf_late = eager.clone()
+    inf_late[8, 3] = float("inf")
+    ints = torch.arange(1000).reshape(10, 100)
+    ints_wrong = ints.clone()
+    ints_wrong[-1, -1] = 0
+    return [
+        (eager + 1e-7, eager, None),  # close: step 1 alone
+        (eager + 1e-7, eager, stick),  # close, both distances measured
+        ((exact - 1e-3).float(), eager, stick),  # step 2 admits it
+        ((exact - 9e-3).float(), eager, stick),  # step 2 rejects it (torch's worst: 2e-3)
+        (tail_wrong, eager, None),
+        (tail_wrong, eager, stick),
+        (nan_late, nan_late.clone(), stick),
+        (nan_late, eager, stick),  # a NaN where torch has none
+        (inf_late, eager.masked_fill(eager.isinf(), 0.0), None),
+        (ints_wrong, ints, None),
+        (ints, ints.clone(), None),
+    ]
+
+
+def test_chunked_verdicts_are_the_whole_tensors_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """judge compares `verdict.CHUNK` elements at a time; chunks change no verdict, line
+    or distance, and a wrong element in the last, short chunk still fails."""
+    cases = _chunked_cases()
+    monkeypatch.setattr(verdict, "CHUNK", 1 << 30)
+    whole = [judge(g, w, s) for g, w, s in cases]
+    monkeypatch.setattr(verdict, "CHUNK", 7)
+    chunked = [judge(g, w, s) for g, w, s in cases]
+    assert chunked == whole
+    assert [v.ok for v in chunked] == [
+        True, True, True, False, False, False, True, False, False, False, True
+    ]  # fmt: skip
+    assert "max abs err 1" in chunked[4].line and "NaN/inf where" in chunked[7].line
+    assert chunked[9].line == "MISMATCH: 1 of 1000 elements differ"
+
+
 # --- the f64 run and the other orders -----------------------------------------------------
 
 ROUNDING = """

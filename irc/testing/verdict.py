@@ -34,7 +34,8 @@ docs/testing.md ("How `irc-run --check` reaches a verdict") says the same for us
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,13 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-7, 1e-7),
 }
 """(rtol, atol) by dtype: `torch.testing.assert_close`'s documented defaults."""
+
+CHUNK = 1 << 18
+"""Elements compared at a time. Every comparison is element by element, so
+chunks give the same verdict as whole tensors; their f64 temporaries (2 MiB)
+stay in cache, where whole-tensor ones (512 MiB each for an 8192 x 8192
+output) cost more in page faults than in arithmetic. The chunks are compared
+on one thread (`one_torch_thread`)."""
 
 
 @dataclass(frozen=True)
@@ -104,34 +112,46 @@ def judge(got: torch.Tensor, eager: torch.Tensor, measure: Measure = None) -> Ve
         want = f"want {eager.dtype} {list(eager.shape)}"
         return Verdict(False, f"MISMATCH: got {got.dtype} {list(got.shape)}, {want}")
     got, eager = got.cpu(), eager.cpu()
-    if not eager.is_floating_point():
-        wrong = int((got != eager).sum().item())
-        word = "ok" if wrong == 0 else "MISMATCH"
-        return Verdict(wrong == 0, f"{word}: {wrong} of {eager.numel()} elements differ")
-    try:
-        torch.testing.assert_close(got, eager, equal_nan=True)
-        close = True
-    except AssertionError:
-        close = False
-    versus = _versus_torch(got, eager)
+    with one_torch_thread():
+        if not eager.is_floating_point():
+            wrong = sum(int((g != w).sum().item()) for g, w in _chunks(got, eager))
+            word = "ok" if wrong == 0 else "MISMATCH"
+            return Verdict(wrong == 0, f"{word}: {wrong} of {eager.numel()} elements differ")
+        close = _assert_close(got, eager)
+        versus = _versus_torch(got, eager)
     if close and not isinstance(measure, Yardstick):
         return Verdict(True, f"ok: {versus}")
-    stick = measure() if callable(measure) else measure
+    stick = measure() if callable(measure) else measure  # whole-program runs: all threads
     if stick is None:
         if close:
             return Verdict(True, f"ok: {versus}")
         return Verdict(False, f"MISMATCH: {versus}; no f64 value to weigh it against")
-    if not _same_non_finite(got, eager):
-        where = "NaN/inf where torch has none, or the other way round"
-        return Verdict(close, f"{'ok' if close else 'MISMATCH'}: {versus}; {where}")
-    exact = stick.exact.cpu().double()
-    mine = distance(got, exact, eager.dtype)
-    theirs = distance(eager, exact, eager.dtype)
-    for other in stick.orders:
-        theirs = theirs.max(distance(other.cpu(), exact, eager.dtype))
+    with one_torch_thread():
+        if not _same_non_finite(got, eager):
+            where = "NaN/inf where torch has none, or the other way round"
+            return Verdict(close, f"{'ok' if close else 'MISMATCH'}: {versus}; {where}")
+        exact = stick.exact.cpu()
+        mine = distance(got, exact, eager.dtype)
+        theirs = distance(eager, exact, eager.dtype)
+        for other in stick.orders:
+            theirs = theirs.max(distance(other.cpu(), exact, eager.dtype))
     ok = close or (mine.abs <= FACTOR * theirs.abs and mine.tol <= FACTOR * theirs.tol)
     word = "ok" if ok else "MISMATCH"
     return Verdict(ok, f"{word}: {versus}; {_against_f64(mine, theirs)}", mine, theirs)
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one intra-op thread meanwhile: each op on a chunk is a parallel
+    region to start and join, and on a loaded machine a thread that waits for a
+    busy core made the comparisons of an 8192 x 8192 output take 18 s of CPU
+    time on two threads against 0.9 s on one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def distance(x: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> Distance:
@@ -140,13 +160,22 @@ def distance(x: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> Distan
     Elements where either is not finite are left out.
     """
     rtol, atol = TOLERANCES.get(dtype, (0.0, 0.0))
-    xd = x.double()
-    both = torch.isfinite(xd) & torch.isfinite(exact)
-    err = (xd - exact).abs()[both]
-    if err.numel() == 0:
+    worst_abs: list[float] = []
+    worst_tol: list[float] = []
+    for xc, ec in _chunks(x, exact):
+        xd, ed = xc.double(), ec.double()
+        err = (xd - ed).abs_()
+        scale = ed.abs().mul_(rtol).add_(atol)  # not abs_: .double() of f64 is no copy
+        both = torch.isfinite(xd) & torch.isfinite(ed)
+        if not bool(both.all()):
+            err, scale = err[both], scale[both]
+        if err.numel():
+            worst_abs.append(err.max().item())
+            worst_tol.append(err.div_(scale).max().item())
+    if not worst_abs:
         return Distance(0.0, 0.0)
-    scale = atol + rtol * exact.abs()[both]
-    return Distance(err.max().item(), (err / scale).max().item())
+    # torch's max, like the whole tensor's: NaN (0 / 0 without tolerances) wins.
+    return Distance(torch.tensor(worst_abs).max().item(), torch.tensor(worst_tol).max().item())
 
 
 def yardsticks(
@@ -160,24 +189,59 @@ def yardsticks(
     return [Yardstick(e, [o[i] for o in others]) for i, e in enumerate(exact)]
 
 
+def _chunks(*xs: torch.Tensor) -> Iterator[tuple[torch.Tensor, ...]]:
+    """The tensors (of one shape) flattened, `CHUNK` elements of each at a time."""
+    flat = [x.reshape(-1) for x in xs]
+    n = flat[0].numel() if flat else 0
+    for i in range(0, n, CHUNK):
+        yield tuple(f[i : i + CHUNK] for f in flat)
+
+
+def _assert_close(got: torch.Tensor, eager: torch.Tensor) -> bool:
+    """Whether `torch.testing.assert_close(got, eager, equal_nan=True)` passes.
+
+    Called chunk by chunk: its test is element-wise (shape and dtype are checked
+    before), and a whole-tensor call on a large output costs its temporaries'
+    page faults (4 s of an 8192 x 8192 softmax's check).
+    """
+    try:
+        for g, w in _chunks(got, eager):
+            torch.testing.assert_close(g, w, equal_nan=True)
+    except AssertionError:
+        return False
+    return True
+
+
 def _same_non_finite(a: torch.Tensor, b: torch.Tensor) -> bool:
     """NaN where NaN, +inf where +inf, -inf where -inf."""
-    fa, fb = torch.isfinite(a), torch.isfinite(b)
-    if not torch.equal(fa, fb):
-        return False
-    na, nb = torch.isnan(a), torch.isnan(b)
-    return torch.equal(na, nb) and torch.equal(a[~fa & ~na], b[~fb & ~nb])
+    for ac, bc in _chunks(a, b):
+        fa, fb = torch.isfinite(ac), torch.isfinite(bc)
+        if not torch.equal(fa, fb):
+            return False
+        na, nb = torch.isnan(ac), torch.isnan(bc)
+        if not (torch.equal(na, nb) and torch.equal(ac[~fa & ~na], bc[~fb & ~nb])):
+            return False
+    return True
 
 
 def _versus_torch(got: torch.Tensor, eager: torch.Tensor) -> str:
     """`max abs err .., max rel err ..`: irc against torch eager, finite elements only."""
-    g, w = got.double(), eager.double()
-    both = torch.isfinite(g) & torch.isfinite(w)
-    diff = (g - w).abs()[both]
-    if diff.numel() == 0:
+    tiny = torch.finfo(eager.dtype).tiny
+    worst_abs: list[float] = []
+    worst_rel: list[float] = []
+    for gc, wc in _chunks(got, eager):
+        g, w = gc.double(), wc.double()
+        diff = (g - w).abs_()
+        size = w.abs().clamp_min_(tiny)  # not abs_: .double() of f64 is no copy
+        both = torch.isfinite(g) & torch.isfinite(w)
+        if not bool(both.all()):
+            diff, size = diff[both], size[both]
+        if diff.numel():
+            worst_abs.append(diff.max().item())
+            worst_rel.append(diff.div_(size).max().item())
+    if not worst_abs:
         return "no finite values to compare"
-    rel = diff / w.abs()[both].clamp_min(torch.finfo(eager.dtype).tiny)
-    return f"max abs err {diff.max().item():.3g}, max rel err {rel.max().item():.3g}"
+    return f"max abs err {max(worst_abs):.3g}, max rel err {max(worst_rel):.3g}"
 
 
 def _against_f64(mine: Distance, theirs: Distance) -> str:
@@ -195,6 +259,7 @@ def _against_f64(mine: Distance, theirs: Distance) -> str:
 
 
 __all__ = [
+    "CHUNK",
     "FACTOR",
     "ORDERS",
     "TOLERANCES",
@@ -204,5 +269,6 @@ __all__ = [
     "Yardstick",
     "distance",
     "judge",
+    "one_torch_thread",
     "yardsticks",
 ]
