@@ -29,6 +29,10 @@ for that mix; each patch below names the Triton behaviour it works around:
    45 minutes. Those two reduce with NumPy as well (`NUMPY_REDUCTIONS`).
 6. The interpreter shows nothing while it runs a grid's programs one by one:
    each launch counts them for a progress bar (`irc.runtime.progress`).
+7. The interpreter loads and stores element by element at each lane's address
+   (an 8192 x 8192 softmax: 3.4 s of its 5.7 s), also where the lanes are
+   consecutive elements, as most of a kernel's accesses are: those are one
+   NumPy copy (`install_contiguous_access`).
 """
 
 from __future__ import annotations
@@ -174,6 +178,74 @@ def _install_progress() -> None:
     interpreter_builder.set_grid_idx = grid_idx  # type: ignore[method-assign]
 
 
+# --- 7. Contiguous loads and stores ----------------------------------------------------
+
+CONTIGUOUS_MIN = 1024
+"""Lanes from which an unmasked load or store of consecutive addresses is one copy:
+below, the check costs what it saves (measured: even at 256 lanes, 2x ahead at
+1024, 6x at 4096, 15x at 65536)."""
+
+
+def _span(ptrs: Any, itemsize: int) -> int | None:
+    """The first address of `ptrs` if they are consecutive elements in order, else None."""
+    import numpy as np
+
+    flat = ptrs.reshape(-1)
+    if flat.size < CONTIGUOUS_MIN:
+        return None
+    first = int(flat[0])
+    if int(flat[-1]) - first != (flat.size - 1) * itemsize:
+        return None
+    return first if bool((np.diff(flat) == itemsize).all()) else None
+
+
+def _memory(address: int, dtype: Any, count: int) -> Any:
+    """`count` elements of `dtype` at `address`, as a NumPy array over that memory."""
+    import ctypes
+
+    import numpy as np
+
+    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(address)
+    return np.frombuffer(raw, dtype=dtype, count=count)
+
+
+def install_contiguous_access() -> None:
+    """Makes the interpreter's unmasked loads and stores of consecutive addresses one
+    NumPy copy (once; wrapping whatever the builder has, so a checker installed
+    later still sees every access)."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.create_masked_load, "_irc_contiguous", False):
+        return
+    load, store = builder.create_masked_load, builder.create_masked_store
+
+    def contiguous_load(self: Any, ptrs: Any, mask: Any, *args: Any, **kwargs: Any) -> Any:
+        dtype_tt = ptrs.get_element_ty()
+        dtype = np.dtype(interpreter._get_np_dtype(dtype_tt))  # pyright: ignore[reportPrivateUsage]
+        first = _span(ptrs.data, dtype.itemsize) if mask.data.all() else None
+        if first is None or mask.data.shape != ptrs.data.shape:
+            return load(self, ptrs, mask, *args, **kwargs)
+        data = _memory(first, dtype, ptrs.data.size).reshape(ptrs.data.shape).copy()
+        return interpreter.TensorHandle(data, dtype_tt)
+
+    def contiguous_store(
+        self: Any, ptrs: Any, value: Any, mask: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        data = value.data
+        same = mask.data.shape == ptrs.data.shape == data.shape
+        first = _span(ptrs.data, data.dtype.itemsize) if same and mask.data.all() else None
+        if first is None:
+            return store(self, ptrs, value, mask, *args, **kwargs)
+        _memory(first, data.dtype, data.size)[:] = data.reshape(-1)
+        return None
+
+    contiguous_load._irc_contiguous = True  # type: ignore[attr-defined]
+    builder.create_masked_load = contiguous_load  # type: ignore[method-assign]
+    builder.create_masked_store = contiguous_store  # type: ignore[method-assign]
+
+
 # --- 2. Twins of compiled @jit functions -------------------------------------------
 
 
@@ -289,6 +361,7 @@ def interpreting(on: bool) -> Iterator[None]:
     if on:
         _install_numpy_reductions()
         _install_progress()
+        install_contiguous_access()
         _put_back_added()
         _install_twins()
     try:

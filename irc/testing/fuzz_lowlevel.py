@@ -823,6 +823,10 @@ def install_memory_guard() -> None:
     import numpy as np
     from triton.runtime import interpreter
 
+    from irc.runtime.interpreter import install_contiguous_access
+
+    install_contiguous_access()  # beneath the guard, so that it sees those accesses too
+
     ranges: list[tuple[int, int]] = []
     builder = interpreter.InterpreterBuilder
     executor = interpreter.GridExecutor
