@@ -190,6 +190,8 @@ def _span(ptrs: Any, itemsize: int) -> int | None:
     """The first address of `ptrs` if they are consecutive elements in order, else None."""
     import numpy as np
 
+    if not isinstance(ptrs, np.ndarray):
+        return None
     flat = ptrs.reshape(-1)
     if flat.size < CONTIGUOUS_MIN:
         return None
@@ -197,6 +199,15 @@ def _span(ptrs: Any, itemsize: int) -> int | None:
     if int(flat[-1]) - first != (flat.size - 1) * itemsize:
         return None
     return first if bool((np.diff(flat) == itemsize).all()) else None
+
+
+def _all_true(mask: Any, shape: tuple[int, ...]) -> bool:
+    """Whether a load's or store's mask (a TensorHandle of a NumPy array; a tensor
+    descriptor's is a bare array, whose `.data` is a memoryview) is `shape`, all true."""
+    import numpy as np
+
+    data = getattr(mask, "data", None)
+    return isinstance(data, np.ndarray) and data.shape == shape and bool(data.all())
 
 
 def _memory(address: int, dtype: Any, count: int) -> Any:
@@ -224,8 +235,8 @@ def install_contiguous_access() -> None:
     def contiguous_load(self: Any, ptrs: Any, mask: Any, *args: Any, **kwargs: Any) -> Any:
         dtype_tt = ptrs.get_element_ty()
         dtype = np.dtype(interpreter._get_np_dtype(dtype_tt))  # pyright: ignore[reportPrivateUsage]
-        first = _span(ptrs.data, dtype.itemsize) if mask.data.all() else None
-        if first is None or mask.data.shape != ptrs.data.shape:
+        first = _span(ptrs.data, dtype.itemsize) if _all_true(mask, ptrs.data.shape) else None
+        if first is None:
             return load(self, ptrs, mask, *args, **kwargs)
         data = _memory(first, dtype, ptrs.data.size).reshape(ptrs.data.shape).copy()
         return interpreter.TensorHandle(data, dtype_tt)
@@ -234,8 +245,9 @@ def install_contiguous_access() -> None:
         self: Any, ptrs: Any, value: Any, mask: Any, *args: Any, **kwargs: Any
     ) -> Any:
         data = value.data
-        same = mask.data.shape == ptrs.data.shape == data.shape
-        first = _span(ptrs.data, data.dtype.itemsize) if same and mask.data.all() else None
+        plain = isinstance(data, np.ndarray) and data.shape == getattr(ptrs.data, "shape", ())
+        plain = plain and _all_true(mask, data.shape)
+        first = _span(ptrs.data, data.dtype.itemsize) if plain else None
         if first is None:
             return store(self, ptrs, value, mask, *args, **kwargs)
         _memory(first, data.dtype, data.size)[:] = data.reshape(-1)
