@@ -120,6 +120,8 @@ def test_python_examples_run_as_written_on_the_cpu(where: str, code: str, tmp_pa
 # --- the README's and docs' irc-opt and irc-run commands run on the CPU set-up ----------
 
 TOOLS = ("irc-opt", "irc-run")
+CPU_BENCHMARK = re.compile(r"python benchmarks/\w+\.py .*--smoke")
+"""A benchmark's line for the CPU set-up (the rest need a GPU, and say so)."""
 PLACEHOLDERS = {
     "FILE.ir": "examples/softmax.ir",  # the README's example, and the largest one
     "OUT.ir": "out.ir",
@@ -134,7 +136,8 @@ BLOCK_IMPORT %= "block.ir"
 
 def documented_commands() -> dict[str, tuple[str, str]]:
     """{command: (where, comment)}: every irc-opt / irc-run line of a code block of the
-    README and docs/ (the `&&`-joined parts of a line too), each `[optional]` group
+    README and docs/ (the `&&`-joined parts of a line too) and every benchmark's
+    `--smoke` line, each `[optional]` group
     left out and, in a second command, put in (`a|b` as `a`), placeholders filled."""
     import shlex
 
@@ -144,7 +147,8 @@ def documented_commands() -> dict[str, tuple[str, str]]:
             for line in block.splitlines() if lang in ("", "sh", "bash") else ():
                 code, _, comment = line.partition(" #")
                 for part in code.split("&&"):
-                    if part.split()[:1] not in ([t] for t in TOOLS):
+                    tool = part.split()[:1] in ([t] for t in TOOLS)
+                    if not (tool or CPU_BENCHMARK.match(part.strip())):
                         continue
                     where = f"{doc.relative_to(ROOT)}: {line.strip()}"
                     without = re.sub(r"\s*\[[^\]]*\]", "", part)
@@ -166,8 +170,9 @@ def test_every_documented_command_is_found_and_filled_in() -> None:
     assert "irc-run examples/softmax.ir --check --no-fuse" in commands
     assert "irc-opt examples/softmax.ir --fuse --fusion-report=json '|' jq ." in commands
     assert {where.split(":")[0] for where, _ in COMMANDS.values()} == {
-        "README.md", "docs/language.md", "docs/pytorch.md"
+        "README.md", "docs/benchmarks.md", "docs/language.md", "docs/pytorch.md"
     }  # fmt: skip
+    assert "python benchmarks/attention.py --smoke" in commands
     # A new placeholder (an all-capitals word) needs a value in PLACEHOLDERS.
     for command in commands:
         left = [w for w in command.split() if re.fullmatch(r"[A-Z][A-Z0-9_]*(\.\w+)?", w)]
@@ -201,7 +206,7 @@ def _user_env(cache: Path) -> dict[str, str]:
     return env
 
 
-@pytest.mark.slow  # irc-run examples/softmax.ir --check: an 8192 x 8192 softmax, about 10 s
+@pytest.mark.slow  # irc-run examples/softmax.ir --check: 8192 x 8192, 8 s; blocks.py --smoke 25 s
 @pytest.mark.parametrize("command", list(COMMANDS), ids=list(COMMANDS))
 def test_documented_commands_run_on_the_cpu(command: str, block_dir: Path, tmp_path: Path) -> None:
     """Each runs in a fresh working folder with a cold cache; one whose comment says it
@@ -216,7 +221,8 @@ def test_documented_commands_run_on_the_cpu(command: str, block_dir: Path, tmp_p
     words = shlex.split(command)
     piped_to = words[words.index("|") + 1 :] if "|" in words else []
     words = words[: words.index("|")] if piped_to else words
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    for folder in ("examples", "benchmarks"):
+        (tmp_path / folder).symlink_to(ROOT / folder)
     shutil.copy(block_dir / "block.ir", tmp_path / "block.ir")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
