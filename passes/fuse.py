@@ -18,7 +18,11 @@ whether one loop nest can compute the group:
   lives on that full space or on its rows (reduction prologue and epilogue:
   softmax and layer norm are one kernel);
 - contraction: one matmul, element-wise epilogue on its output, and a guarded
-  prologue (cheap ops used only by the matmul) on its operands.
+  prologue on its operands: loads only (a gather, a concat; views are free),
+  used only by the matmul. Element-wise work on an operand, a cast included,
+  stays with its producer, which materializes the operand: a GEMM stages
+  operands from memory through shared memory and reads each once per output
+  tile, and a computed operand would defeat the one and repeat the other.
 
 Limits: at most `max_ops` compute ops a kernel, and work is never duplicated
 in a way that multiplies expensive ops (a transcendental op computed on a
@@ -451,10 +455,17 @@ def _contraction_schema(
                     "(the accumulator cannot be re-indexed)"
                 )
             continue
-        # Prologue: cheap, feeding only the matmul (directly or through other prologue ops).
-        # Other uses of its values recompute or store them: correct, but not worth it.
+        # Prologue: loads only (a gather, a concat), feeding only the matmul. Other
+        # uses of its values recompute or store them: correct, but not worth it.
         if not costs:
             continue
+        if isinstance(op, graph.ElementwiseOp):
+            raise Rejected(
+                f"prologue {op.name} computes a matmul operand: a GEMM streams its operands "
+                "from memory into shared memory (asynchronous copies) and reads each once per "
+                "output tile; a computed operand goes through registers and is recomputed per "
+                "tile, so its producer materializes it instead"
+            )
         if not isinstance(op, CHEAP_OPS):
             raise Rejected(f"prologue {op.name} is not cheap enough to recompute per tile")
         for r in op.results:
