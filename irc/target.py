@@ -50,9 +50,10 @@ class Target:
 
     def tile_pass(self) -> str:
         """The `tile` step of a pipeline, with this target's options."""
+        sms = f" sms={self.sms}" if self.sms != Target.sms else ""
         return (
             f"tile{{block={self.block} thread-elements={self.thread_elements} "
-            f"epilogue-warps={self.epilogue_warps}}}"
+            f"epilogue-warps={self.epilogue_warps}{sms}}}"
         )
 
     def split_pass(self) -> str:

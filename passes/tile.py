@@ -19,13 +19,15 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   fastest with 8 warps (32 warps are 2-3% slower there), an H100 with 16
   (0.2-0.4% faster than 8, and at 4096 elements a program 8 warps beat 16
   there by 0.6-1%), so `irc.target` picks 16 for GPUs with less bandwidth an SM;
-- contraction (matmul): 64x64 output tiles (16 at least, fewer for small M, N)
-  and K steps of 32; for large unbatched half-precision GEMMs, where tensor
-  cores want big tiles, 128x256x64 with 8 warps and 3 stages, *persistent*:
-  one program an SM walks the output tiles, so the epilogue of one tile
-  overlaps the loads of the next, and plain row-major operands arrive by TMA
-  (1.02x cuBLAS at 4096^3 bf16 on an H200, against 1.07x for one program a
-  tile).
+- contraction (matmul): f32 products get 64x64 output tiles (16 at least,
+  fewer for small M, N) and K steps of 32; half-precision ones, where tensor
+  cores want big tiles, take 128x256x64 (8 warps, 3 stages), 128x128x64 (8
+  warps, 4 stages) or the small tiles, whichever a model of wave quantization
+  over the GPU's SMs says is fastest (`gemm_tiling`). Unbatched tensor-core
+  GEMMs are *persistent*: one program an SM walks the output tiles, so the
+  epilogue of one tile overlaps the loads of the next, and plain row-major
+  operands arrive by TMA (1.02x cuBLAS at 4096^3 bf16 on an H200, against
+  1.07x for one program a tile).
 
 Warps grow with the elements a program holds: in reductions one per 256 or
 512 (see above), in element-wise kernels one per 32 x `thread-elements`,
@@ -240,14 +242,17 @@ def attention_tiling(shape: KernelShape) -> Tiling:
     the rows halves that heaviest program and doubles the programs that fill
     the machine's last wave. Measured on an H100 (bf16, T = 4096 and 16384,
     causal and not, d = 64 and 128, against ten other tilings): the choice is
-    the fastest or within 5% of it on each (f32 is not measured). Short
-    sequences get smaller tiles.
+    the fastest or within 5% of it on each. f32 products (`ieee`) run on FMA
+    units, whose operands Triton holds in registers too: 32 rows (1.26 ms for
+    96 x 1024^2 causal, head dim 64, on an H100; 64 rows 1.29-1.40 ms, 128
+    spilled: 27.7 ms). Short sequences get smaller tiles.
     """
     *_, m, e = shape.parallel
     keys, head = shape.reduction
     be, bd = max(16, next_pow2(e)), max(16, next_pow2(head))
     operand = 2 if shape.half else 4
-    bm = min(64 if shape.banded else 128, max(16, next_pow2(m)))
+    rows = (64 if shape.banded else 128) if shape.half else 32
+    bm = min(rows, max(16, next_pow2(m)))
     for widest in (128, 64):
         bn = min(widest, max(16, next_pow2(keys)))
         live = bm * (be + bn)
@@ -287,6 +292,7 @@ def choose_tiling(
     persistent_rblock: int = 8192,
     thread_elements: int = 8,
     epilogue_warps: int = 8,
+    sms: int = 132,
 ) -> Tiling:
     """The heuristic of this module's docstring."""
     if shape.kind == "pointwise" and shape.across >= 0:
@@ -307,21 +313,73 @@ def choose_tiling(
         return Tiling((1, min(rblock, full)), _warps(min(rblock, full)))
     if shape.kind == "attention":
         return attention_tiling(shape)
-    *_, m, n = shape.parallel
+    return gemm_tiling(shape, sms)
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """A tensor-core GEMM program: its output tile, pipeline depth and warps, and
+    the rate at which it computes output elements relative to 128x256 tiles."""
+
+    bm: int
+    bn: int
+    stages: int
+    warps: int
+    rate: float
+
+
+TENSOR_CORE_TILES = (GemmTile(128, 256, 3, 8, 1.0), GemmTile(128, 128, 4, 8, 0.88))
+"""Measured on an H100 (bf16, 8192x768 @ 768x2304, K steps of 64, persistent):
+128x256 tiles in 54 us for 4.4 rounds of tiles, 128x128 (4 stages; 3 took 68 us)
+in 55 us for 8.7 rounds: a 128x128 program does 0.88 of a 128x256 one's output
+elements a second (it reads more operand bytes per product)."""
+
+SMALL_TILE_RATE = 0.47
+"""64x64x32 programs, 4 warps, 2 stages, against 128x256 on the same GEMM (101 us)."""
+
+SHORT_K_STEP_RATE = 0.8
+"""A halved K step (32 instead of 64: more barriers per product): 54 -> 67 us."""
+
+
+def gemm_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
+    """A contraction's tiles, from a model of wave quantization.
+
+    The output tiles are shared among `sms` SMs in rounds; a kernel takes as long
+    as its rounds, each as long as a program takes for one tile: its area over
+    its rate. Half-precision products on tensor cores weigh 128x256 and 128x128
+    tiles (K steps of 64 unless shared memory only holds a shorter one beside the
+    epilogue's tiles) against the small tiling: 8192x768 outputs take 128x128
+    (384 tiles, 2.9 rounds) rather than 128x256 (192 tiles, 1.45 rounds, half of
+    the second round idle). f32 products (FMA units, `ieee`) keep 64x64x32, which
+    runs as fast as cuBLAS's FFMA kernels on an H100. Unbatched tensor-core GEMMs
+    are persistent (one program an SM walks the tiles)."""
+    *batch, m, n = shape.parallel
     (k,) = shape.reduction
-    if shape.half and m >= 1024 and n >= 1024:
-        # K steps of 64 unless the operands are loaded wider than they are
-        # multiplied (f32 cast to bf16 in the kernel) or the epilogue reads
-        # full-size operands: the staged tiles must fit shared memory beside the
-        # epilogue's tiles. When no K step fits, the small tiles below do.
+    bm, bn = (min(64, max(16, next_pow2(x))) for x in (m, n))
+    small = Tiling((bm, bn, min(32, max(16, next_pow2(k)))), 4, 2)
+    if not shape.half:
+        return small
+    count = numel(batch)
+
+    def cost(bm: int, bn: int, rate: float) -> float:
+        tiles = count * -(-m // bm) * -(-n // bn)
+        return -(-tiles // sms) * bm * bn / rate
+
+    best, best_cost = small, cost(small.block[0], small.block[1], SMALL_TILE_RATE)
+    for t in TENSOR_CORE_TILES:
+        rate = t.rate
         for bk in (64, 32, 16):
-            need = gemm_shared_bytes(128, 256, bk, 3, shape.element_bytes, shape.epilogue_tiles)
+            need = gemm_shared_bytes(
+                t.bm, t.bn, bk, t.stages, shape.element_bytes, shape.epilogue_tiles
+            )
             if need <= SHARED_BYTES:
-                return Tiling((128, 256, bk), 8, 3, persistent=len(shape.parallel) == 2)
-    bm = min(64, max(16, next_pow2(m)))
-    bn = min(64, max(16, next_pow2(n)))
-    bk = min(32, max(16, next_pow2(k)))
-    return Tiling((bm, bn, bk), 4, 2)
+                c = cost(t.bm, t.bn, rate)
+                if c < best_cost:
+                    best_cost = c
+                    best = Tiling((t.bm, t.bn, bk), t.warps, t.stages, persistent=not batch)
+                break
+            rate *= SHORT_K_STEP_RATE
+    return best
 
 
 TRANSPOSE_TILE = 64
@@ -393,7 +451,7 @@ def tiling_of(kernel: loop.KernelOp) -> Tiling:
 
 @dataclass(frozen=True)
 class TilePass(ModulePass):
-    """`tile{block=1024 rblock=1024 persistent-rblock=8192 thread-elements=8 epilogue-warps=8}`."""
+    """`tile{block=1024 rblock=1024 persistent-rblock=8192 thread-elements=8 epilogue-warps=8 sms=132}`."""
 
     name = "tile"
     levels = ("loop",)
@@ -403,6 +461,8 @@ class TilePass(ModulePass):
     persistent_rblock: int = 8192
     thread_elements: int = 8
     epilogue_warps: int = 8
+    sms: int = 132
+    """SMs the output tiles of a contraction are shared among (`gemm_tiling`)."""
 
     def __post_init__(self) -> None:
         """Block sizes are Triton blocks: powers of two, at most its largest."""
@@ -415,6 +475,7 @@ class TilePass(ModulePass):
             "tile", "epilogue_warps", self.epilogue_warps, 1, MAX_WARPS, power_of_two=True,
             why="1024 threads a program",
         )  # fmt: skip
+        check_option("tile", "sms", self.sms, 1, 1 << 16)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in op.walk():
@@ -427,6 +488,7 @@ class TilePass(ModulePass):
                 self.persistent_rblock,
                 self.thread_elements,
                 self.epilogue_warps,
+                self.sms,
             )
             set_tiling(kernel, t)
 

@@ -20,7 +20,7 @@ from irc.autotune import candidates
 from irc.compiler import CompiledModule
 from irc.dialects import loop, tile
 from irc.lowering.tile_to_triton import emit_triton
-from irc.passes.tile import KernelShape, Tiling, choose_tiling, set_tiling
+from irc.passes.tile import KernelShape, Tiling, choose_tiling, kernel_shape, set_tiling
 from irc.pipeline import AFTER_TILING, run_pipeline
 from irc.runtime.launch import persistent_grid
 from irc.syntax.printer import print_module
@@ -77,8 +77,21 @@ def test_heuristic_makes_large_half_gemms_persistent() -> None:
     assert choose_tiling(KernelShape("contraction", (4096, 4096), (4096,), True)).persistent
     # Batched, small or f32 GEMMs keep one program a tile.
     assert not choose_tiling(KernelShape("contraction", (4, 4096, 4096), (4096,), True)).persistent
-    assert not choose_tiling(KernelShape("contraction", (512, 4096), (4096,), True)).persistent
+    assert not choose_tiling(KernelShape("contraction", (64, 64), (64,), True)).persistent
     assert not choose_tiling(KernelShape("contraction", (4096, 4096), (4096,), False)).persistent
+
+
+def test_gemm_tiles_follow_wave_quantization_over_the_sms() -> None:
+    """8192x768 outputs: 192 tiles of 128x256 are 1.45 rounds on 132 SMs (half the
+    second idle), 384 of 128x128 are 2.9: the smaller tile wins. With 192 SMs the
+    big tiles are one round and win; 8192x2304 outputs take them on 132 SMs."""
+    narrow = KernelShape("contraction", (8192, 768), (3072,), True, element_bytes=2)
+    assert choose_tiling(narrow) == Tiling((128, 128, 64), 8, 4, persistent=True)
+    assert choose_tiling(narrow, sms=192).block == (128, 256, 64)
+    wide = KernelShape("contraction", (8192, 2304), (768,), True, element_bytes=2)
+    assert choose_tiling(wide) == Tiling((128, 256, 64), 8, 3, persistent=True)
+    # A tiny product: one 128x128 tile would be mostly padding; the small tiles win.
+    assert choose_tiling(KernelShape("contraction", (48, 40), (24,), True)).block == (64, 64, 32)
 
 
 def test_autotune_tries_both_layouts() -> None:
@@ -165,9 +178,9 @@ def test_misaligned_view_is_copied_to_an_aligned_buffer() -> None:
 
 def test_default_pipeline_on_a_large_bf16_gemm() -> None:
     """The heuristic's own choice (128x256x64, persistent) through irc.compile."""
-    m, n, k = 1024, 1024, 64
+    m, n, k = 2048, 2048, 64
     compiled = irc.compile(irc.parse(gemm_text(m, n, k, "bf16"), "gemm.ir"), device=DEVICE)
-    assert "_persistent_grid(32)" in compiled.source
+    assert "_persistent_grid(128)" in compiled.source
     x, w, b = inputs(m, n, k, "bf16", seed=2)
     assert_close(compiled["f"](x, w, b), reference(x, w, b)[1])
 
@@ -262,8 +275,9 @@ def test_big_gemm_tiles_fit_shared_memory() -> None:
     assert gemm_shared_bytes(128, 256, 64, 3, 4) > SHARED_BYTES
 
 
-def test_gemm_of_a_cast_operand_gets_its_loaded_width() -> None:
-    """The kernel shape reads the operands' loaded element type, not the product's."""
+def test_gemm_of_a_cast_operand_reads_the_cast_values() -> None:
+    """A cast operand is materialized by its own kernel (no computed GEMM prologue):
+    the GEMM streams bf16 operands, 2 bytes an element, not the f32 it was cast from."""
     text = """func @f(%x: tensor<1024x256xf32>, %w: tensor<256x1024xbf16>) -> tensor<1024x1024xbf16> {
   %xb = graph.cast %x : tensor<1024x256xbf16>
   %y = graph.matmul %xb, %w : tensor<1024x1024xbf16>
@@ -271,36 +285,40 @@ def test_gemm_of_a_cast_operand_gets_its_loaded_width() -> None:
 }"""
     module = irc.parse(text, "cast_gemm.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
-    (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
-    assert list(loop.int_list(kernel.block)) == [128, 256, 32]
+    kernels = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    assert [loop.kernel_kind(k) for k in kernels] == ["pointwise", "contraction"]
+    assert kernel_shape(kernels[1]).element_bytes == 2
 
 
-def test_gemm_with_a_full_size_epilogue_operand_takes_shorter_k_steps() -> None:
+def test_gemm_with_a_full_size_epilogue_operand_takes_smaller_tiles() -> None:
     """A SwiGLU's `gate * (x @ w)`: the epilogue's full-size operand is staged in
-    shared memory too (245,760 bytes at K steps of 64 on an H100, over its limit)."""
-    text = """func @f(%x: tensor<1024x256xbf16>, %w: tensor<256x1024xbf16>, %g: tensor<1024x1024xbf16>, %b: tensor<1024xbf16>) -> tensor<1024x1024xbf16> {
-  %y = graph.matmul %x, %w : tensor<1024x1024xbf16>
-  %z = graph.mul %y, %g : tensor<1024x1024xbf16>
-  %o = graph.add %z, %b : tensor<1024x1024xbf16>
-  return %o : tensor<1024x1024xbf16>
+    shared memory too (245,760 bytes for 128x256 tiles at K steps of 64 on an
+    H100, over its limit): 128x128 tiles at K steps of 64 beat 128x256 at 32."""
+    text = """func @f(%x: tensor<4096x256xbf16>, %w: tensor<256x4096xbf16>, %g: tensor<4096x4096xbf16>, %b: tensor<4096xbf16>) -> tensor<4096x4096xbf16> {
+  %y = graph.matmul %x, %w : tensor<4096x4096xbf16>
+  %z = graph.mul %y, %g : tensor<4096x4096xbf16>
+  %o = graph.add %z, %b : tensor<4096x4096xbf16>
+  return %o : tensor<4096x4096xbf16>
 }"""
     module = irc.parse(text, "swiglu.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
     (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
-    assert list(loop.int_list(kernel.block)) == [128, 256, 32]
+    assert list(loop.int_list(kernel.block)) == [128, 128, 64]
+    assert kernel_shape(kernel).epilogue_tiles == 1
     # A bias vector is no tile: mm_bias_relu keeps its K steps of 64.
     shape = KernelShape("contraction", (4096, 4096), (4096,), True, element_bytes=2)
     assert choose_tiling(shape).block == (128, 256, 64)
 
 
-def test_gemm_whose_big_tiles_never_fit_takes_the_small_ones() -> None:
+def test_gemm_whose_big_tiles_never_fit_takes_smaller_ones() -> None:
     """f32 operands and two full-size epilogue operands overflow shared memory at
-    every K step of the big tile: the kernel gets the small tiling, which fits."""
+    every K step of 128x256 tiles: the kernel gets a tiling that fits."""
     from irc.passes.tile import SHARED_BYTES, gemm_shared_bytes
 
     shape = KernelShape(
         "contraction", (2048, 1536), (1000,), True, element_bytes=4, epilogue_tiles=2
     )
+    assert gemm_shared_bytes(128, 256, 16, 3, 4, 2) > SHARED_BYTES
     t = choose_tiling(shape)
-    assert not t.persistent and t.block[:2] == (64, 64)
+    assert t.block[:2] != (128, 256)
     assert gemm_shared_bytes(*t.block, t.stages, 4, 2) <= SHARED_BYTES
