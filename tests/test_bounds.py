@@ -401,10 +401,10 @@ def test_grouped_tile_order_needs_and_gets_the_exact_scalar_mode() -> None:
 
 
 PERSISTENT = """
-func @mm(%x: tensor<1024x64xbf16>, %w: tensor<64x1024xbf16>, %b: tensor<1024xbf16>) -> tensor<1024x1024xbf16> {
+func @mm(%x: tensor<2048x64xbf16>, %w: tensor<64x2048xbf16>, %b: tensor<2048xbf16>) -> tensor<2048x2048xbf16> {
   %mm = graph.matmul %x, %w
   %a = graph.add %mm, %b
-  return %a : tensor<1024x1024xbf16>
+  return %a : tensor<2048x2048xbf16>
 }
 """
 
@@ -413,10 +413,10 @@ def test_tma_block_accesses_must_declare_the_launched_shape() -> None:
     out = lowered(PERSISTENT)
     assert "tile.block_load" in out and "tile.tiles" in out
     assert errors(out) == []
-    bad = out.replace("{shape = [1024, 64]}", "{shape = [2048, 64]}", 1)
+    bad = out.replace("{shape = [2048, 64]}", "{shape = [4096, 64]}", 1)
     assert bad != out
     found = errors(bad)
-    assert found and "declares shape [2048, 64] but the buffer launched as %x is" in found[0][1]
+    assert found and "declares shape [4096, 64] but the buffer launched as %x is" in found[0][1]
 
 
 # --- the interval arithmetic ---------------------------------------------------------------
