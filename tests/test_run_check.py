@@ -325,7 +325,9 @@ def test_gelu_and_swiglu_mlps_pass(kind: str, dt: str, tmp_path: Path) -> None:
         status, lines = _check(path, "--seed", str(seed))
         assert status == 0 and len(lines) == 1 and lines[0].startswith("out 0: ok: "), lines
         weighed += "from f64" in lines[0]
-    if DEVICE == "cpu":
+    # torch 2.11's CPU bf16 matmuls (2.13's not) stay within assert_close of irc's.
+    close_bf16 = dt == "bf16" and torch.torch_version.TorchVersion(torch.__version__) < "2.13"
+    if DEVICE == "cpu" and not close_bf16:
         # On the CPU torch rounds f16/bf16 products and f32 sums otherwise than irc:
         # assert_close alone rejected at least one seed, so the test can fail. (On a
         # GPU cuBLAS and irc's tl.dot often agree within assert_close.)
