@@ -47,7 +47,13 @@ from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import ELEMENT_TYPES, F32, FLOAT_TYPES, HALF_TYPES, I1, int_array, numel
 from irc.passes.options import check_option
-from irc.passes.tile import choose_tiling, kernel_shape, programs
+from irc.passes.tile import (
+    COLUMN_PROGRAMS_PER_SM,
+    KernelShape,
+    choose_tiling,
+    kernel_shape,
+    programs,
+)
 
 INDEX = IndexType()
 
@@ -379,11 +385,15 @@ def split_chunks(
             return g
         return ragged_count(n, min(splits, most, n // min_chunk))
     shape = kernel_shape(kernel)
+    if shape.columns:
+        if numel(parallel) * n < threshold:
+            return 1
+        return column_chunks(shape, n, most, min_chunk, sms)
     if recombines and not shape.columns:
         # Rows with an epilogue or dependent statistics (softmax, layer norm) keep
         # their one kernel: few long rows stream in chunks (online-softmax).
         return 1
-    unsplit = choose_tiling(shape)
+    unsplit = choose_tiling(shape, sms=sms)
     now = programs(shape, unsplit)
     want = PROGRAMS_PER_SM * sms
     if now >= want or numel(parallel) * n < threshold:
@@ -394,7 +404,7 @@ def split_chunks(
         chunk = -(-n // g)
         count = -(-n // chunk)  # ragged: no chunk left empty
         split = replace(shape, parallel=(count, *parallel), reduction=(chunk,))
-        t = choose_tiling(split)
+        t = choose_tiling(split, sms=sms)
         kept = t.block[0] if not shape.columns else min(t.block[0], parallel[-1])
         if chunk * kept < min_chunk or chunk < unsplit.block[1]:
             break
@@ -403,6 +413,30 @@ def split_chunks(
             break
         g *= 2
     return best if best > 1 else 1
+
+
+def column_chunks(shape: KernelShape, n: int, most: int, min_chunk: int, sms: int) -> int:
+    """Chunks of a column reduction's `n` reduced rows (1: leave it whole).
+
+    Its kept tiles (`tile`'s `column_width`) times the chunks should give every SM
+    `COLUMN_PROGRAMS_PER_SM` programs, each `STEP_BYTES` a step, so that an SM has
+    `IN_FLIGHT_BYTES` of loads outstanding. A chunk is a whole number of the split
+    stage's steps (a ragged last step costs a round trip for a sliver of rows;
+    rounded down, so that the programs still fill the GPU),
+    at least `min_chunk` elements a program, and at most `most` chunks (programs
+    that combine partials they did not make read all of them)."""
+    unsplit = choose_tiling(shape, sms=sms)
+    tiles = programs(shape, unsplit)
+    want = COLUMN_PROGRAMS_PER_SM * sms
+    if tiles >= want:
+        return 1
+    g = min(-(-want // tiles), most)
+    split = replace(shape, parallel=(g, *shape.parallel), reduction=(-(-n // g),))
+    x, rows = choose_tiling(split, sms=sms).block
+    chunk = -(-n // g) // rows * rows or -(-n // g)
+    chunk = max(chunk, -(-min_chunk // min(x, shape.columns)), -(-n // most))
+    count = -(-n // chunk)
+    return count if count > 1 else 1
 
 
 def ragged_count(n: int, most: int) -> int:

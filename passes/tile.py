@@ -109,11 +109,17 @@ def column_extent(kernel: loop.KernelOp) -> tuple[int, int]:
     rows = cols = 0
     inner = 0
     widest = 1
-    for red in kernel.body.walk():
-        if not isinstance(red, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp):
-            continue
-        if isinstance(red, loop.ReduceOp) and red.contract is not None:
-            continue
+    loops = [
+        red
+        for red in kernel.body.walk()
+        if isinstance(red, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp)
+        and not (isinstance(red, loop.ReduceOp) and red.contract is not None)
+    ]
+    longest = max((numel(loop.int_list(red.bounds)) for red in loops), default=0)
+    for red in loops:
+        # The widest element of the longest loops: a split stage's combine of a few
+        # f32 partials does not make its bf16 stream count as f32.
+        streams = numel(loop.int_list(red.bounds)) == longest
         reduced = set(red.body.block.args)
         for op in red.body.walk():
             if not isinstance(op, loop.LoadOp) or not op.indices:
@@ -124,7 +130,8 @@ def column_extent(kernel: loop.KernelOp) -> tuple[int, int]:
             buffer = op.buffer.type
             assert isinstance(buffer, MemRefType)
             size = element_bytes(buffer.element_type)
-            widest = max(widest, size)
+            if streams:
+                widest = max(widest, size)
             last = deps[-1]
             if last & reduced or not parallel or last & set(parallel) != {parallel[-1]}:
                 rows += size
@@ -294,14 +301,15 @@ def choose_tiling(
     epilogue_warps: int = 8,
     sms: int = 132,
 ) -> Tiling:
-    """The heuristic of this module's docstring."""
+    """The heuristic of this module's docstring (`sms`: the GPU's SMs, which a
+    column reduction's tiles should fill)."""
     if shape.kind == "pointwise" and shape.across >= 0:
         return transpose_tiling(shape)
     if shape.kind == "pointwise":
         x = min(block, next_pow2(numel(shape.parallel)))
         return Tiling((x,), _warps(x, thread_elements, most=32))
     if shape.kind == "reduction" and shape.columns:
-        return column_tiling(shape)
+        return column_tiling(shape, sms)
     if shape.kind == "reduction":
         rows, r = numel(shape.parallel), numel(shape.reduction)
         full = next_pow2(r)
@@ -412,20 +420,61 @@ def gemm_shared_bytes(
     return stages * (bm * bk + bk * bn) * operand_bytes + bm * bn * 2 * (1 + epilogue_tiles)
 
 
-COLUMN_BYTES = 512
-"""Bytes of one row a column reduction's program reads side by side: 32 threads of
-a warp, 16 bytes each, a full line of each of four 128-byte sectors."""
-PROGRAM_ELEMENTS = 4096
-"""Elements a reduction program holds in flight per step (4-8 a thread)."""
+LINE_BYTES = 128
+"""The narrowest run of a row a column reduction's program reads side by side: one
+full 128-byte line (8 threads of 16 bytes), so every sector a load touches is used."""
+WIDE_BYTES = 512
+"""The widest: a warp's 32 threads of 16 bytes each, four lines of one DRAM page."""
+STEP_BYTES = 16384
+"""Bytes a column reduction's program loads a step: 4096 f32 or 8192 bf16, 64 bytes
+(four 16-byte loads) a thread of 8 warps."""
+IN_FLIGHT_BYTES = 65536
+"""Loads an SM keeps outstanding to hide DRAM latency: an SM's share of the
+bandwidth (25 GB/s on an H100, 36 on an H200) times a loaded round trip
+(about 2 us) is 50-70 KB."""
+COLUMN_PROGRAMS_PER_SM = IN_FLIGHT_BYTES // STEP_BYTES
+"""Programs an SM runs at once so that its column reductions keep `IN_FLIGHT_BYTES`
+outstanding; fewer kept tiles than this times the SMs call for a split."""
+ONE_STEP_ELEMENTS = 8192
+"""The most elements a column reduction's program holds in one step when that
+saves a loop: 32 f32 accumulators a thread of 8 warps."""
 
 
-def column_tiling(shape: KernelShape) -> Tiling:
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def column_width(shape: KernelShape, sms: int) -> int:
+    """Kept elements a column reduction's program reads side by side.
+
+    Among 512, 256 and 128 bytes of the contiguous kept dim, the widest that pads
+    it least (129 f32 columns: 5 tiles of 32 waste 31 lanes, 2 tiles of 128
+    waste 127), as long as its tiles alone give every SM `COLUMN_PROGRAMS_PER_SM`
+    programs. Otherwise the reduction is (or will be) split across programs, and
+    the narrowest full line makes the most tiles: fewer chunks, fewer partials."""
+    columns, e = shape.columns, shape.element_bytes
+    outer = numel(shape.parallel) // columns
+    widths = [min(next_pow2(columns), max(1, b // e)) for b in (WIDE_BYTES, 256, LINE_BYTES)]
+    least = min(_cdiv(columns, x) * x for x in widths)
+    for x in widths:
+        fills = outer * _cdiv(columns, x) >= COLUMN_PROGRAMS_PER_SM * sms
+        if fills and _cdiv(columns, x) * x == least:
+            return x
+    return widths[-1]
+
+
+def column_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
     """A column reduction: `x` kept elements side by side along the contiguous dim
-    (block axis 0, `COLUMN_BYTES` of them), `r` rows of the strided reduced dims a
-    step (block axis 1), summed across axis 1 at the end. Loads are coalesced along
-    axis 0; the loop walks the reduced dim `r` rows at a time."""
-    x = min(next_pow2(shape.columns), max(1, COLUMN_BYTES // shape.element_bytes))
-    r = min(next_pow2(numel(shape.reduction)), max(1, PROGRAM_ELEMENTS // x))
+    (block axis 0, `column_width`), `r` rows of the strided reduced dims a step
+    (block axis 1, `STEP_BYTES` a step), summed across axis 1 at the end. Loads
+    are coalesced along axis 0; the loop walks the reduced dim `r` rows at a time.
+    All rows are taken in one step, with no loop, where that holds at most
+    `ONE_STEP_ELEMENTS` (the second stage of a split reduction sums a few hundred
+    partials: one round trip)."""
+    x = column_width(shape, sms)
+    r = max(1, STEP_BYTES // (x * shape.element_bytes))
+    rows = next_pow2(numel(shape.reduction))
+    r = rows if rows <= r or x * rows <= ONE_STEP_ELEMENTS else r
     if shape.epilogue:
         return Tiling((x, r), _warps(x * r, 16))
     return Tiling((x, r), _warps(x * r, 8))
@@ -462,7 +511,8 @@ class TilePass(ModulePass):
     thread_elements: int = 8
     epilogue_warps: int = 8
     sms: int = 132
-    """SMs the output tiles of a contraction are shared among (`gemm_tiling`)."""
+    """The GPU's SM count (`irc.target` sets it): SMs the output tiles of a contraction
+    are shared among (`gemm_tiling`), and that column reductions' tiles fill."""
 
     def __post_init__(self) -> None:
         """Block sizes are Triton blocks: powers of two, at most its largest."""

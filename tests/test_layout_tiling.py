@@ -164,9 +164,67 @@ def test_column_sum_loads_along_the_contiguous_kept_dim_and_splits() -> None:
     assert programs >= 4 * SMS
     for load in streamed_loads(first):
         shape = load.result.type.get_shape()  # type: ignore[attr-defined]
-        assert shape[0] * 4 >= 512, "a program reads 512 bytes of each row side by side"
+        assert shape[0] * 4 >= 128, "a program reads a full 128-byte line of each row"
         assert unit_stride_axes(load.offsets) == {0}, "block axis 0 is the contiguous kept dim"
     assert_grids_fill_the_gpu(module)
+
+
+def loops(k: tile.KernelOp) -> int:
+    return sum(1 for op in k.walk() if isinstance(op, tile.ForOp))
+
+
+@pytest.mark.parametrize(
+    ("shape", "dims", "el", "width"),
+    [
+        ((50000, 129), [0], "f32", 32),  # 5 tiles of 32 waste 31 lanes; 2 of 128, 127
+        ((3001, 5003), [0], "bf16", 64),
+        ((32, 2048, 768), [0, 1], "bf16", 64),
+        ((17, 999, 1024), [0, 1], "f32", 32),
+        ((7, 4099, 129), [1], "f16", 64),
+        ((8192, 8192), [0], "f32", 32),
+    ],
+    ids=str,
+)
+def test_split_column_reductions_fill_the_gpu_and_sum_partials_in_one_step(
+    shape: tuple[int, ...], dims: list[int], el: str, width: int
+) -> None:
+    """The kept dim is read a full 128-byte line wide (the narrowest coalesced run,
+    which makes the most kept tiles), the reduced rows split into chunks of whole
+    steps until every SM has 4 programs of 16 KB a step, and the second stage
+    reads each column's partials in one step: no loop of round trips."""
+    module = tiled(reduce_fn("reduce_sum", shape, dims, el))
+    (first, programs, _), (second, _, _) = launches(module)
+    assert programs >= 4 * SMS
+    assert loops(second) == 0
+    size = 2 if el != "f32" else 4
+    for load in streamed_loads(first):
+        x, r = load.result.type.get_shape()  # type: ignore[attr-defined]
+        assert x == width and x * size == 128
+        assert x * r * size == 16384, "16 KB a step"
+        assert unit_stride_axes(load.offsets) == {0}
+
+
+def test_wide_column_tiles_where_kept_tiles_alone_fill_the_gpu() -> None:
+    """Enough columns for 4 programs an SM without a split: one kernel, 512 bytes
+    of each row side by side (four lines of a DRAM page)."""
+    module = tiled(reduce_fn("reduce_sum", (64, 131072), [0]))
+    ((k, programs, _),) = launches(module)
+    assert programs == 131072 // 128
+    for load in streamed_loads(k):
+        assert load.result.type.get_shape()[0] == 128  # type: ignore[attr-defined]
+
+
+def test_column_chunks_follow_the_sm_count() -> None:
+    """Fewer SMs, fewer chunks: the grid is the SM count's, not a fixed table's."""
+    from irc.target import Target
+
+    for sms in (8, 66, 132, 264):
+        module = irc.parse(reduce_fn("reduce_sum", (50000, 129), [0]), "t.ir")
+        run_pipeline(module, "fuse")
+        lower_to_tile(module, target=Target(sms=sms))
+        (_, programs, _), (second, _, _) = launches(module)
+        assert 4 * sms <= programs < 8 * sms + 5
+        assert loops(second) == 0
 
 
 def test_row_sum_keeps_its_row_layout() -> None:
@@ -197,6 +255,10 @@ def test_batch_norm_statistics_split_across_rows() -> None:
     runs = launches(module)
     # mean partials, variance partials (reading the mean's), then both combined
     assert len(runs) == 3
+    for k, _, _ in runs[1:]:  # each program combines the partials it needs in one step
+        for load in k.walk():
+            if isinstance(load, tile.LoadOp) and isinstance(load.parent_op(), tile.KernelOp):
+                assert len(load.result.type.get_shape()) == 2  # type: ignore[attr-defined]
     # The variance's programs each combine the mean's partials, so chunks are at
     # least as long as there are partials: 256 of them, 2 column tiles each.
     assert_grids_fill_the_gpu(module, per_sm=2)
