@@ -588,6 +588,8 @@ class FusionReport:
     recomputed: list[Recompute] = field(default_factory=list[Recompute])
     unrolled: list[str] = field(default_factory=list[str])
     """Small reductions rewritten into element-wise ops before the search, and why."""
+    nested: list[str] = field(default_factory=list[str])
+    """Reductions over several dims split around a row reduction (`nest_reductions`)."""
     launched: int | None = None
 
     def as_dict(self) -> dict[str, object]:
@@ -599,6 +601,7 @@ class FusionReport:
             "rejected": [vars(r) for r in self.rejected],
             "recomputed": [vars(r) for r in self.recomputed],
             "unrolled": list(self.unrolled),
+            "nested": list(self.nested),
         }
 
     def text(self) -> str:
@@ -626,6 +629,8 @@ class FusionReport:
             )
         for note in self.unrolled:
             lines.append(f"  unrolled: {note}")
+        for note in self.nested:
+            lines.append(f"  nested: {note}")
         for c in self.recomputed:
             what = "recomputed" if c.done else "not recomputed"
             lines.append(
@@ -1415,8 +1420,11 @@ def materialize(
 
 def fuse_module(module: ModuleOp, max_ops: int = 64) -> list[FusionReport]:
     """Decomposes composites, unrolls small reductions that feed another reduction
-    (`unroll_small_reductions`), then fuses every graph function of `module`."""
+    (`unroll_small_reductions`), nests reductions over several dims in the row
+    reductions their inputs are made from (`nest_reductions`), then fuses every
+    graph function of `module`."""
     from irc.passes.decompose import DecomposePass, unroll_small_reductions
+    from irc.passes.nest_reductions import nest_reductions
 
     DecomposePass().apply(Context(), module)
     counter = [0]
@@ -1424,8 +1432,10 @@ def fuse_module(module: ModuleOp, max_ops: int = 64) -> list[FusionReport]:
     for op in list(module.body.ops):
         if isinstance(op, func.FuncOp) and _is_unfused_graph(op):
             unrolled = unroll_small_reductions(op.body.block)
+            nested = nest_reductions(op.body.block)
             report = fuse_function(op, counter, max_ops)
             report.unrolled = unrolled
+            report.nested = nested
             reports.append(report)
     return reports
 
