@@ -358,6 +358,26 @@ def test_ragged_splits_match_torch(text: str) -> None:
     check(text)
 
 
+@pytest.mark.parametrize(
+    ("op", "shape", "dims", "el"),
+    [
+        ("reduce_mean", (3, 700, 45), [1], "f16"),
+        ("reduce_sum", (5, 301, 129), [0, 1], "f32"),
+        ("reduce_sum", (2000, 33), [0], "bf16"),
+        ("reduce_max", (4099, 17), [0], "f32"),
+    ],
+    ids=str,
+)
+def test_split_column_reductions_of_odd_sizes_match_torch(
+    op: str, shape: tuple[int, ...], dims: list[int], el: str
+) -> None:
+    """Small kept dims split across row chunks of whole steps (the last chunk short),
+    summed in a second kernel, agree with torch."""
+    text = reduce_fn(op, shape, dims, el)
+    assert len(launches(tiled(text))) == 2
+    check(text, expect_kernels=2)
+
+
 def test_split_normalize_by_sum_matches_torch() -> None:
     check(normalize_by_sum((512, 384)))
 
