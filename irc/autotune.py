@@ -132,6 +132,10 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
                     for w in (4, 8, 16, 32):
                         if x * full >= 32 * w:  # a warp holds 32 elements or more
                             out.append(Tiling((x, full), w))
+        if shape.shared_bytes:  # rows sharing an operand: several a program, in chunks
+            for x, rb, w in ((4, 1024, 8), (8, 256, 4), (8, 512, 8), (16, 256, 8), (32, 128, 8)):
+                if x <= next_pow2(rows) and rb <= full:
+                    out.append(Tiling((x, rb), w))
         for rb in (1024, 2048, 4096, 8192):  # rows streamed in chunks (vocabulary rows)
             if rb < full:
                 for w in (4, 8, 16):

@@ -385,6 +385,10 @@ def split_chunks(
             return g
         return ragged_count(n, min(splits, most, n // min_chunk))
     shape = kernel_shape(kernel)
+    if shape.shared_bytes:
+        # Rows that read a shared operand fill the GPU with rows (shared_rows_tiling):
+        # chunks would not read it less, and would add a kernel.
+        return 1
     if shape.columns:
         if numel(parallel) * n < threshold:
             return 1

@@ -43,7 +43,7 @@ from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, i64
 from xdsl.ir import BlockArgument, SSAValue
 from xdsl.passes import ModulePass
 
-from irc.dialects import loop
+from irc.dialects import graph, loop
 from irc.dialects.attrs import MAX_BLOCK, MAX_WARPS
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import HALF_TYPES, element_bytes, int_array, numel
@@ -79,6 +79,15 @@ class KernelShape:
     banded: bool = False
     """An attention whose iota mask bounds each row's keys (causal): the work of its
     programs differs by their rows."""
+    loaded_bytes: int = 0
+    """Element-wise kernels: bytes an element of the full-size loads (a broadcast
+    operand, read from cache, does not count)."""
+    transcendentals: int = 0
+    """Element-wise kernels: transcendental functions (exp, cos, division...) an element."""
+    shared_bytes: int = 0
+    """A reduction's loads that every row reads alike, bytes a reduced element: the
+    `b[j, k]` of Inductor's test_neighbor (`max_j sum_k (a[i, k] - b[j, k])**2`).
+    The rows of one program read them once between them."""
 
 
 def index_args(v: SSAValue) -> set[BlockArgument]:
@@ -141,6 +150,26 @@ def column_extent(kernel: loop.KernelOp) -> tuple[int, int]:
     return (inner if cols > rows and inner > 1 else 0), widest
 
 
+def shared_bytes(kernel: loop.KernelOp) -> int:
+    """Bytes a reduced element of the loads in a reduction that move with the reduced
+    indices and with no kept one: every row reads the same elements, from L2 once a
+    program, so a program of one row each re-reads them once a row."""
+    if numel(kernel.parallel_bounds()) <= 1:
+        return 0  # one row: nothing to share
+    kept = set(kernel.body.block.args)
+    shared: set[loop.LoadOp] = set()
+    for red in kernel.body.walk():
+        if not isinstance(red, loop.ReduceOp) or red.contract is not None:
+            continue
+        reduced = set(red.body.block.args)
+        for op in red.body.walk():
+            if isinstance(op, loop.LoadOp) and op.indices:
+                deps = set().union(*(index_args(i) for i in op.indices))
+                if deps & reduced and not deps & kept:
+                    shared.add(op)
+    return sum(element_bytes(op.buffer.type.element_type) for op in shared)  # type: ignore[attr-defined]
+
+
 def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
     """The kernel's kind as recorded (`loop.kernel_kind`) and the sizes of its loops."""
     kind = loop.kernel_kind(kernel)
@@ -183,10 +212,43 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
             epilogue = any(isinstance(o, loop.ForeachOp) for o in kernel.body.walk())
             columns, widest = column_extent(kernel)
             return KernelShape(
-                kind, parallel, max(spaces, key=numel), False, epilogue, columns, widest
-            )
+                kind, parallel, max(spaces, key=numel), False, epilogue, columns, widest,
+                shared_bytes=shared_bytes(kernel),
+            )  # fmt: skip
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
-    return KernelShape(kind, parallel, (), across=transposed_dim(kernel))
+    loaded, widest = streams(kernel)
+    work = sum(
+        1 for op in kernel.body.walk() if isinstance(op, loop.ApplyOp) and op.fn.data in HEAVY
+    )
+    return KernelShape(
+        kind, parallel, (), element_bytes=widest, across=transposed_dim(kernel),
+        loaded_bytes=loaded, transcendentals=work,
+    )  # fmt: skip
+
+
+HEAVY = frozenset(op.FN for op in graph.ELEMENTWISE_OPS if op.COST is graph.Cost.TRANSCENDENTAL)
+"""The `loop.apply` functions that cost a multi-instruction sequence (graph.Cost)."""
+
+
+def full_size(buffer: MemRefType, space: int) -> bool:
+    """A buffer an element-wise kernel streams, not a broadcast one read from cache."""
+    return 2 * numel(buffer.get_shape()) >= space
+
+
+def streams(kernel: loop.KernelOp) -> tuple[int, int]:
+    """(bytes an element of the full-size loads, widest full-size access in bytes)."""
+    space = numel(kernel.parallel_bounds())
+    loaded, widest = 0, 1
+    for op in kernel.body.walk():
+        if isinstance(op, loop.LoadOp | loop.StoreOp):
+            buffer = op.buffer.type
+            assert isinstance(buffer, MemRefType)
+            if full_size(buffer, space):
+                size = element_bytes(buffer.element_type)
+                widest = max(widest, size)
+                if isinstance(op, loop.LoadOp):
+                    loaded += size
+    return loaded, widest
 
 
 def transposed_dim(kernel: loop.KernelOp) -> int:
@@ -306,10 +368,11 @@ def choose_tiling(
     if shape.kind == "pointwise" and shape.across >= 0:
         return transpose_tiling(shape)
     if shape.kind == "pointwise":
-        x = min(block, next_pow2(numel(shape.parallel)))
-        return Tiling((x,), _warps(x, thread_elements, most=32))
+        return pointwise_tiling(shape, block, thread_elements, sms)
     if shape.kind == "reduction" and shape.columns:
         return column_tiling(shape, sms)
+    if shape.kind == "reduction" and shape.shared_bytes and not shape.epilogue:
+        return shared_rows_tiling(shape, sms)
     if shape.kind == "reduction":
         rows, r = numel(shape.parallel), numel(shape.reduction)
         full = next_pow2(r)
@@ -388,6 +451,57 @@ def gemm_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
                 break
             rate *= SHORT_K_STEP_RATE
     return best
+
+
+REFERENCE_BYTES = 8
+"""Loaded bytes an element of the kernel the targets' element-wise options were
+measured on (pw5, mul-add-relu: two f32 operands; irc/target.py)."""
+VECTOR_BYTES = 16
+"""The widest access of one thread (ld.global.v4.b32)."""
+SCALAR_THREAD_ELEMENTS = 4
+"""Most elements a thread of a kernel whose accesses cannot be vectorized (see
+`pointwise_tiling`): 8 were twice as slow as 4 on a bf16 3x4099x1001 reshape and
+2% slower on a 3001x4097 cos on an H100; 2 were 5-15% slower than 4."""
+COMPUTE_BOUND_PER_BYTE = 0.5
+"""Transcendental functions a loaded byte from which an element-wise kernel's time
+goes to its arithmetic: a cos of a cos of f32 or ten tanh ran 1-5% faster on an H100
+with twice the elements a thread (independent work between the loads)."""
+
+
+def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int, sms: int) -> Tiling:
+    """Element-wise programs that keep the loads in flight the target asks for.
+
+    `block` and `thread_elements` are the target's tiling of a kernel that loads
+    `REFERENCE_BYTES` an element; its warps stay, and a thread takes as many
+    elements as keep the same loaded bytes in flight (an H100: two f32 operands 2
+    elements a thread, one f32 operand 4, one bf16 operand 8: 16-byte vectors,
+    where 2 bf16 a thread ran a permute 1.32x slower), twice as many in a kernel
+    whose time goes to arithmetic, at most two 16-byte vectors an access. Where the
+    element count is not a multiple of the vector width, the mask of the last
+    program makes Triton load and store element by element, and a thread takes at
+    most `SCALAR_THREAD_ELEMENTS`. Small kernels take fewer elements a thread until
+    every SM has a program.
+    """
+    n = numel(shape.parallel)
+    warps = max(1, block // (32 * thread_elements))
+    loaded = max(shape.loaded_bytes, shape.element_bytes)
+    e = floor_pow2(max(1, thread_elements * REFERENCE_BYTES // loaded))
+    if shape.transcendentals >= COMPUTE_BOUND_PER_BYTE * loaded:
+        e *= 2
+    e = min(e, max(1, 2 * VECTOR_BYTES // shape.element_bytes))
+    if n % max(1, VECTOR_BYTES // shape.element_bytes):
+        e = min(e, SCALAR_THREAD_ELEMENTS)
+    while e > 1 and -(-n // (32 * warps * e)) < sms:
+        e //= 2
+    x = min(32 * warps * e, next_pow2(n))
+    return Tiling((x,), _warps(x, e, most=32))
+
+
+def floor_pow2(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
 
 
 TRANSPOSE_TILE = 64
@@ -480,6 +594,25 @@ def column_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
     return Tiling((x, r), _warps(x * r, 8))
 
 
+SHARED_ROWS = 16
+"""Most rows a program of a reduction with shared loads (`KernelShape.shared_bytes`)
+holds: its shared elements come from L2 once for all of them."""
+
+
+def shared_rows_tiling(shape: KernelShape, sms: int) -> Tiling:
+    """Rows that read a shared operand: up to `SHARED_ROWS` rows a program, as many
+    as leave a program for every SM, each step a chunk of the reduction that keeps
+    `PROGRAM_ELEMENTS` in flight. Every row reading the whole shared operand from
+    L2 is what bounds such a kernel (4096 rows of a 4096 x 8 f32 neighbor: 512 MiB
+    of L2 reads at one row a program, 32 MiB at sixteen)."""
+    rows, r = numel(shape.parallel), numel(shape.reduction)
+    x = min(SHARED_ROWS, next_pow2(rows))
+    while x > 1 and -(-rows // x) < sms:
+        x //= 2
+    rb = min(next_pow2(r), max(1, PROGRAM_ELEMENTS // x))
+    return Tiling((x, rb), _warps(x * rb, 16))
+
+
 def programs(shape: KernelShape, t: Tiling) -> int:
     """Programs a reduction kernel launches with tiling `t` (see loop-to-tile's layouts)."""
     if shape.columns:
@@ -512,7 +645,8 @@ class TilePass(ModulePass):
     epilogue_warps: int = 8
     sms: int = 132
     """The GPU's SM count (`irc.target` sets it): SMs the output tiles of a contraction
-    are shared among (`gemm_tiling`), and that column reductions' tiles fill."""
+    are shared among (`gemm_tiling`), that column reductions' tiles fill, and that
+    the rows sharing an operand fill (`shared_rows_tiling`)."""
 
     def __post_init__(self) -> None:
         """Block sizes are Triton blocks: powers of two, at most its largest."""
