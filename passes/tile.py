@@ -368,7 +368,7 @@ def choose_tiling(
     if shape.kind == "pointwise" and shape.across >= 0:
         return transpose_tiling(shape)
     if shape.kind == "pointwise":
-        return pointwise_tiling(shape, block, thread_elements, sms)
+        return pointwise_tiling(shape, block, thread_elements)
     if shape.kind == "reduction" and shape.columns:
         return column_tiling(shape, sms)
     if shape.kind == "reduction" and shape.shared_bytes and not shape.epilogue:
@@ -468,7 +468,7 @@ goes to its arithmetic: a cos of a cos of f32 or ten tanh ran 1-5% faster on an 
 with twice the elements a thread (independent work between the loads)."""
 
 
-def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int, sms: int) -> Tiling:
+def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int) -> Tiling:
     """Element-wise programs that keep the loads in flight the target asks for.
 
     `block` and `thread_elements` are the target's tiling of a kernel that loads
@@ -479,8 +479,7 @@ def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int, sms: 
     whose time goes to arithmetic, at most two 16-byte vectors an access. Where the
     element count is not a multiple of the vector width, the mask of the last
     program makes Triton load and store element by element, and a thread takes at
-    most `SCALAR_THREAD_ELEMENTS`. Small kernels take fewer elements a thread until
-    every SM has a program.
+    most `SCALAR_THREAD_ELEMENTS`.
     """
     n = numel(shape.parallel)
     warps = max(1, block // (32 * thread_elements))
@@ -491,8 +490,6 @@ def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int, sms: 
     e = min(e, max(1, 2 * VECTOR_BYTES // shape.element_bytes))
     if n % max(1, VECTOR_BYTES // shape.element_bytes):
         e = min(e, SCALAR_THREAD_ELEMENTS)
-    while e > 1 and -(-n // (32 * warps * e)) < sms:
-        e //= 2
     x = min(32 * warps * e, next_pow2(n))
     return Tiling((x,), _warps(x, e, most=32))
 
