@@ -3,10 +3,15 @@
 The choice is written on the kernel (`block`, `warps`, `stages`) so that it
 shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
 
-- pointwise over N elements: one axis of `block` elements (default 1024),
-  shrunk to the next power of two of N for small kernels, with a warp per
-  32 x `thread-elements` of them (default 8; `irc.target` picks 512 and 2
-  for GPUs with less bandwidth an SM, such as the H100);
+- pointwise over N elements: one axis, `block` / (32 x `thread-elements`)
+  warps (default 1024 and 8: 4 warps; `irc.target` picks 512 and 2 for GPUs
+  with less bandwidth an SM, such as the H100), which are the tiling of a
+  kernel loading 8 bytes an element (two f32 operands). A thread takes as many
+  elements as keep the same loaded bytes in flight (one bf16 operand: four
+  times as many), twice that where transcendental functions dominate, at most
+  two 16-byte vectors an access, and at most 4 where an odd element count
+  makes accesses scalar (`pointwise_tiling`); shrunk to the next power of two
+  of N for small kernels;
 - reduction of rows of R elements: if next_pow2(R) <= `persistent_rblock`
   (default 8192) the whole row sits in registers ("persistent") and several rows
   share a program so that a program holds about 4096 elements; otherwise one
@@ -19,6 +24,10 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   fastest with 8 warps (32 warps are 2-3% slower there), an H100 with 16
   (0.2-0.4% faster than 8, and at 4096 elements a program 8 warps beat 16
   there by 0.6-1%), so `irc.target` picks 16 for GPUs with less bandwidth an SM;
+- reduction whose rows all read one operand alike (Inductor's test_neighbor,
+  `max_j sum_k (a[i,k] - b[j,k])**2`): 16 rows a program (fewer where that
+  leaves an SM without one) read it from L2 once between them, in chunks of
+  4096 / 16 (`shared_rows_tiling`);
 - contraction (matmul): f32 products get 64x64 output tiles (16 at least,
   fewer for small M, N) and K steps of 32; half-precision ones, where tensor
   cores want big tiles, take 128x256x64 (8 warps, 3 stages), 128x128x64 (8
