@@ -21,7 +21,7 @@ import irc
 from irc.compiler import lower_to_tile, triton_source
 from irc.dialects import loop, tile
 from irc.passes.tile import Tiling, kernel_shape, tiling_of
-from irc.pipeline import run_pipeline
+from irc.pipeline import AFTER_TILING, run_pipeline
 from irc.runtime.loader import load_source
 from irc.target import Target
 
@@ -287,3 +287,28 @@ def test_shared_rows_match_torch(n: int, k: int, el: str, kind: str) -> None:
     want = ((a.float() - b.float()) ** 2).sum(-1).amax(1)
     tol = 1e-5 if el == "f32" else 2e-2
     assert_close(got.float(), want, rtol=tol, atol=tol)
+
+
+def test_autotune_tries_shared_rows_and_each_candidate_matches_torch() -> None:
+    """The autotuner's candidates for rows sharing an operand include several rows a
+    program in chunks; two of them, forced on the kernel, compute the right result."""
+    from irc.autotune import candidates
+    from irc.passes.tile import set_tiling
+
+    text = neighbor(300, 5)
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
+    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    shared = [o for o in candidates(kernel_shape(k), tiling_of(k)) if o.block[0] > 1]
+    assert {o.block for o in shared} >= {(8, 256), (16, 256), (32, 128)}
+    torch.manual_seed(0)
+    a, b = torch.randn(300, 1, 5), torch.randn(1, 300, 5)
+    want = ((a - b) ** 2).sum(-1).amax(1)
+    for option in (Tiling((8, 256), 4), Tiling((32, 128), 8)):
+        copy = module.clone()
+        (kc,) = [c for c in copy.walk() if isinstance(c, loop.KernelOp)]
+        set_tiling(kc, option)
+        run_pipeline(copy, ",".join(AFTER_TILING))  # irc.compile would tile it again
+        source = triton_source(copy)
+        assert f"tl.arange(0, {option.block[0]})" in source
+        assert_close(load_source(source, "cpu").FUNCTIONS["f"](a, b), want)
