@@ -389,10 +389,13 @@ class KernelTranslator:
 
     def build(self) -> tile.KernelOp:
         kind = self.shape.kind
-        persistent = (
-            kind == "contraction" and self.tiling.persistent and len(self.shape.parallel) == 2
+        rows = kind == "reduction" and not self.shape.columns
+        persistent = self.tiling.persistent and (
+            rows or (kind == "contraction" and len(self.shape.parallel) == 2)
         )
-        if persistent:
+        if persistent and rows:
+            self.persistent_rows()
+        elif persistent:
             self.persistent_tiles()
         else:
             if kind == "pointwise" and len(self.tiling.block) == 2:
@@ -476,11 +479,13 @@ class KernelTranslator:
         for d, iv in enumerate(self.kernel.body.block.args):
             self.bind(iv, values[d])
 
-    def layout_rows(self) -> None:
+    def layout_rows(self, row_id: SSAValue | None = None) -> None:
+        """Rows `row_id * xb ...` (the program id unless persistent) across axis 0."""
         xb, rb = self.tiling.block
         n = numel(self.shape.parallel)
         self.grid = [math.ceil(n / xb)]
-        x = self.apply("add", [self.iapply("mul", self.program_id(0), xb), self.arange(xb)])
+        row_id = self.program_id(0) if row_id is None else row_id
+        x = self.apply("add", [self.iapply("mul", row_id, xb), self.arange(xb)])
         x = self.expand(x, 1)
         self.scopes[-1].axis_masks = [self.mask_below(x, n, xb), None]
         for iv, v in zip(
@@ -564,6 +569,26 @@ class KernelTranslator:
             self.add(tile.YieldOp.create(operands=[]))
         count = self.grid[0]
         self.grid = [count]
+        self.add(
+            tile.TilesOp.create(
+                properties={"count": IntegerAttr(count, i64)}, regions=[Region(block)]
+            )
+        )
+
+    def persistent_rows(self) -> None:
+        """Looped rows, persistent: each program walks row blocks `pid, pid + programs,
+        ...`, so that only a program an SM holds a row at a time and the row's second
+        read (the epilogue's, or the second reduction's) finds it in L2 (`tile`'s
+        `long_row_tiling`)."""
+        block = Block(arg_types=[I32, I32])
+        with self.scope(block=block):
+            row_id, _ = block.args
+            if self.index != I32:
+                row_id = self.apply("cast", [row_id], self.index)
+            self.layout_rows(row_id)
+            self.statements(self.kernel.body.block)
+            self.add(tile.YieldOp.create(operands=[]))
+        (count,) = self.grid
         self.add(
             tile.TilesOp.create(
                 properties={"count": IntegerAttr(count, i64)}, regions=[Region(block)]

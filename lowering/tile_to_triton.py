@@ -247,13 +247,15 @@ class KernelPrinter:
         elif isinstance(op, tile.ForOp):
             self.for_loop(op, depth)
         elif isinstance(op, tile.TilesOp):
-            # flatten: Triton pipelines the tile loop and the K loop inside it as one.
+            # flatten: Triton pipelines a GEMM's tile loop and the K loop inside it as
+            # one (a persistent row's two loops over its chunks stay loops of their own).
             t, out = op.body.block.args
+            flatten = ", flatten=True" if any(isinstance(o, tile.DotOp) for o in op.walk()) else ""
             self.emit(depth, f"{n(out)} = tl.program_id(0) - tl.num_programs(0)")
             self.emit(
                 depth,
                 f"for {n(t)} in tl.range(tl.program_id(0), "
-                f"{_int(op.count)}, tl.num_programs(0), flatten=True):",
+                f"{_int(op.count)}, tl.num_programs(0){flatten}):",
             )
             self.emit(depth + 1, f"{n(out)} = {n(out)} + tl.num_programs(0)")
             self.block(op.body.block, depth + 1)

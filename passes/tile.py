@@ -97,6 +97,9 @@ class KernelShape:
     """A reduction's loads that every row reads alike, bytes a reduced element: the
     `b[j, k]` of Inductor's test_neighbor (`max_j sum_k (a[i, k] - b[j, k])**2`).
     The rows of one program read them once between them."""
+    row_reads: int = 1
+    """Reductions: loops over the longest reduced space (a max, a sum, an
+    epilogue); a looped row is read from memory that many times."""
 
 
 def index_args(v: SSAValue) -> set[BlockArgument]:
@@ -220,9 +223,11 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
         if spaces:
             epilogue = any(isinstance(o, loop.ForeachOp) for o in kernel.body.walk())
             columns, widest = column_extent(kernel)
+            longest = max(spaces, key=numel)
+            reads = sum(numel(s) == numel(longest) for s in spaces)
             return KernelShape(
-                kind, parallel, max(spaces, key=numel), False, epilogue, columns, widest,
-                shared_bytes=shared_bytes(kernel),
+                kind, parallel, longest, False, epilogue, columns, widest,
+                shared_bytes=shared_bytes(kernel), row_reads=reads,
             )  # fmt: skip
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
     loaded, widest = streams(kernel)
@@ -359,6 +364,44 @@ class Tiling:
     persistent: bool = False
 
 
+L2_BYTES = 50 * 2**20
+"""L2 cache of an H100 or an H200 (`irc.target` reads the GPU's own)."""
+LONG_ROW_CHUNK = 4096
+"""Elements of a looped row a program loads a step (the `rblock` option): 8 a
+thread of `LONG_ROW_WARPS` warps, 16 bytes of bf16 or two 16-byte loads of f32."""
+LONG_ROW_WARPS = 16
+WARPS_PER_SM = 64
+"""Warps an SM runs at once (2048 threads on an H100 or H200)."""
+L2_SHARE = 2
+"""Rows in flight may fill 1/L2_SHARE of L2: the rest holds other data, and a
+line's place is set by its address, not by free space."""
+"""Programs of `LONG_ROW_WARPS` warps an SM runs at once (64 warps an SM)."""
+
+
+def long_row_tiling(
+    shape: KernelShape, rblock: int = LONG_ROW_CHUNK, sms: int = 132, l2_bytes: int = L2_BYTES
+) -> Tiling:
+    """A row too long for registers: one row a program, looped in chunks.
+
+    A row read twice (a softmax's statistics, then its output; a max, then a
+    sum of exps) costs one read from DRAM only where the second read finds the
+    row in L2. That holds while the rows in flight, `sms x programs an SM x row
+    bytes`, fit a share of L2: 4096 rows of a 50,257-token vocabulary (100 KB
+    in bf16) launched one program a row put 2-4 programs an SM, 26-53 MB in
+    flight on an H100's 132 SMs and 50 MB L2, and read most rows twice from
+    DRAM. Where they would not fit, the kernel is persistent: one program an
+    SM walks the rows (loop-to-tile's `persistent_rows`), 13 MB in flight.
+    Rows read once stream one program a row.
+    """
+    rows, r = numel(shape.parallel), numel(shape.reduction)
+    chunk = min(rblock, next_pow2(r))
+    warps = max(1, min(LONG_ROW_WARPS, chunk // 256))
+    row_bytes = r * shape.element_bytes
+    in_flight = sms * (WARPS_PER_SM // warps) * row_bytes
+    persistent = shape.row_reads > 1 and rows > sms and in_flight * L2_SHARE > l2_bytes
+    return Tiling((1, chunk), warps, persistent=persistent)
+
+
 def _warps(elements: int, thread_elements: int = 8, most: int = 8) -> int:
     return max(1, min(most, elements // (32 * thread_elements)))
 
@@ -366,11 +409,12 @@ def _warps(elements: int, thread_elements: int = 8, most: int = 8) -> int:
 def choose_tiling(
     shape: KernelShape,
     block: int = 1024,
-    rblock: int = 1024,
+    rblock: int = LONG_ROW_CHUNK,
     persistent_rblock: int = 8192,
     thread_elements: int = 8,
     epilogue_warps: int = 8,
     sms: int = 132,
+    l2_bytes: int = L2_BYTES,
 ) -> Tiling:
     """The heuristic of this module's docstring (`sms`: the GPU's SMs, which a
     column reduction's tiles should fill)."""
@@ -390,7 +434,7 @@ def choose_tiling(
             if shape.epilogue:  # the rows stay in registers until the epilogue's store
                 return Tiling((x, full), _warps(x * full, 16, most=epilogue_warps))
             return Tiling((x, full), _warps(x * full, 8, most=32))
-        return Tiling((1, min(rblock, full)), _warps(min(rblock, full)))
+        return long_row_tiling(shape, rblock, sms, l2_bytes)
     if shape.kind == "attention":
         return attention_tiling(shape)
     return gemm_tiling(shape, sms)
@@ -642,13 +686,14 @@ def tiling_of(kernel: loop.KernelOp) -> Tiling:
 
 @dataclass(frozen=True)
 class TilePass(ModulePass):
-    """`tile{block=1024 rblock=1024 persistent-rblock=8192 thread-elements=8 epilogue-warps=8 sms=132}`."""
+    """`tile{block=1024 rblock=4096 persistent-rblock=8192 thread-elements=8 epilogue-warps=8
+    sms=132 l2-bytes=52428800}`."""
 
     name = "tile"
     levels = ("loop",)
 
     block: int = 1024
-    rblock: int = 1024
+    rblock: int = LONG_ROW_CHUNK
     persistent_rblock: int = 8192
     thread_elements: int = 8
     epilogue_warps: int = 8
@@ -656,6 +701,7 @@ class TilePass(ModulePass):
     """The GPU's SM count (`irc.target` sets it): SMs the output tiles of a contraction
     are shared among (`gemm_tiling`), that column reductions' tiles fill, and that
     the rows sharing an operand fill (`shared_rows_tiling`)."""
+    l2_bytes: int = L2_BYTES
 
     def __post_init__(self) -> None:
         """Block sizes are Triton blocks: powers of two, at most its largest."""
@@ -669,6 +715,7 @@ class TilePass(ModulePass):
             why="1024 threads a program",
         )  # fmt: skip
         check_option("tile", "sms", self.sms, 1, 1 << 16)
+        check_option("tile", "l2_bytes", self.l2_bytes, 0)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in op.walk():
@@ -682,6 +729,7 @@ class TilePass(ModulePass):
                 self.thread_elements,
                 self.epilogue_warps,
                 self.sms,
+                self.l2_bytes,
             )
             set_tiling(kernel, t)
 

@@ -70,7 +70,7 @@ def test_a_softmax_reduce_on_rows_in_registers_is_right() -> None:
     # Rewritten while rows are looped, then re-tiled so that they fit in registers:
     # loop-to-tile lowers the op in one chunk.
     module = irc.parse(LONG.replace("20000", "3000"))
-    irc.run_pipeline(module, "decompose,fuse,graph-to-loop,tile{persistent-rblock=2048},online-softmax")
+    irc.run_pipeline(module, "decompose,fuse,graph-to-loop,tile{persistent-rblock=2048 rblock=1024},online-softmax")
     irc.run_pipeline(module, "tile")
     assert "loop.softmax_reduce" in irc.print_module(module)
     irc.run_pipeline(module, "loop-to-tile,tile-cse,dce")
