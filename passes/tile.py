@@ -15,7 +15,8 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
 - reduction of rows of R elements: if next_pow2(R) <= `persistent_rblock`
   (default 8192) the whole row sits in registers ("persistent") and several rows
   share a program so that a program holds about 4096 elements; otherwise one
-  row a program, looped in chunks of `rblock` (default 1024). Rows that are
+  row at a time, looped in chunks of `rblock` (default 4096), persistent where
+  the rows in flight would crowd L2 (`long_row_tiling`). Rows that are
   only reduced get a warp per 256 elements a program holds, up to 32: more
   loads in flight, 1-2% faster at 8192 a row on an H100 and an H200 than 8.
   Where an element-wise epilogue (`loop.foreach`) reads the rows again they
