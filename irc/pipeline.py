@@ -27,6 +27,7 @@ from irc.analysis.verifier import verify
 from irc.gcpause import paused_gc
 from irc.ir.value_names import decode_value_names, encode_value_names
 from irc.passes import LEVELS, PASSES
+from irc.passes.kernel_names import lowering_for_names
 from irc.syntax.diagnostics import Diagnostic, IrcError
 
 
@@ -299,6 +300,28 @@ def run_pipeline(
     exception inside a pass becomes `PassFailure` naming the pass.
     """
     passes = build_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
+    with lowering_for_names(lowered_for_names):
+        _run(module, passes, verify_each, after_pass)
+    return module
+
+
+def lowered_for_names(module: ModuleOp) -> ModuleOp:
+    """A copy of `module` taken down to tile kernels by `LOWERING` up to loop-to-tile,
+    which names the kernels as `irc-opt --emit triton` does (the passes after it
+    rename none). The passes run directly: `module` is mid-run, its names encoded."""
+    copy = module.clone()
+    ctx = context()
+    for name in LOWERING[: LOWERING.index("loop-to-tile") + 1]:
+        PASSES[name]()().apply(ctx, copy)
+    return copy
+
+
+def _run(
+    module: ModuleOp,
+    passes: Sequence[ModulePass],
+    verify_each: bool,
+    after_pass: AfterPass | None,
+) -> None:
     ctx = context()
     hooks = [i for m, i in _INSTRUMENTS.get() if m is module]
     for p in passes:
@@ -322,7 +345,6 @@ def run_pipeline(
             hook.after_pass(p, module)
         if after_pass is not None:
             after_pass(p, module)
-    return module
 
 
 # --- levels -----------------------------------------------------------------------

@@ -60,6 +60,7 @@ from irc.passes.fuse_attention import (
     attention_seeds,
     match_attention,
 )
+from irc.passes.kernel_names import lowered_copy
 from irc.passes.options import check_option
 from irc.syntax.diagnostics import Diagnostic, IrcError
 
@@ -1472,25 +1473,8 @@ class FusePass(ModulePass):
             return
         if not self.report:
             return
-        resolve_reports(reports, _lowered_for_names(op))
+        resolve_reports(reports, lowered_copy(op))
         if self.report == "json":
             sys.stderr.write(json.dumps([r.as_dict() for r in reports], indent=2) + "\n")
         else:
             sys.stderr.write("\n".join(r.text() for r in reports) + "\n")
-
-
-def _lowered_for_names(module: ModuleOp) -> ModuleOp:
-    """A copy of `module` taken down to tile kernels, which names the kernels as
-    `irc-opt --emit triton` does. The passes are called directly: a pass may not
-    import the driver (`irc.compiler`) that runs the passes."""
-    from irc.lowering.graph_to_loop import GraphToLoopPass
-    from irc.lowering.loop_to_tile import LoopToTilePass
-    from irc.passes.decompose import DecomposePass
-    from irc.passes.split_reduction import SplitReductionPass
-    from irc.passes.tile import TilePass
-
-    copy = module.clone()  # names are encoded while a pass runs (irc.pipeline)
-    ctx = Context()
-    for p in (DecomposePass(), GraphToLoopPass(), SplitReductionPass(), TilePass(), LoopToTilePass()):
-        p.apply(ctx, copy)
-    return copy

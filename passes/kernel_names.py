@@ -1,0 +1,41 @@
+"""The names a module's kernels get once lowered, for a pass that reports them.
+
+`fuse{report=...}` names its kernels as `irc-opt --emit triton` does, which only
+the lowering decides (split-reduction adds stages, loop-to-tile names them). A
+pass may not import the driver that runs it (`irc.pipeline` imports every pass),
+so the driver hands its lowering down here while it runs a pipeline: the
+passes and their order have one home, `irc.pipeline.LOWERING`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from xdsl.dialects.builtin import ModuleOp
+
+Lowering = Callable[[ModuleOp], ModuleOp]
+"""Takes a copy of a module down to tile kernels; the module itself is left alone."""
+
+_LOWERING: ContextVar[Lowering | None] = ContextVar("irc_lowering_for_names", default=None)
+
+
+@contextmanager
+def lowering_for_names(lower: Lowering) -> Iterator[None]:
+    """Inside the block, `lowered_copy` lowers by `lower` (irc.pipeline sets it)."""
+    token = _LOWERING.set(lower)
+    try:
+        yield
+    finally:
+        _LOWERING.reset(token)
+
+
+def lowered_copy(module: ModuleOp) -> ModuleOp:
+    """A copy of `module` taken down to tile kernels by the running pipeline's lowering."""
+    lower = _LOWERING.get()
+    if lower is None:
+        raise RuntimeError(
+            "kernel names need the lowering: run the pass through irc.pipeline.run_pipeline"
+        )
+    return lower(module)
