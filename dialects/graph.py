@@ -187,6 +187,9 @@ class GraphOp(IRDLOperation):
     VIEW: ClassVar[bool] = False
     """The op moves or repeats elements and computes nothing: `fuse` sees through
     it (a view of its operand) rather than counting it as work."""
+    SUBSET: ClassVar[bool] = False
+    """A view that keeps only some of its operand's elements (a slice): matchers that
+    need every element (passes/fuse_attention.py) do not look through it."""
     GENERATOR: ClassVar[bool] = False
     """The op reads no operand (a splat, an index): every kernel that reads it
     computes it itself, so `fuse` counts it as free."""
@@ -284,6 +287,30 @@ class Fuzz:
     None: the generic unary or binary builder."""
     activation: bool = False
     """Drawn as the activation of a GEMM epilogue."""
+    normalizer: bool = False
+    """Drawn as the binary op that combines a value with a reduction of its rows
+    (`x - max`, `x / sum`: graphgen's `normalize`), its operand kept as `domain` says."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A comparison op's meaning: which orderings of its operands `a`, `b` make it
+    true. Analyses read it instead of its name: the bounds a comparison puts on
+    each operand (irc.analysis.bounds), a causal mask's diagonal
+    (lowering/attention_to_tile.py)."""
+
+    less: bool
+    equal: bool
+    greater: bool
+
+    def mirrored(self) -> Comparison:
+        """The comparison of the swapped operands: `b OP' a` is `a OP b`."""
+        return Comparison(self.greater, self.equal, self.less)
+
+    @property
+    def order(self) -> bool:
+        """An order (<, <=, >, >=): true on one side of the diagonal, not on the other."""
+        return self.less != self.greater
 
 
 class ElementwiseOp(GraphOp):
@@ -312,6 +339,17 @@ class ElementwiseOp(GraphOp):
     EXTRA_FNS: ClassVar[Mapping[str, Template]] = {}
     """Other scalar functions the op lowers to, with their Triton forms: a variant an
     attribute picks (gelu's tanh form), which `scalar_fn` names."""
+    NUMPY: ClassVar[str | None] = None
+    """The numpy function that computes it on integer arrays as Triton does (the
+    bounds analysis evaluates index arithmetic with it); None: not evaluated there."""
+    COMPARISON: ClassVar[Comparison | None] = None
+    """A comparison's meaning (`Comparison`); None: not a comparison."""
+    LINEAR: ClassVar[tuple[int, ...] | None] = None
+    """The op is the sum of its operands times these signs (`a + b`: (1, 1), `a - b`:
+    (1, -1)): analyses read an index plus a constant through it."""
+    RIGHT_IDENTITY: ClassVar[int | None] = None
+    """A right operand that gives the left one back (`x + 0`, `x * 1`): index
+    arithmetic with that constant folds away (lowering/loop_to_tile.py)."""
 
     def scalar_fn(self) -> str:
         """The `fn` of the loop.apply that computes this op (its FN, or a variant)."""
@@ -401,14 +439,14 @@ def _floor_f32(x: str = "{0}") -> str:
 
 
 NegOp = _unary(
-    "neg", "-x", reference="torch.neg", float_only=False, cost=CHEAP,
+    "neg", "-x", reference="torch.neg", float_only=False, cost=CHEAP, numpy="numpy.negative",
     # Triton's unary minus is `0 - x`, which makes +0.0 of +0.0; torch gives -0.0.
     triton={"float": "{0} * -1.0", "int": "-{0}"},
     exact=True, rounding_commutes=True,
 )
 AbsOp = _unary(
     "abs", "|x|", reference="torch.abs", triton="tl.abs({0})", float_only=False, cost=CHEAP,
-    exact=True, rounding_commutes=True,
+    exact=True, rounding_commutes=True, numpy="numpy.abs",
 )
 ExpOp = _unary(
     "exp", "e**x", reference="torch.exp", triton="tl.exp({0})", cost=TRANSCENDENTAL,
@@ -565,6 +603,7 @@ def _binary(
     **facts: object,
 ) -> type[BinaryOp]:
     if kind == "compare":
+        assert isinstance(facts.get("comparison"), Comparison), f"{op_name}: its Comparison"
         facts = {"exact": True, "fuzz": Fuzz(recipe="compare"), **facts}
     namespace = _facts(op_name, doc, kind=kind, reference=reference, triton=triton, cost=cost,
                        **facts)  # fmt: skip
@@ -573,42 +612,52 @@ def _binary(
 
 AddOp = _binary(
     "add", "a + b", "arith", reference="torch.add", triton="{0} + {1}", cost=CHEAP,
-    fuzz=Fuzz(scale="sum", exact=True),  # one correctly rounded IEEE add everywhere
+    fuzz=Fuzz(scale="sum", exact=True, normalizer=True),  # one correctly rounded IEEE add
+    numpy="numpy.add", linear=(1, 1), right_identity=0,
 )
 SubOp = _binary(
     "sub", "a - b", "arith", reference="torch.sub", triton="{0} - {1}", cost=CHEAP,
-    fuzz=Fuzz(scale="sum", exact=True),
+    fuzz=Fuzz(scale="sum", exact=True, normalizer=True),
+    numpy="numpy.subtract", linear=(1, -1), right_identity=0,
 )
 MulOp = _binary(
     "mul", "a * b", "arith", reference="torch.mul", triton="{0} * {1}", cost=CHEAP,
-    fuzz=Fuzz(domain="bounded", bound=10.0, scale="product"),
+    fuzz=Fuzz(domain="bounded", bound=10.0, scale="product", normalizer=True),
+    numpy="numpy.multiply", right_identity=1,
 )
 DivOp = _binary(
     "div", "a / b (true division)", "float", reference="torch.true_divide",
     triton="{0} / {1}", cost=TRANSCENDENTAL,
-    fuzz=Fuzz(domain="positive", bound=1.0, scale="same"),  # divisors are |b| + 1
+    fuzz=Fuzz(domain="positive", bound=1.0, scale="same", normalizer=True),  # |b| + 1
 )
 MaximumOp = _binary(
     "maximum", "element-wise max, NaN propagating", "arith",
     reference="torch.maximum",  # NaN-propagating, unlike torch.fmax
     triton={"float": _MAX_NAN, "int": "tl.maximum({0}, {1})"}, cost=CHEAP,
-    exact=True, rounding_commutes=True, fuzz=Fuzz(scale="max"),
+    exact=True, rounding_commutes=True, fuzz=Fuzz(scale="max"), numpy="numpy.maximum",
 )
 MinimumOp = _binary(
     "minimum", "element-wise min, NaN propagating", "arith", reference="torch.minimum",
     triton={"float": _MIN_NAN, "int": "tl.minimum({0}, {1})"}, cost=CHEAP,
-    exact=True, rounding_commutes=True, fuzz=Fuzz(scale="max"),
+    exact=True, rounding_commutes=True, fuzz=Fuzz(scale="max"), numpy="numpy.minimum",
 )
 PowOp = _binary(
     "pow", "a ** b", "float", reference="torch.pow", triton="_irc_pow({0}, {1})",
     cost=TRANSCENDENTAL, fuzz=Fuzz(recipe="power"),
 )
-EqOp = _binary("eq", "a == b", "compare", reference="torch.eq", triton="{0} == {1}", cost=CHEAP)
-NeOp = _binary("ne", "a != b", "compare", reference="torch.ne", triton="{0} != {1}", cost=CHEAP)
-LtOp = _binary("lt", "a < b", "compare", reference="torch.lt", triton="{0} < {1}", cost=CHEAP)
-LeOp = _binary("le", "a <= b", "compare", reference="torch.le", triton="{0} <= {1}", cost=CHEAP)
-GtOp = _binary("gt", "a > b", "compare", reference="torch.gt", triton="{0} > {1}", cost=CHEAP)
-GeOp = _binary("ge", "a >= b", "compare", reference="torch.ge", triton="{0} >= {1}", cost=CHEAP)
+# Each comparison says which orderings of a and b make it true (less, equal, greater).
+EqOp = _binary("eq", "a == b", "compare", reference="torch.eq", triton="{0} == {1}", cost=CHEAP,
+               comparison=Comparison(False, True, False), numpy="numpy.equal")
+NeOp = _binary("ne", "a != b", "compare", reference="torch.ne", triton="{0} != {1}", cost=CHEAP,
+               comparison=Comparison(True, False, True), numpy="numpy.not_equal")
+LtOp = _binary("lt", "a < b", "compare", reference="torch.lt", triton="{0} < {1}", cost=CHEAP,
+               comparison=Comparison(True, False, False), numpy="numpy.less")
+LeOp = _binary("le", "a <= b", "compare", reference="torch.le", triton="{0} <= {1}", cost=CHEAP,
+               comparison=Comparison(True, True, False), numpy="numpy.less_equal")
+GtOp = _binary("gt", "a > b", "compare", reference="torch.gt", triton="{0} > {1}", cost=CHEAP,
+               comparison=Comparison(False, False, True), numpy="numpy.greater")
+GeOp = _binary("ge", "a >= b", "compare", reference="torch.ge", triton="{0} >= {1}", cost=CHEAP,
+               comparison=Comparison(False, True, True), numpy="numpy.greater_equal")
 
 
 @irdl_op_definition
@@ -629,6 +678,7 @@ class WhereOp(ElementwiseOp):
     ROUNDING_COMMUTES: ClassVar[bool] = True
     EXACT: ClassVar[bool] = True
     FUZZ: ClassVar[Fuzz] = Fuzz(recipe="where")
+    NUMPY: ClassVar[str | None] = "numpy.where"
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -814,6 +864,7 @@ class SliceOp(GraphOp):
     result = result_def(TensorType)
     traits = traits_def(Pure())
     VIEW: ClassVar[bool] = True
+    SUBSET: ClassVar[bool] = True
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -1024,6 +1075,9 @@ class ReduceOp(GraphOp):
     FLOAT_ONLY: ClassVar[bool] = False
     COMBINE: ClassVar[str]
     """The `loop.reduce` kind that accumulates it: "sum", "max" or "min"."""
+    COMBINER: ClassVar[type[BinaryOp]]
+    """The element-wise op that combines two partial results (decompose's split of a
+    reduction, loop-to-tile's accumulation); the reduction is exact where it is."""
 
     @classmethod
     def infer_type(cls, operands: Sequence[Attribute], props: Props) -> Attribute:
@@ -1055,6 +1109,7 @@ class ReduceSumOp(ReduceOp):
     name = "graph.reduce_sum"
     SHORT_NAME: ClassVar[str | None] = "sum"
     COMBINE: ClassVar[str] = "sum"
+    COMBINER: ClassVar[type[BinaryOp]] = AddOp
 
 
 @irdl_op_definition
@@ -1062,6 +1117,7 @@ class ReduceMaxOp(ReduceOp):
     name = "graph.reduce_max"
     SHORT_NAME: ClassVar[str | None] = "amax"
     COMBINE: ClassVar[str] = "max"
+    COMBINER: ClassVar[type[BinaryOp]] = MaximumOp
 
 
 @irdl_op_definition
@@ -1069,6 +1125,7 @@ class ReduceMinOp(ReduceOp):
     name = "graph.reduce_min"
     SHORT_NAME: ClassVar[str | None] = "amin"
     COMBINE: ClassVar[str] = "min"
+    COMBINER: ClassVar[type[BinaryOp]] = MinimumOp
 
 
 @irdl_op_definition
@@ -1078,6 +1135,7 @@ class ReduceMeanOp(ReduceOp):
     REFERENCE_TEMPORARIES: ClassVar[int] = 2
     FLOAT_ONLY: ClassVar[bool] = True
     COMBINE: ClassVar[str] = "sum"  # then divided by the count
+    COMBINER: ClassVar[type[BinaryOp]] = AddOp
 
 
 @irdl_op_definition
@@ -1465,11 +1523,19 @@ SCALAR_FUNCTIONS: dict[str, int] = {
 """The `fn` of every element-wise op's loop.apply / tile.apply, with its arity."""
 PREDICATE_FUNCTIONS = frozenset(op.FN for op in BINARY_OPS if op.KIND == "compare")
 """The functions whose result is `i1`."""
+COMPARISONS: dict[str, Comparison] = {
+    op.FN: op.COMPARISON for op in ELEMENTWISE_OPS if op.COMPARISON is not None
+}
+"""The comparison functions of loop.apply / tile.apply, with their meaning."""
+FUNCTION_OPS: dict[str, type[ElementwiseOp]] = {op.FN: op for op in ELEMENTWISE_OPS}
+"""The element-wise op of each `fn` (a loop.apply's or tile.apply's), for its facts."""
 REDUCE_OPS = tuple(op for op in Graph.operations if issubclass(op, ReduceOp))
 COMPOSITE_OPS = (SoftmaxOp, LayerNormOp, AttentionOp)
 """Graph ops that `decompose` rewrites into primitives; they have no loop form."""
 VIEW_OPS = tuple(op for op in Graph.operations if issubclass(op, GraphOp) and op.VIEW)
 """Ops that compute nothing (their `VIEW` fact): fusion sees through them."""
+WHOLE_VIEW_OPS = tuple(op for op in VIEW_OPS if not op.SUBSET)
+"""Views that keep every element of their operand (no `SUBSET` fact)."""
 GENERATOR_OPS = tuple(op for op in Graph.operations if issubclass(op, GraphOp) and op.GENERATOR)
 """Ops of no operand (their `GENERATOR` fact) that every reader computes itself."""
 REINDEXING_OPS = tuple(op for op in Graph.operations if issubclass(op, GraphOp) and op.REINDEXING)

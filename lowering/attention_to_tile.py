@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, StringAttr, f64, i64
 from xdsl.ir import Attribute, Block, SSAValue
 
-from irc.dialects import loop, tile
+from irc.dialects import graph, loop, tile
 from irc.ir.types import ELEMENT_TYPES, F32, HALF_TYPES, numel
 from irc.passes.tile import next_pow2
 
@@ -316,7 +316,9 @@ class AttentionLayout:
         )
 
 
-COMPARISONS = ("lt", "le", "gt", "ge")
+COMPARISONS = {fn: c for fn, c in graph.COMPARISONS.items() if c.order}
+"""The orders (<, <=, >, >=) a causal mask compares a row and a key index by (the
+COMPARISON facts of the comparison ops that are orders)."""
 INDEX_EXACT = 2**24
 """Indices below this are exact in f32 too (a float iota compares exactly)."""
 
@@ -419,15 +421,15 @@ def _key_bound(cmp: loop.ApplyOp, row: SSAValue, key: SSAValue) -> tuple[str, in
     a, b = (_linear(x) for x in cmp.args)
     if a is None or b is None:
         return None
-    fn = cmp.fn.data
+    comparison = COMPARISONS[cmp.fn.data]
     if a[0] is key and b[0] is row:  # j + ca OP i + cb: flip to i + cb OP' j + ca
         a, b = b, a
-        fn = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[fn]
+        comparison = comparison.mirrored()
     if not (a[0] is row and b[0] is key):
         return None  # not a comparison of rows with keys
     offset = a[1] - b[1]  # i + ca OP j + cb: j OP' i + (ca - cb)
-    strict = int(fn.endswith("t"))  # i + c > j is i + c - 1 >= j on integers
-    if fn.startswith("g"):  # i + c >= j: an upper bound on the keys
+    strict = 0 if comparison.equal else 1  # i + c > j is i + c - 1 >= j on integers
+    if comparison.greater:  # i + c >= j: an upper bound on the keys
         return "hi", offset - strict
     return "lo", offset + strict
 
@@ -457,16 +459,17 @@ def _linear(v: SSAValue) -> tuple[SSAValue, int] | None:
             return None
         return v, 0
     op = v.owner
-    if not (isinstance(op, loop.ApplyOp) and op.fn.data in ("add", "sub")):
+    fact = graph.FUNCTION_OPS.get(op.fn.data) if isinstance(op, loop.ApplyOp) else None
+    signs = fact.LINEAR if fact is not None else None  # a sum: x + c, c + x, x - c
+    if signs is None:
         return None
-    x, y = op.args
-    c = _number(_uncast(y))
-    inner = _linear(x)
-    if c is None and op.fn.data == "add":
-        c, inner = _number(_uncast(x)), _linear(y)
-    if c is None or inner is None or c != int(c) or abs(c) >= INDEX_EXACT:
+    x, y = op.args  # type: ignore[union-attr]
+    c, inner = _number(_uncast(y)), _linear(x)
+    if c is None and signs[1] == 1:  # the constant on the left
+        c, inner, signs = _number(_uncast(x)), _linear(y), signs[::-1]
+    if c is None or inner is None or signs[0] != 1 or c != int(c) or abs(c) >= INDEX_EXACT:
         return None
-    return inner[0], inner[1] + int(c) * (1 if op.fn.data == "add" else -1)
+    return inner[0], inner[1] + int(c) * signs[1]
 
 
 def _narrow(v: SSAValue, element: Attribute) -> tuple[SSAValue, Attribute]:

@@ -108,7 +108,8 @@ def identity(kind: str, element: Attribute) -> Attribute:
     return IntegerAttr(-(2 ** (bits - 1)) if kind == "max" else 2 ** (bits - 1) - 1, i64)
 
 
-COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
+COMBINE = {op.COMBINE: op.COMBINER.FN for op in graph.REDUCE_OPS}
+"""The function that accumulates each loop.reduce kind (its reduce ops' COMBINER)."""
 # Half-precision ops that commute with rounding: monotone (max, min, relu) or
 # sign-symmetric (neg, abs), or a choice (where), so op(round(x)) == round(op(x)).
 # They take their operands before rounding and round once after (see apply_op).
@@ -118,6 +119,11 @@ EXACT = frozenset(op.FN for op in graph.ELEMENTWISE_OPS if op.EXACT)
 half type is one (rounded when made), so such a result needs no rounding of its own."""
 PREDICATES = graph.PREDICATE_FUNCTIONS | {"and", "or"}
 """Functions whose result is `i1`: comparisons, and the mask logic of this level."""
+INDEX_FOLDS = frozenset(
+    {"floordiv", "mod"} | {op.FN for op in graph.ELEMENTWISE_OPS if op.RIGHT_IDENTITY is not None}
+)
+"""Index arithmetic that `iapply` builds with a constant right operand (and folds where
+that is the function's RIGHT_IDENTITY, or a division by 1)."""
 
 
 def half_value(x: float, element: Attribute) -> float:
@@ -283,7 +289,8 @@ class KernelTranslator:
         of a flat index F, so that `refold` can put a row-major sum of them
         back together.
         """
-        if fn == "mul" and b == 1 or fn == "add" and b == 0 or fn == "floordiv" and b == 1:
+        op = graph.FUNCTION_OPS.get(fn)
+        if op is not None and b == op.RIGHT_IDENTITY or fn == "floordiv" and b == 1:
             return a
         v = self.apply(fn, [a, self.const(b, self.index)])
         if fn == "mul":
@@ -680,7 +687,7 @@ class KernelTranslator:
         if fn == "checked_index":
             return self.checked_index(op, args)
         if result == INDEX:
-            if fn in ("floordiv", "mod", "mul", "add") and args[1] in self.constants:
+            if fn in INDEX_FOLDS and args[1] in self.constants:
                 return self.iapply(fn, args[0], self.constants[args[1]])
             if fn == "add":
                 return self.index_add(args[0], args[1])

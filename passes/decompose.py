@@ -368,10 +368,7 @@ def _unroll(op: graph.ReduceOp, dims: list[int], block: Block) -> SSAValue:
             )
         terms.append(mapping[op.input] if op.input in mapping else sliced(op.input, at))
     element = element_of(op.result.type)
-    combine: type[graph.GraphOp] = {
-        graph.ReduceMaxOp: graph.MaximumOp,
-        graph.ReduceMinOp: graph.MinimumOp,
-    }.get(type(op), graph.AddOp)
+    combine = op.COMBINER
     widen = combine is graph.AddOp and element in HALF_TYPES
     if widen:
         terms = [

@@ -28,7 +28,9 @@ from xdsl.ir import Operation, SSAValue
 from irc.dialects import graph
 from irc.ir.types import numel, shape_of
 
-VIEWS = (graph.TransposeOp, graph.ReshapeOp, graph.BroadcastOp)
+VIEWS = graph.WHOLE_VIEW_OPS
+"""The views the matcher looks through: those that keep every element (a slice would
+drop keys)."""
 
 
 @dataclass(frozen=True)

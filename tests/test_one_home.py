@@ -6,8 +6,8 @@ would have to be added there too, and nothing would say so. Facts live on the
 op classes in dialects/graph.py (tests/test_op_facts.py walks them); other
 files derive their tables from them (`graph.VIEW_OPS`, `op.short_name()`, ...).
 
-`KNOWN` lists the tables that remain, each with why; it may only shrink (an
-entry that no longer occurs fails too), so that a new table cannot slip in.
+`KNOWN` would list a table that remains, with why; it is empty, and an entry that
+no longer occurs fails too, so that a new table cannot slip in.
 """
 
 from __future__ import annotations
@@ -27,42 +27,9 @@ FULL_NAMES = {op.name for op in OPS}
 BARE_NAMES = {op.name.removeprefix("graph.") for op in OPS}
 CLASS_NAMES = {op.__name__ for op in OPS}
 
-KNOWN: Counter[tuple[str, tuple[str, ...]]] = Counter(
-    {
-        # The fuzzer's recipes: how to draw a reduction, and which binary op combines
-        # it with its input, keep numerics well-conditioned per op (irc.testing.graphgen).
-        ("irc/testing/graphgen.py", ("reduce_mean", "reduce_sum")): 3,
-        ("irc/testing/graphgen.py", ("reduce_max", "reduce_min")): 3,
-        ("irc/testing/graphgen.py", ("add", "div", "mul", "sub")): 1,
-        # The generator's action weights: recipes, some named like the ops they draw.
-        (
-            "irc/testing/graphgen.py",
-            (
-                "broadcast", "cast", "concat", "gather", "index_select", "iota", "layer_norm",
-                "matmul", "reshape", "slice", "softmax", "transpose", "where",
-            ),  # fmt: skip
-        ): 1,
-        # The integer interval analysis: transfer functions of the index arithmetic and
-        # comparisons of loop.apply / tile.apply, by function (irc.analysis.bounds).
-        ("irc/analysis/bounds.py", ("eq", "ge", "gt", "le", "lt", "ne")): 2,
-        ("irc/analysis/bounds.py", ("eq", "ge", "gt", "le", "lt")): 2,
-        ("irc/analysis/bounds.py", ("add", "maximum", "minimum", "mul", "sub")): 1,
-        # The attention matcher looks through the views that keep every element (a
-        # slice would drop keys): VIEW facts less SliceOp (passes/fuse_attention.py).
-        ("passes/fuse_attention.py", ("broadcast", "reshape", "transpose")): 1,
-        # The PyTorch importer: aten ops a graph op refuses on integers (irc/pytorch/aten.py).
-        ("irc/pytorch/aten.py", ("div", "pow")): 1,
-        # The causal-mask matcher of attention: comparisons of row and key index, and
-        # the index offsets it reads through (lowering/attention_to_tile.py).
-        ("lowering/attention_to_tile.py", ("ge", "gt", "le", "lt")): 2,
-        ("lowering/attention_to_tile.py", ("add", "sub")): 1,
-        # decompose's split of a reduction: the binary op that combines partial results
-        # of each reduce op (passes/decompose.py); a fact next to COMBINE would do.
-        ("passes/decompose.py", ("reduce_max", "reduce_min")): 1,
-        # Index arithmetic folded with a constant operand (lowering/loop_to_tile.py).
-        ("lowering/loop_to_tile.py", ("add", "mul")): 1,
-    }
-)
+KNOWN: Counter[tuple[str, tuple[str, ...]]] = Counter()
+"""None remain: comparisons, index arithmetic, reductions' combining ops, whole views
+and the fuzzer's recipes all read facts of the op classes now."""
 
 
 def _graph_names(tree: ast.Module) -> dict[str, str]:

@@ -24,10 +24,11 @@ from torch.testing import assert_close
 from xdsl.ir import Block
 
 import irc
+from irc.analysis import bounds
 from irc.dialects import graph, loop, tile
 from irc.ir.types import ELEMENT_TYPES, FLOAT_NAMES, INT_NAMES
-from irc.lowering import graph_to_loop, loop_to_tile, tile_to_triton
-from irc.passes import fuse
+from irc.lowering import attention_to_tile, graph_to_loop, loop_to_tile, tile_to_triton
+from irc.passes import fuse, fuse_attention
 from irc.testing import graphgen, reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +36,7 @@ DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 OPS = graph.ELEMENTWISE_OPS
 FACTS = (
     "FN", "ARITY", "REFERENCE", "TRITON", "COST", "ROUNDING_COMMUTES", "EXACT", "EXTRA_FNS", "FUZZ",
+    "NUMPY", "COMPARISON", "LINEAR", "RIGHT_IDENTITY",
 )  # fmt: skip
 """The facts of graph.ElementwiseOp (test_the_facts_are_these_ones keeps the list whole)."""
 
@@ -74,6 +76,51 @@ def test_every_op_has_every_fact(op: type[graph.ElementwiseOp]) -> None:
     if op.ROUNDING_COMMUTES:
         # Rounding commutes with what picks or flips an operand, not with what computes.
         assert op.EXACT
+    assert (op.COMPARISON is not None) == (issubclass(op, graph.BinaryOp) and op.KIND == "compare")
+    if op.LINEAR is not None:
+        assert len(op.LINEAR) == op.ARITY and set(op.LINEAR) <= {1, -1}
+    if op.FUZZ.normalizer:
+        assert issubclass(op, graph.BinaryOp) and op.FUZZ.recipe is None
+
+
+def _ints(n: int, seed: int) -> list[Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(-50, 50, (n,), generator=gen) for _ in range(2)] + [
+        torch.arange(n) % 3 - 1  # equal operands too: eq, le, ge
+    ]
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op.FN in loop.APPLY_FNS], ids=ids)
+def test_the_meaning_facts_agree_with_the_reference(op: type[graph.ElementwiseOp]) -> None:
+    """COMPARISON, NUMPY, LINEAR and RIGHT_IDENTITY restate the op's meaning for the
+    analyses that read them: each says what the op's torch function computes."""
+    import numpy as np
+
+    fn = reference.torch_function(op.REFERENCE) if op.REFERENCE is not None else None
+    a, b, c = _ints(64, len(op.FN))
+    if op.COMPARISON is not None:
+        assert fn is not None
+        for x, y, holds in ((0, 1, op.COMPARISON.less), (1, 1, op.COMPARISON.equal),
+                            (1, 0, op.COMPARISON.greater)):  # fmt: skip
+            assert bool(fn(torch.tensor(x), torch.tensor(y))) == holds, (x, y)
+        mirrored = op.COMPARISON.mirrored()
+        (twin,) = [o for o in OPS if o.COMPARISON == mirrored]
+        assert twin.REFERENCE is not None
+        assert torch.equal(fn(a, b), reference.torch_function(twin.REFERENCE)(b, a))
+    if op.NUMPY is not None:
+        assert op.NUMPY.startswith("numpy.")
+        numpy_fn = getattr(np, op.NUMPY.removeprefix("numpy."))
+        args = [(c % 2 == 0), a, b] if op.ARITY == 3 else [a, b][: op.ARITY]
+        assert fn is not None
+        want = fn(*args)
+        got = numpy_fn(*(x.numpy() for x in args))
+        assert np.array_equal(np.asarray(got), want.numpy()), op.NUMPY
+    if op.LINEAR is not None:
+        assert fn is not None
+        assert torch.equal(fn(a, b), op.LINEAR[0] * a + op.LINEAR[1] * b)
+    if op.RIGHT_IDENTITY is not None:
+        assert fn is not None
+        assert torch.equal(fn(a, torch.tensor(op.RIGHT_IDENTITY)), a)
 
 
 @pytest.mark.parametrize("op", OPS, ids=ids)
@@ -86,6 +133,13 @@ def test_every_level_has_an_entry(op: type[graph.ElementwiseOp]) -> None:
     assert (op.FN in loop_to_tile.EXACT) == op.EXACT
     is_compare = issubclass(op, graph.BinaryOp) and op.KIND == "compare"
     assert (op.FN in loop_to_tile.PREDICATES) == is_compare
+    # index arithmetic with a constant folds by the right identity.
+    assert (op.FN in loop_to_tile.INDEX_FOLDS) == (op.RIGHT_IDENTITY is not None)
+    # the bounds analysis: what a comparison says of its operands.
+    assert bounds.COMPARE.get(op.FN) == op.COMPARISON
+    # attention's causal mask: an order between row and key index.
+    order = op.COMPARISON is not None and op.COMPARISON.order
+    assert (op.FN in attention_to_tile.COMPARISONS) == order
     # fusion's cost model.
     assert (op in fuse.CHEAP_OPS) == (op.COST is graph.Cost.CHEAP)
     # the reference interpreter.
@@ -95,6 +149,7 @@ def test_every_level_has_an_entry(op: type[graph.ElementwiseOp]) -> None:
     assert op.FN in drawn or op.FUZZ.recipe in ("where", "cast")
     if op.FUZZ.activation:
         assert op.FN in graphgen.ACTIVATIONS
+    assert (op in graphgen.NORMALIZERS) == op.FUZZ.normalizer
 
 
 def _triton_form(op: type[graph.ElementwiseOp], operand: str, result: str) -> str:
@@ -274,6 +329,7 @@ GRAPH_FACTS = (
     "REQUIRED_RESULT_TYPE",
     "SHORT_NAME",
     "VIEW",
+    "SUBSET",
     "GENERATOR",
     "REINDEXING",
     "REFERENCE_TEMPORARIES",
@@ -309,8 +365,33 @@ def test_every_graph_op_has_its_facts_at_every_level(op: type[graph.GraphOp]) ->
     assert (op in graph.COMPOSITE_OPS) == (op in graph_to_loop.COMPOSITE_OPS)
     if issubclass(op, graph.ReduceOp):
         assert op in graph.REDUCE_OPS and op.COMBINE in loop.REDUCE_KINDS
+        # loop-to-tile accumulates, and decompose splits, by the combining op.
+        assert loop_to_tile.COMBINE[op.COMBINE] == op.COMBINER.FN
+        assert issubclass(op.COMBINER, graph.BinaryOp) and op.COMBINER.KIND == "arith"
+        # graphgen: a reduction is exact (safe to compare) where its combining op is.
+        assert op.name.removeprefix("graph.") in graphgen.REDUCE
     if op.VIEW:
         assert not issubclass(op, graph.ElementwiseOp)
+        # attention's matcher looks through the views that keep every element.
+        assert (op in fuse_attention.VIEWS) == (not op.SUBSET)
+    else:
+        assert not op.SUBSET
+
+
+@pytest.mark.parametrize("op", graph.REDUCE_OPS, ids=op_name)
+def test_a_reduction_is_its_combining_op_over_partial_results(op: type[graph.ReduceOp]) -> None:
+    """Decompose splits a reduction into parts and combines them by COMBINER: the
+    reference of the parts, so combined, is the whole's (a mean's sum, then divided)."""
+    x = torch.randn(8, 12, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    whole = {"sum": x.sum(1), "max": x.amax(1), "min": x.amin(1)}[op.COMBINE]
+    parts = [{"sum": p.sum(1), "max": p.amax(1), "min": p.amin(1)}[op.COMBINE]
+             for p in x.split(5, dim=1)]  # fmt: skip
+    combine = reference.torch_function(op.COMBINER.REFERENCE)  # type: ignore[arg-type]
+    total = parts[0]
+    for p in parts[1:]:
+        total = combine(total, p)
+    assert_close(total, whole)
+    assert op.COMBINER.EXACT == (op.COMBINE != "sum")  # max and min pick an element
 
 
 NOT_DRAWN_YET = {"graph.attention"}

@@ -44,7 +44,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 
-from irc.dialects import loop, tile
+from irc.dialects import graph, loop, tile
 from irc.ir.types import broadcast_shapes, format_type, numel
 from irc.syntax.diagnostics import Diagnostic, Note, op_location
 
@@ -55,7 +55,8 @@ I32 = (-(2**31), 2**31 - 1)
 I64 = (-(2**63), 2**63 - 1)
 BOOL = (0, 1)
 EMPTY = (1, 0)
-COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+COMPARE = graph.COMPARISONS
+"""The comparison functions, with what each says of its operands (its op's `COMPARISON`)."""
 ENUMERATE_LIMIT = 1 << 20
 """Most values of one program or tile index that the exact scalar mode walks."""
 ENUMERATE_BUDGET = 1 << 23
@@ -609,11 +610,9 @@ class TileIntervals:
             ia, ib = self.get(a), self.get(b)
             if ia is None or ib is None:
                 continue
-            low, high = I64
-            bound_a = {"lt": (low, ib.hi - 1), "le": (low, ib.hi), "gt": (ib.lo + 1, high),
-                       "ge": (ib.lo, high), "eq": ib.range}.get(fn)  # fmt: skip
-            bound_b = {"lt": (ia.lo + 1, high), "le": (ia.lo, high), "gt": (low, ia.hi - 1),
-                       "ge": (low, ia.hi), "eq": ia.range}.get(fn)  # fmt: skip
+            comparison = COMPARE[fn]
+            bound_a = _compared_bound(comparison, ib)
+            bound_b = _compared_bound(comparison.mirrored(), ia)
             for key, bound in (((a, la), bound_a), ((b, lb), bound_b)):
                 if bound is not None:
                     facts[key] = _meet(facts.get(key, I64), bound)
@@ -697,6 +696,27 @@ def _iterations(op: tile.ForOp) -> range | None:
     return range(lb, ub, step)
 
 
+def _compared_bound(comparison: graph.Comparison, other: Info) -> Range | None:
+    """What `x OP other` says of x where it holds, None if nothing (`!=`): at most
+    other's largest value where x is never greater, at least its least where never
+    less, one beyond where they are never equal."""
+    low, high = I64
+    strict = 0 if comparison.equal else 1
+    if comparison.greater and comparison.less:
+        return None
+    return (
+        low if comparison.less else other.lo + strict,
+        high if comparison.greater else other.hi - strict,
+    )
+
+
+def _numpy_function(name: str) -> Callable[..., Any]:
+    """The numpy function an op's NUMPY fact names (`numpy.add`)."""
+    import numpy as np
+
+    return getattr(np, name.removeprefix("numpy."))  # type: ignore[no-any-return]
+
+
 def _numpy_apply(fn: str, args: list[Any]) -> Any:
     """Triton's integer semantics (truncating division) on arrays; None where a value
     might leave i32 (the exact mode proves only what stays inside i32)."""
@@ -708,32 +728,18 @@ def _numpy_apply(fn: str, args: list[Any]) -> Any:
     limit = I32[1]
     if any(span(a) > limit for a in args):
         return None
-    if fn in ("add", "sub", "mul", "minimum", "maximum", "floordiv", "mod") and len(args) == 2:
+    op = graph.FUNCTION_OPS.get(fn)
+    if op is not None and op.NUMPY is not None and len(args) == op.ARITY:
+        r = np.asarray(_numpy_function(op.NUMPY)(*args), dtype=np.int64)
+    elif fn in ("floordiv", "mod") and len(args) == 2:
         a, b = (np.asarray(x, dtype=np.int64) for x in args)
-        if fn == "add":
-            r = a + b
-        elif fn == "sub":
-            r = a - b
-        elif fn == "mul":
-            r = a * b
-        elif fn == "minimum":
-            r = np.minimum(a, b)
-        elif fn == "maximum":
-            r = np.maximum(a, b)
-        else:
-            if (b == 0).any():
-                return None
-            q = np.abs(a) // np.abs(b)
-            q = np.where((a < 0) != (b < 0), -q, q)
-            r = q if fn == "floordiv" else a - q * b
+        if (b == 0).any():
+            return None
+        q = np.abs(a) // np.abs(b)
+        q = np.where((a < 0) != (b < 0), -q, q)
+        r = q if fn == "floordiv" else a - q * b
     elif fn == "cast" and len(args) == 1:
         r = np.asarray(args[0], dtype=np.int64)
-    elif fn in COMPARE and len(args) == 2:
-        ops = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-               "eq": np.equal, "ne": np.not_equal}  # fmt: skip
-        r = ops[fn](args[0], args[1]).astype(np.int64)
-    elif fn == "where" and len(args) == 3:
-        r = np.where(np.asarray(args[0]) != 0, args[1], args[2]).astype(np.int64)
     else:
         return None
     if r.ndim == 0:

@@ -124,20 +124,18 @@ _BINARY: dict[Any, type[graph.GraphOp]] = {
     aten.pow.Scalar: graph.PowOp,
 }
 _COMPARE: dict[Any, type[graph.GraphOp]] = {}
-for _name, _cls in (
-    ("eq", graph.EqOp), ("ne", graph.NeOp), ("lt", graph.LtOp),
-    ("le", graph.LeOp), ("gt", graph.GtOp), ("ge", graph.GeOp),
-):  # fmt: skip
-    _COMPARE[getattr(aten, _name).Tensor] = _cls
-    _COMPARE[getattr(aten, _name).Scalar] = _cls
+for _cls in graph.ELEMENTWISE_OPS:
+    if _cls.COMPARISON is not None:  # aten names its comparisons as graph does
+        _COMPARE[getattr(aten, _cls.FN).Tensor] = _cls
+        _COMPARE[getattr(aten, _cls.FN).Scalar] = _cls
 
 
 def _binary(e: Emitter, node: fx.Node) -> SSAValue:
     cls = _BINARY[node.target]
     a, b = node.args[0], node.args[1]
     elem = out_elem(node)
-    if cls in (graph.DivOp, graph.PowOp) and elem not in FLOAT_TYPES:
-        raise Unsupported("integer division and power are not graph ops")
+    if issubclass(cls, graph.BinaryOp) and cls.KIND == "float" and elem not in FLOAT_TYPES:
+        raise Unsupported(f"integer {cls.FN} is not a graph op (graph.{cls.FN} takes floats)")
     lhs, rhs = e.operand(a, elem), e.operand(b, elem)
     alpha = node.kwargs.get("alpha", 1)
     if alpha != 1:

@@ -39,6 +39,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from irc.dialects import graph
 from irc.ir.types import ELEMENTS, HALF_NAMES, INT_NAMES, broadcast_shapes, numel
@@ -59,7 +60,10 @@ BINARY_OPS = [op for op in graph.BINARY_OPS if op.FUZZ.recipe in (None, "power")
 UNARY = tuple(op.FN for op in UNARY_OPS)
 COMPARE = tuple(op.FN for op in graph.BINARY_OPS if op.FUZZ.recipe == "compare")
 ACTIVATIONS = tuple(op.FN for op in graph.UNARY_OPS if op.FUZZ.activation)
-REDUCE = tuple(op.name.removeprefix("graph.") for op in graph.REDUCE_OPS)
+REDUCE_OPS = {op.name.removeprefix("graph."): op for op in graph.REDUCE_OPS}
+REDUCE = tuple(REDUCE_OPS)
+NORMALIZERS = tuple(op for op in graph.BINARY_OPS if op.FUZZ.normalizer)
+"""The binary ops `normalize` combines a value with a reduction of its rows by."""
 HALF = HALF_NAMES
 PRECISION = {n: e.mantissa for n, e in ELEMENTS.items() if e.kind == "float"}
 INTS = tuple(sorted(INT_NAMES, key=lambda n: ELEMENTS[n].bits))
@@ -111,8 +115,22 @@ class Skip(Exception):
     """The chosen op does not apply to the program so far; pick another."""
 
 
+def action(weight: int) -> Callable[[Callable[[Generator], Val]], Callable[[Generator], Val]]:
+    """Makes a method one of the generator's actions, drawn `weight` times in the sum of
+    all actions' weights (`Generator.ACTIONS`, in the order the methods are defined)."""
+
+    def mark(method: Callable[[Generator], Val]) -> Callable[[Generator], Val]:
+        method.action_weight = weight  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
+
 class Generator:
     """Builds one random program; `text()` prints it."""
+
+    ACTIONS: ClassVar[dict[str, int]]
+    """Each action (a method that adds ops) with its weight, from `@action`."""
 
     def __init__(self, seed: int, max_ops: int = 10):
         self.rng = random.Random(seed)
@@ -254,6 +272,7 @@ class Generator:
 
     # -- ops --
 
+    @action(20)
     def unary(self) -> Val:
         op = _draw(self.rng, UNARY_OPS)
         name, fuzz = op.FN, op.FUZZ
@@ -305,6 +324,7 @@ class Generator:
             return self.const(self.rng.choice(values), a.dtype, shape)
         return self.arg(self.compatible_shape(a.shape), a.dtype)
 
+    @action(25)
     def binary(self) -> Val:
         a = self.pick(lambda v: v.is_float or v.dtype in INTS)
         ops = [op for op in BINARY_OPS if a.is_float or op.KIND == "arith"]
@@ -321,13 +341,17 @@ class Generator:
         assert shape is not None
         if fuzz.domain == "positive":
             b = self.positive(b, fuzz.bound)
-        scale = {
+        exact = a.exact and b.exact and (op.EXACT if fuzz.exact is None else fuzz.exact)
+        return self.op(name, [a, b], shape, a.dtype, self.combined_scale(fuzz, a, b), exact)
+
+    @staticmethod
+    def combined_scale(fuzz: graph.Fuzz, a: Val, b: Val) -> float:
+        """The rough magnitude of a binary op's result on `a` and `b` (see Fuzz.scale)."""
+        return {
             "sum": a.scale + b.scale,
             "product": a.scale * b.scale,
             "max": max(a.scale, b.scale),
         }.get(fuzz.scale, a.scale)
-        exact = a.exact and b.exact and (op.EXACT if fuzz.exact is None else fuzz.exact)
-        return self.op(name, [a, b], shape, a.dtype, scale, exact)
 
     def clamp(self, v: Val, bound: float) -> Val:
         """min(max(v, -bound), bound): a hard bound, whatever the scale estimate says
@@ -359,6 +383,7 @@ class Generator:
         c = self.const(round(1.0 / math.sqrt(shape[-2]), 4), dtype)
         return self.op("mul", [w, c], shape, dtype, 1.0, False)
 
+    @action(4)
     def compare(self) -> Val:
         a = self.pick(lambda v: v.exact and v.dtype != "i1")
         b = self.partner(a, exact=True)
@@ -368,6 +393,7 @@ class Generator:
         assert shape is not None
         return self.op(self.rng.choice(COMPARE), [a, b], shape, "i1", 1.0, True)
 
+    @action(6)
     def where(self) -> Val:
         try:
             cond = self.pick(lambda v: v.dtype == "i1", rounding=False)
@@ -389,6 +415,7 @@ class Generator:
         exact = x.exact and y.exact
         return self.op("where", ops, shape, x.dtype, max(x.scale, y.scale), exact)
 
+    @action(6)
     def cast(self) -> Val:
         v = self.pick(lambda v: True, rounding=False)
         if v.is_float:
@@ -399,12 +426,14 @@ class Generator:
             raise Skip
         return self.cast_to(v, target)
 
+    @action(12)
     def reduce(self) -> Val:
-        name = self.rng.choice(REDUCE)
-        rounds = name in ("reduce_sum", "reduce_mean")
+        op = REDUCE_OPS[self.rng.choice(REDUCE)]
+        rounds = not op.COMBINER.EXACT  # a sum rounds; a max picks an element
         v = self.pick(lambda v: len(v.shape) >= 1 and v.dtype != "i1", rounding=rounds)
-        if name == "reduce_mean" and not v.is_float:
-            name = "reduce_sum"
+        if op.FLOAT_ONLY and not v.is_float:
+            op = graph.ReduceSumOp  # a mean's sum, on integers
+        name = op.name.removeprefix("graph.")
         rank = len(v.shape)
         r = self.rng.random()
         if r < 0.35:
@@ -418,12 +447,12 @@ class Generator:
         n = numel([v.shape[d] for d in dims])
         if rounds and n > MAX_SUMMED:
             raise Skip
-        if name == "reduce_sum":
+        if op is graph.ReduceSumOp:
             v = self.squash(v, 4.0 if v.dtype not in HALF else 2.0)
             scale = v.scale * max(1.0, float(n))
         else:
             scale = v.scale
-        if v.dtype in HALF and name in ("reduce_sum", "reduce_mean"):
+        if v.dtype in HALF and rounds:
             # Keep sums far from half precision's overflow.
             v = self.squash(v, 2.0)
         keep = self.rng.random() < 0.5
@@ -433,9 +462,10 @@ class Generator:
         if keep or self.rng.random() < 0.3:
             attrs += f", keepdim = {'true' if keep else 'false'}"
         attrs += "}"
-        exact = v.exact and name in ("reduce_max", "reduce_min")
+        exact = v.exact and op.COMBINER.EXACT
         return self.op(name, [v], shape, v.dtype, scale, exact, attrs)
 
+    @action(6)
     def matmul(self) -> Val:
         dtype = "f16" if self.rng.random() < 0.3 else "f32"
         batched = self.rng.random() < 0.3
@@ -475,6 +505,7 @@ class Generator:
         scale = a.scale * b.scale * math.sqrt(k) * 2
         return self.op("matmul", [a, b], out, a.dtype, scale, False)
 
+    @action(5)
     def transpose(self) -> Val:
         v = self.pick(lambda v: len(v.shape) >= 2, rounding=False)
         rank = len(v.shape)
@@ -486,6 +517,7 @@ class Generator:
         attrs = "{perm = [" + ", ".join(map(str, text)) + "]}"
         return self.op("transpose", [v], shape, v.dtype, v.scale, v.exact, attrs)
 
+    @action(5)
     def reshape(self) -> Val:
         v = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
         shape = list(v.shape)
@@ -511,6 +543,7 @@ class Generator:
             raise Skip
         return self.op("reshape", [v], new, v.dtype, v.scale, v.exact)
 
+    @action(3)
     def broadcast(self) -> Val:
         v = self.pick(lambda v: len(v.shape) < 3 or 1 in v.shape, rounding=False)
         new = [self.rng.choice(DIMS) if d == 1 and self.rng.random() < 0.7 else d for d in v.shape]
@@ -520,91 +553,14 @@ class Generator:
             raise Skip
         return self.op("broadcast", [v], new, v.dtype, v.scale, v.exact)
 
-    # -- indexing and generation (ops of models imported from PyTorch) --
-
-    def slice(self) -> Val:
-        v = self.pick(lambda v: any(d > 1 for d in v.shape), rounding=False)
-        start, end, step = [], [], []
-        for d in v.shape:
-            s = self.rng.randrange(d) if self.rng.random() < 0.5 else 0
-            e = self.rng.randint(s + 1, d) if self.rng.random() < 0.5 else d
-            start.append(s)
-            end.append(e)
-            step.append(self.rng.choice((1, 1, 2, 3)))
-        shape = [-(-(e - s) // k) for s, e, k in zip(start, end, step, strict=True)]
-        if tuple(shape) == v.shape:
-            raise Skip
-        attrs = f"{{start = {start}, end = {end}"
-        attrs += "}" if step == [1] * len(step) and self.rng.random() < 0.5 else f", step = {step}}}"
-        return self.op("slice", [v], shape, v.dtype, v.scale, v.exact, attrs)
-
-    def concat(self) -> Val:
-        v = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
-        dim = self.rng.randrange(len(v.shape))
-        parts = [v]
-        for _ in range(self.rng.randint(1, 2)):
-            size = self.rng.choice((1, 2, 5, v.shape[dim]))
-            shape = v.shape[:dim] + (size,) + v.shape[dim + 1 :]
-            same = [w for w in self.values if w.shape == shape and w.dtype == v.dtype]
-            w = self.rng.choice(same) if same and self.rng.random() < 0.6 else None
-            parts.append(w if w is not None and not w.noisy_half else self.arg(shape, v.dtype))
-        self.rng.shuffle(parts)
-        shape = list(v.shape)
-        shape[dim] = sum(p.shape[dim] for p in parts)
-        if numel(shape) > MAX_NUMEL:
-            raise Skip
-        text = dim - len(shape) if self.rng.random() < 0.2 else dim
-        scale = max(p.scale for p in parts)
-        exact = all(p.exact for p in parts)
-        return self.op("concat", parts, shape, v.dtype, scale, exact, f"{{dim = {text}}}")
-
-    def iota(self) -> Val:
-        """Each element its index: a column or row (a causal mask's halves) or a tensor."""
-        rank = self.rng.choice((1, 2, 2))
-        shape = list(self.random_shape(rank))
-        dim = self.rng.randrange(rank)
-        if rank == 2 and self.rng.random() < 0.5:
-            shape[1 - dim] = 1
-        dtype = self.rng.choice((*INTS, self.float_dtype()))
-        if dtype in HALF and shape[dim] > 256:
-            raise Skip  # f16 and bf16 hold every integer up to 2048 and 256 only
-        v = self.op("iota", [], shape, dtype, float(shape[dim]), True, f"{{dim = {dim}}}")
-        self.constants.add(v.name)
-        return v
-
-    def index_select(self) -> Val:
-        x = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
-        dim = self.rng.randrange(len(x.shape))
-        ishape = self.random_shape(self.rng.choice((0, 1, 1, 2)), limit=64)
-        shape = (*x.shape[:dim], *ishape, *x.shape[dim + 1 :])
-        if numel(shape) > MAX_NUMEL or len(shape) > 4:
-            raise Skip
-        idx = self.arg(ishape, self.rng.choice(INTS))  # drawn inside x's dim by random_inputs
-        return self.op("index_select", [x, idx], shape, x.dtype, x.scale, x.exact,
-                       f"{{dim = {dim}}}")  # fmt: skip
-
-    def gather(self) -> Val:
-        x = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
-        dim = self.rng.randrange(len(x.shape))
-        shape = tuple(
-            self.rng.choice(DIMS[:4]) if k == dim else self.rng.randint(1, d)
-            for k, d in enumerate(x.shape)
-        )
-        if numel(shape) > MAX_NUMEL:
-            raise Skip
-        idx = self.arg(shape, self.rng.choice(INTS))
-        return self.op("gather", [x, idx], shape, x.dtype, x.scale, x.exact, f"{{dim = {dim}}}")
-
-    def gelu_tanh(self) -> Val:
-        v = self.pick(lambda v: v.is_float)
-        return self.op("gelu", [v], v.shape, v.dtype, v.scale, False, '{approximate = "tanh"}')
-
+    @action(2)
     def softmax(self) -> Val:
         v = self.pick(lambda v: v.is_float and len(v.shape) >= 1)
         v = self.squash(v, 4.0)  # exp(x - max) keeps x's absolute error: |x| stays small
         dim = self.rng.randrange(len(v.shape))
         return self.op("softmax", [v], v.shape, v.dtype, 1.0, False, f"{{dim = {dim}}}")
 
+    @action(2)
     def layer_norm(self) -> Val:
         # Normalizing near-equal values is ill-conditioned (x - mean is all rounding,
         # times rsqrt(eps)): rows of at least 17 exact values, plus fresh standard
@@ -623,6 +579,7 @@ class Generator:
         attrs = "{dims = [" + ", ".join(map(str, dims)) + "], eps = 1.0e-5}"
         return self.op("layer_norm", [v, w, b], v.shape, v.dtype, 4.0, False, attrs)
 
+    @action(4)
     def normalize(self) -> Val:
         """`x (op) reduce(x)` broadcast back over the rows: a reduction epilogue."""
         rng = self.rng
@@ -637,27 +594,30 @@ class Generator:
         else:
             dims = sorted(rng.sample(range(rank), rng.randint(1, rank)))
         # Half-precision sums round twice here (sum, then the combination): max and min only.
-        names = ["reduce_max", "reduce_min"]
+        # (Sorted by name: a seed's program does not depend on the dialect's order.)
+        names = sorted(n for n, op in REDUCE_OPS.items() if op.COMBINER.EXACT)
         if v.dtype not in HALF and numel([v.shape[d] for d in dims]) <= MAX_SUMMED:
-            names += ["reduce_mean", "reduce_sum"]
+            names += sorted(n for n, op in REDUCE_OPS.items() if not op.COMBINER.EXACT)
         name = rng.choice(names)
+        op = REDUCE_OPS[name]
         # Without keepdim the reduced value broadcasts back only when the reduced dims lead.
         keep = dims != list(range(len(dims))) or rng.random() < 0.5
         shape = [1 if d in dims else s for d, s in enumerate(v.shape) if keep or d not in dims]
         n = numel([v.shape[d] for d in dims])
-        scale = v.scale * n if name == "reduce_sum" else v.scale
+        scale = v.scale * n if op is graph.ReduceSumOp else v.scale
         attrs = "{dims = [" + ", ".join(map(str, dims)) + f"], keepdim = {str(keep).lower()}}}"
-        exact = v.exact and name in ("reduce_max", "reduce_min")
-        red = self.op(name, [v], shape, v.dtype, scale, exact, attrs)
-        combine = rng.choice(["sub", "div", "mul", "add"])
-        if combine == "div":
-            d = self.positive(red)
-            return self.op("div", [v, d], v.shape, v.dtype, v.scale, False)
-        if combine == "mul":
-            red = self.squash(red, 4.0)
-            return self.op("mul", [v, red], v.shape, v.dtype, v.scale * red.scale, False)
-        return self.op(combine, [v, red], v.shape, v.dtype, v.scale + scale, v.exact and exact)
+        red = self.op(name, [v], shape, v.dtype, scale, v.exact and op.COMBINER.EXACT, attrs)
+        combine = rng.choice(NORMALIZERS)
+        fuzz = combine.FUZZ
+        if fuzz.domain == "positive":
+            red = self.positive(red, fuzz.bound)
+        elif fuzz.domain == "bounded":
+            red = self.squash(red, 4.0)  # as v is
+        exact = v.exact and red.exact and (combine.EXACT if fuzz.exact is None else fuzz.exact)
+        scale = self.combined_scale(fuzz, v, red)
+        return self.op(combine.FN, [v, red], v.shape, v.dtype, scale, exact)
 
+    @action(3)
     def gemm_block(self) -> Val:
         """A matmul with a prologue on an operand and an epilogue (bias, activation,
         scale, residual), in f32: the GEMM fusions of a linear layer."""
@@ -698,28 +658,91 @@ class Generator:
             y = self.op("add", [y, res], y.shape, "f32", y.scale + 1, False)
         return y
 
-    ACTIONS: dict[str, int] = {
-        "unary": 20,
-        "binary": 25,
-        "compare": 4,
-        "where": 6,
-        "cast": 6,
-        "reduce": 12,
-        "matmul": 6,
-        "transpose": 5,
-        "reshape": 5,
-        "broadcast": 3,
-        "softmax": 2,
-        "layer_norm": 2,
-        "normalize": 4,
-        "gemm_block": 3,
-        "slice": 3,
-        "concat": 2,
-        "iota": 1,
-        "index_select": 2,
-        "gather": 1,
-        "gelu_tanh": 1,
-    }
+    # -- indexing and generation (ops of models imported from PyTorch) --
+
+    @action(3)
+    def slice(self) -> Val:
+        v = self.pick(lambda v: any(d > 1 for d in v.shape), rounding=False)
+        start, end, step = [], [], []
+        for d in v.shape:
+            s = self.rng.randrange(d) if self.rng.random() < 0.5 else 0
+            e = self.rng.randint(s + 1, d) if self.rng.random() < 0.5 else d
+            start.append(s)
+            end.append(e)
+            step.append(self.rng.choice((1, 1, 2, 3)))
+        shape = [-(-(e - s) // k) for s, e, k in zip(start, end, step, strict=True)]
+        if tuple(shape) == v.shape:
+            raise Skip
+        attrs = f"{{start = {start}, end = {end}"
+        attrs += "}" if step == [1] * len(step) and self.rng.random() < 0.5 else f", step = {step}}}"
+        return self.op("slice", [v], shape, v.dtype, v.scale, v.exact, attrs)
+
+    @action(2)
+    def concat(self) -> Val:
+        v = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
+        dim = self.rng.randrange(len(v.shape))
+        parts = [v]
+        for _ in range(self.rng.randint(1, 2)):
+            size = self.rng.choice((1, 2, 5, v.shape[dim]))
+            shape = v.shape[:dim] + (size,) + v.shape[dim + 1 :]
+            same = [w for w in self.values if w.shape == shape and w.dtype == v.dtype]
+            w = self.rng.choice(same) if same and self.rng.random() < 0.6 else None
+            parts.append(w if w is not None and not w.noisy_half else self.arg(shape, v.dtype))
+        self.rng.shuffle(parts)
+        shape = list(v.shape)
+        shape[dim] = sum(p.shape[dim] for p in parts)
+        if numel(shape) > MAX_NUMEL:
+            raise Skip
+        text = dim - len(shape) if self.rng.random() < 0.2 else dim
+        scale = max(p.scale for p in parts)
+        exact = all(p.exact for p in parts)
+        return self.op("concat", parts, shape, v.dtype, scale, exact, f"{{dim = {text}}}")
+
+    @action(1)
+    def iota(self) -> Val:
+        """Each element its index: a column or row (a causal mask's halves) or a tensor."""
+        rank = self.rng.choice((1, 2, 2))
+        shape = list(self.random_shape(rank))
+        dim = self.rng.randrange(rank)
+        if rank == 2 and self.rng.random() < 0.5:
+            shape[1 - dim] = 1
+        dtype = self.rng.choice((*INTS, self.float_dtype()))
+        if dtype in HALF and shape[dim] > 256:
+            raise Skip  # f16 and bf16 hold every integer up to 2048 and 256 only
+        v = self.op("iota", [], shape, dtype, float(shape[dim]), True, f"{{dim = {dim}}}")
+        self.constants.add(v.name)
+        return v
+
+    @action(2)
+    def index_select(self) -> Val:
+        x = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
+        dim = self.rng.randrange(len(x.shape))
+        ishape = self.random_shape(self.rng.choice((0, 1, 1, 2)), limit=64)
+        shape = (*x.shape[:dim], *ishape, *x.shape[dim + 1 :])
+        if numel(shape) > MAX_NUMEL or len(shape) > 4:
+            raise Skip
+        idx = self.arg(ishape, self.rng.choice(INTS))  # drawn inside x's dim by random_inputs
+        return self.op("index_select", [x, idx], shape, x.dtype, x.scale, x.exact,
+                       f"{{dim = {dim}}}")  # fmt: skip
+
+    @action(1)
+    def gather(self) -> Val:
+        x = self.pick(lambda v: len(v.shape) >= 1, rounding=False)
+        dim = self.rng.randrange(len(x.shape))
+        shape = tuple(
+            self.rng.choice(DIMS[:4]) if k == dim else self.rng.randint(1, d)
+            for k, d in enumerate(x.shape)
+        )
+        if numel(shape) > MAX_NUMEL:
+            raise Skip
+        idx = self.arg(shape, self.rng.choice(INTS))
+        return self.op("gather", [x, idx], shape, x.dtype, x.scale, x.exact, f"{{dim = {dim}}}")
+
+    @action(1)
+    def gelu_tanh(self) -> Val:
+        v = self.pick(lambda v: v.is_float)
+        return self.op("gelu", [v], v.shape, v.dtype, v.scale, False, '{approximate = "tanh"}')
+
 
     # -- the program --
 
@@ -777,6 +800,13 @@ class Generator:
             + "".join(line + "\n" for line in self.lines)
             + f"  return {names} : {types}\n}}\n"
         )
+
+
+Generator.ACTIONS = {
+    name: method.action_weight
+    for name, method in vars(Generator).items()
+    if hasattr(method, "action_weight")
+}
 
 
 def generate(seed: int, max_ops: int = 10) -> str:
