@@ -305,7 +305,7 @@ def attention_shape(kernel: loop.KernelOp, parallel: tuple[int, ...]) -> KernelS
                     (head,) = loop.int_list(inner.bounds)
         if isinstance(op, loop.ReduceOp) and op.contract is not None:
             half = op.result.type in HALF_TYPES
-    from irc.lowering.attention_to_tile import band_of  # the lowering imports this module
+    from irc.analysis.key_band import band_of
 
     banded = band_of(kernel) is not None
     return KernelShape(KernelKind.ATTENTION, parallel, (keys, head), half, banded=banded)

@@ -24,10 +24,10 @@ from torch.testing import assert_close
 from xdsl.ir import Block
 
 import irc
-from irc.analysis import bounds
+from irc.analysis import bounds, key_band
 from irc.dialects import graph, loop, tile
 from irc.ir.types import ELEMENT_TYPES, FLOAT_NAMES, INT_NAMES
-from irc.lowering import attention_to_tile, graph_to_loop, loop_to_tile, tile_to_triton
+from irc.lowering import graph_to_loop, loop_to_tile, tile_to_triton
 from irc.passes import fuse, fuse_attention
 from irc.testing import graphgen, reference
 
@@ -139,7 +139,7 @@ def test_every_level_has_an_entry(op: type[graph.ElementwiseOp]) -> None:
     assert bounds.COMPARE.get(op.FN) == op.COMPARISON
     # attention's causal mask: an order between row and key index.
     order = op.COMPARISON is not None and op.COMPARISON.order
-    assert (op.FN in attention_to_tile.COMPARISONS) == order
+    assert (op.FN in key_band.COMPARISONS) == order
     # fusion's cost model.
     assert (op in fuse.CHEAP_OPS) == (op.COST is graph.Cost.CHEAP)
     # the reference interpreter.
