@@ -136,11 +136,13 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
             for x, rb, w in ((4, 1024, 8), (8, 256, 4), (8, 512, 8), (16, 256, 8), (32, 128, 8)):
                 if x <= next_pow2(rows) and rb <= full:
                     out.append(Tiling((x, rb), w))
-        for rb in (1024, 2048, 4096, 8192):  # rows streamed in chunks (vocabulary rows)
+        for rb in (1024, 2048, 4096, 8192, 16384):  # rows streamed in chunks (vocabulary)
             if rb < full:
-                for w in (4, 8, 16):
-                    if w <= 8 or rb >= 256 * w:  # 16 warps: 8 elements a thread or more
+                for w in (4, 8, 16, 32):
+                    if 4 * 32 * w <= rb <= 16 * 32 * w:  # 4 to 16 elements a thread
                         out.append(Tiling((1, rb), w))
+                        if shape.row_reads > 1 and rows > 1:  # one program an SM walks them
+                            out.append(Tiling((1, rb), w, persistent=True))
     else:
         *_, m, n = shape.parallel
         (k,) = shape.reduction

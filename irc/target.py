@@ -36,7 +36,6 @@ from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import numel
 from irc.passes.tile import (
-    L2_BYTES,
     KernelShape,
     Tiling,
     kernel_shape,
@@ -57,14 +56,12 @@ class Target:
     epilogue_warps: int = 8  # most warps of a reduction with an element-wise epilogue
     reason: str = "default tiling"
     sms: int = 132  # SMs, which a reduction's grid must fill (split-reduction)
-    l2_bytes: int = L2_BYTES  # L2, which a looped row's second read should hit (tile)
     splits: int = 8192  # most chunks a full reduction is split into (split-reduction)
     interpreted: bool = False  # Triton's interpreter: `interpreter_tiling` re-tiles kernels
 
     def tile_pass(self) -> str:
         """The `tile` step of a pipeline, with this target's options."""
         gpu = f" sms={self.sms}" if self.sms != Target.sms else ""
-        gpu += f" l2-bytes={self.l2_bytes}" if self.l2_bytes != Target.l2_bytes else ""
         return (
             f"tile{{block={self.block} thread-elements={self.thread_elements} "
             f"epilogue-warps={self.epilogue_warps}{gpu}}}"
@@ -87,10 +84,8 @@ def dram_gbps(props: Mapping[str, int]) -> float:
 
 
 def target_for(props: Mapping[str, int]) -> Target:
-    """The target for a GPU described by Triton's `get_device_properties` (and its L2
-    size, `l2_bytes`, which Triton leaves out: torch's `L2_cache_size`)."""
+    """The target for a GPU described by Triton's `get_device_properties`."""
     sms = props["multiprocessor_count"]
-    l2 = props.get("l2_bytes", L2_BYTES)
     per_sm = dram_gbps(props) / sms
     if per_sm < SMALL_TILES_BELOW_GBPS_PER_SM:
         return Target(
@@ -99,9 +94,8 @@ def target_for(props: Mapping[str, int]) -> Target:
             16,
             f"{per_sm:.0f} GB/s an SM: 512-element programs, 2 a thread; up to 16 warps a row",
             sms,
-            l2_bytes=l2,
         )
-    return Target(reason=f"{per_sm:.0f} GB/s an SM: default tiling", sms=sms, l2_bytes=l2)
+    return Target(reason=f"{per_sm:.0f} GB/s an SM: default tiling", sms=sms)
 
 
 def cuda_target() -> Target:
@@ -113,7 +107,6 @@ def cuda_target() -> Target:
         utils = driver.active.utils
         device = torch.cuda.current_device()
         props = dict(utils.get_device_properties(device))
-        props["l2_bytes"] = torch.cuda.get_device_properties(device).L2_cache_size
         return target_for(props)
     except Exception as e:  # noqa: BLE001 (another Triton or driver: fall back, say why)
         return Target(reason=f"default tiling (device properties unavailable: {e})")

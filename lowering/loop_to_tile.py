@@ -585,8 +585,8 @@ class KernelTranslator:
     def persistent_rows(self) -> None:
         """Looped rows, persistent: each program walks row blocks `pid, pid + programs,
         ...`, so that only a program an SM holds a row at a time and the row's second
-        read (the epilogue's, or the second reduction's) finds it in L2 (`tile`'s
-        `long_row_tiling`)."""
+        read (the epilogue's, or the second reduction's) finds it in L2 (an autotuning
+        candidate; `tile`'s `long_row_tiling` says why it is not the default)."""
         block = Block(arg_types=[I32, I32])
         with self.scope(block=block):
             row_id, _ = block.args

@@ -15,8 +15,8 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
 - reduction of rows of R elements: if next_pow2(R) <= `persistent_rblock`
   (default 8192) the whole row sits in registers ("persistent") and several rows
   share a program so that a program holds about 4096 elements; otherwise one
-  row at a time, looped in chunks of `rblock` (default 4096), persistent where
-  the rows in flight would crowd L2 (`long_row_tiling`). Rows that are
+  row a program, looped in chunks of 32 warps, at most `rblock` (default
+  8192) elements (`long_row_tiling`). Rows that are
   only reduced get a warp per 256 elements a program holds, up to 32: more
   loads in flight, 1-2% faster at 8192 a row on an H100 and an H200 than 8.
   Where an element-wise epilogue (`loop.foreach`) reads the rows again they
@@ -80,9 +80,11 @@ class KernelShape:
     """A reduction whose streamed loads are contiguous along a kept dim, not the
     reduced one (a column sum): that kept dim's size (0 for row reductions)."""
     element_bytes: int = 4  # the widest element the reduction streams
-    epilogue_tiles: int = 0
-    """A contraction's full-size epilogue operands (a SwiGLU's other half): Triton
-    stages each output-sized tile of them through shared memory."""
+    epilogue_bytes: int = 2
+    """A contraction's bytes an output element of the output-sized tiles its epilogue
+    stages through shared memory: each full-size output it stores (the product, a
+    residual sum, the square of it in f32 for the next RMS norm) and each full-size
+    operand it reads (a SwiGLU's other half), at their element sizes."""
     across: int = -1
     """Element-wise kernels: the parallel dim that an access is contiguous along
     when it is not the last one (a transposed operand: `x.T + y`), else -1."""
@@ -200,17 +202,18 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                     default=4,
                 )
                 inside = set(op.body.walk())
-                tiles = sum(
-                    1
-                    for load in kernel.body.walk()
-                    if isinstance(load, loop.LoadOp)
-                    and load not in inside
-                    and sum(d > 1 for d in load.buffer.type.get_shape()) >= 2  # type: ignore[attr-defined]
+                staged = sum(
+                    element_bytes(access.buffer.type.element_type)  # type: ignore[attr-defined]
+                    for access in kernel.body.walk()
+                    if isinstance(access, loop.LoadOp | loop.StoreOp)
+                    and access not in inside
+                    and sum(d > 1 for d in access.buffer.type.get_shape()) >= 2  # type: ignore[attr-defined]
                 )
                 bounds = tuple(loop.int_list(op.bounds))
                 return KernelShape(
-                    kind, parallel, bounds, half, element_bytes=operand_bytes, epilogue_tiles=tiles
-                )
+                    kind, parallel, bounds, half, element_bytes=operand_bytes,
+                    epilogue_bytes=max(2, staged),
+                )  # fmt: skip
     if kind is KernelKind.ATTENTION:
         return attention_shape(kernel, parallel)
     if kind is KernelKind.REDUCTION:
@@ -365,42 +368,26 @@ class Tiling:
     persistent: bool = False
 
 
-L2_BYTES = 50 * 2**20
-"""L2 cache of an H100 or an H200 (`irc.target` reads the GPU's own)."""
-LONG_ROW_CHUNK = 4096
-"""Elements of a looped row a program loads a step (the `rblock` option): 8 a
-thread of `LONG_ROW_WARPS` warps, 16 bytes of bf16 or two 16-byte loads of f32."""
-LONG_ROW_WARPS = 16
-WARPS_PER_SM = 64
-"""Warps an SM runs at once (2048 threads on an H100 or H200)."""
-L2_SHARE = 2
-"""Rows in flight may fill 1/L2_SHARE of L2: the rest holds other data, and a
-line's place is set by its address, not by free space."""
-"""Programs of `LONG_ROW_WARPS` warps an SM runs at once (64 warps an SM)."""
+LONG_ROW_CHUNK = 8192
+"""Most elements of a looped row a program loads a step (the `rblock` option)."""
 
 
-def long_row_tiling(
-    shape: KernelShape, rblock: int = LONG_ROW_CHUNK, sms: int = 132, l2_bytes: int = L2_BYTES
-) -> Tiling:
+def long_row_tiling(shape: KernelShape, rblock: int = LONG_ROW_CHUNK) -> Tiling:
     """A row too long for registers: one row a program, looped in chunks.
 
-    A row read twice (a softmax's statistics, then its output; a max, then a
-    sum of exps) costs one read from DRAM only where the second read finds the
-    row in L2. That holds while the rows in flight, `sms x programs an SM x row
-    bytes`, fit a share of L2: 4096 rows of a 50,257-token vocabulary (100 KB
-    in bf16) launched one program a row put 2-4 programs an SM, 26-53 MB in
-    flight on an H100's 132 SMs and 50 MB L2, and read most rows twice from
-    DRAM. Where they would not fit, the kernel is persistent: one program an
-    SM walks the rows (loop-to-tile's `persistent_rows`), 13 MB in flight.
-    Rows read once stream one program a row.
+    A chunk is 32 warps' worth of elements, 4 a thread for 2-byte elements and 8
+    for wider ones. Measured on an H100 (softmax of 4096 x 50,257 bf16 and f32, of
+    1000 x 32,003 f16, logsumexp of 4096 x 32,000 bf16; chunks of 4096 to 16384,
+    8 to 32 warps): the fastest or within 7% of it on each (f32 wants more bytes
+    in flight a thread than bf16, whose rows of the same bytes hold twice the
+    elements to compute on). A persistent kernel (one program an SM walks the
+    rows, so that fewer rows are in flight and a row's second read finds it in
+    L2) was 20-75% slower on every one of them: one program an SM keeps too few
+    loads in flight. Persistent rows stay an autotuning candidate.
     """
-    rows, r = numel(shape.parallel), numel(shape.reduction)
-    chunk = min(rblock, next_pow2(r))
-    warps = max(1, min(LONG_ROW_WARPS, chunk // 256))
-    row_bytes = r * shape.element_bytes
-    in_flight = sms * (WARPS_PER_SM // warps) * row_bytes
-    persistent = shape.row_reads > 1 and rows > sms and in_flight * L2_SHARE > l2_bytes
-    return Tiling((1, chunk), warps, persistent=persistent)
+    e = min(8, 2 * shape.element_bytes)
+    chunk = min(rblock, MAX_WARPS * 32 * e, next_pow2(numel(shape.reduction)))
+    return Tiling((1, chunk), max(1, min(MAX_WARPS, chunk // (32 * e))))
 
 
 def _warps(elements: int, thread_elements: int = 8, most: int = 8) -> int:
@@ -415,7 +402,6 @@ def choose_tiling(
     thread_elements: int = 8,
     epilogue_warps: int = 8,
     sms: int = 132,
-    l2_bytes: int = L2_BYTES,
 ) -> Tiling:
     """The heuristic of this module's docstring (`sms`: the GPU's SMs, which a
     column reduction's tiles should fill)."""
@@ -435,7 +421,7 @@ def choose_tiling(
             if shape.epilogue:  # the rows stay in registers until the epilogue's store
                 return Tiling((x, full), _warps(x * full, 16, most=epilogue_warps))
             return Tiling((x, full), _warps(x * full, 8, most=32))
-        return long_row_tiling(shape, rblock, sms, l2_bytes)
+        return long_row_tiling(shape, rblock)
     if shape.kind == "attention":
         return attention_tiling(shape)
     return gemm_tiling(shape, sms)
@@ -495,7 +481,7 @@ def gemm_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
         rate = t.rate
         for bk in (64, 32, 16):
             need = gemm_shared_bytes(
-                t.bm, t.bn, bk, t.stages, shape.element_bytes, shape.epilogue_tiles
+                t.bm, t.bn, bk, t.stages, shape.element_bytes, shape.epilogue_bytes
             )
             if need <= SHARED_BYTES:
                 c = cost(t.bm, t.bn, rate)
@@ -576,13 +562,16 @@ SHARED_BYTES = 227 * 1024
 
 
 def gemm_shared_bytes(
-    bm: int, bn: int, bk: int, stages: int, operand_bytes: int, epilogue_tiles: int = 0
+    bm: int, bn: int, bk: int, stages: int, operand_bytes: int, epilogue_bytes: int = 2
 ) -> int:
     """Shared memory of a pipelined GEMM program: `stages` copies of its A and B
-    tiles as loaded, and the half-precision output tile its epilogue stores, plus
-    one such tile for each full-size operand the epilogue reads (a SwiGLU's
-    `silu(a) * (x @ w)` needed 240 KB at K steps of 64 on an H100)."""
-    return stages * (bm * bk + bk * bn) * operand_bytes + bm * bn * 2 * (1 + epilogue_tiles)
+    tiles as loaded, and `epilogue_bytes` an output element for the tiles its
+    epilogue stages (KernelShape.epilogue_bytes). Measured by Triton on an H100: a
+    SwiGLU's `silu(a) * (x @ w)` (a bf16 output, a bf16 operand: 4 bytes) needed
+    240 KB at 128x256 tiles and K steps of 64; a Llama block's `h + a @ wo` that
+    also stores `float(h)**2` (bf16 and f32 outputs, a bf16 operand: 8 bytes)
+    needed 262,144 bytes at 128x128, 4 stages, K steps of 64, exactly this sum."""
+    return stages * (bm * bk + bk * bn) * operand_bytes + bm * bn * epilogue_bytes
 
 
 LINE_BYTES = 128
@@ -687,8 +676,8 @@ def tiling_of(kernel: loop.KernelOp) -> Tiling:
 
 @dataclass(frozen=True)
 class TilePass(ModulePass):
-    """`tile{block=1024 rblock=4096 persistent-rblock=8192 thread-elements=8 epilogue-warps=8
-    sms=132 l2-bytes=52428800}`."""
+    """`tile{block=1024 rblock=8192 persistent-rblock=8192 thread-elements=8 epilogue-warps=8
+    sms=132}`."""
 
     name = "tile"
     levels = ("loop",)
@@ -702,7 +691,6 @@ class TilePass(ModulePass):
     """The GPU's SM count (`irc.target` sets it): SMs the output tiles of a contraction
     are shared among (`gemm_tiling`), that column reductions' tiles fill, and that
     the rows sharing an operand fill (`shared_rows_tiling`)."""
-    l2_bytes: int = L2_BYTES
 
     def __post_init__(self) -> None:
         """Block sizes are Triton blocks: powers of two, at most its largest."""
@@ -716,7 +704,6 @@ class TilePass(ModulePass):
             why="1024 threads a program",
         )  # fmt: skip
         check_option("tile", "sms", self.sms, 1, 1 << 16)
-        check_option("tile", "l2_bytes", self.l2_bytes, 0)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in op.walk():
@@ -730,7 +717,6 @@ class TilePass(ModulePass):
                 self.thread_elements,
                 self.epilogue_warps,
                 self.sms,
-                self.l2_bytes,
             )
             set_tiling(kernel, t)
 

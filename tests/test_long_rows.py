@@ -1,5 +1,6 @@
-"""Rows too long for registers: chunks and persistence follow the GPU's L2 (tile's
-`long_row_tiling`), and persistent row programs compute what torch does."""
+"""Rows too long for registers: one program a row in chunks (tile's
+`long_row_tiling`), and persistent row programs (an autotuning candidate)
+compute what torch does."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import torch
 from xdsl.dialects.builtin import ModuleOp
 
 import irc
+from irc.autotune import candidates
 from irc.compiler import triton_source
+from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
-from irc.passes.tile import L2_BYTES, KernelShape, choose_tiling
+from irc.passes.tile import KernelShape, Tiling, choose_tiling, set_tiling
 from irc.pipeline import LOWERING
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
@@ -30,22 +33,12 @@ def vocab_softmax(rows: int, vocab: int, element_bytes: int, reads: int = 2) -> 
     )
 
 
-def test_vocabulary_rows_read_twice_walk_persistently_one_program_an_sm() -> None:
-    # 4096 rows of 50,257 bf16 (100 KB): one program a row would keep 4 programs
-    # of 16 warps an SM, 53 MB in flight on 132 SMs, more than half a 50 MB L2.
+def test_vocabulary_rows_stream_one_program_a_row_in_chunks_of_32_warps() -> None:
+    # 4 elements a thread of bf16, 8 of f32 (long_row_tiling's measurements).
     t = choose_tiling(vocab_softmax(4096, 50257, 2))
-    assert t.block == (1, 4096) and t.warps == 16 and t.persistent
-    assert choose_tiling(vocab_softmax(4096, 50257, 4)).persistent
-
-
-def test_the_choice_follows_the_gpu_model_not_the_shape() -> None:
-    shape = vocab_softmax(4096, 50257, 2)
-    # An L2 that holds every row in flight, or few rows: one program a row.
-    assert not choose_tiling(shape, l2_bytes=1 << 30).persistent
-    assert not choose_tiling(vocab_softmax(100, 50257, 2)).persistent
-    # Fewer SMs: fewer rows in flight, which fit.
-    assert not choose_tiling(shape, sms=16).persistent
-    assert choose_tiling(shape, sms=132, l2_bytes=L2_BYTES).persistent
+    assert t.block == (1, 4096) and t.warps == 32 and not t.persistent
+    t = choose_tiling(vocab_softmax(4096, 50257, 4))
+    assert t.block == (1, 8192) and t.warps == 32 and not t.persistent
 
 
 def test_rows_read_once_stream_one_program_a_row() -> None:
@@ -53,9 +46,18 @@ def test_rows_read_once_stream_one_program_a_row() -> None:
     assert t.block == (1, 4096) and not t.persistent
 
 
-def test_short_looped_rows_get_a_chunk_of_their_own_size() -> None:
-    t = choose_tiling(vocab_softmax(4096, 9000, 4), persistent_rblock=4096, rblock=8192)
-    assert t.block == (1, 8192) and t.warps == 16
+def test_rblock_caps_the_chunk_and_the_warps_follow_it() -> None:
+    t = choose_tiling(vocab_softmax(4096, 50257, 4), rblock=2048)
+    assert t.block == (1, 2048) and t.warps == 8
+    t = choose_tiling(vocab_softmax(4096, 9000, 4), persistent_rblock=4096, rblock=1 << 16)
+    assert t.block == (1, 8192) and t.warps == 32
+
+
+def test_persistent_rows_are_an_autotuning_candidate_of_rows_read_twice() -> None:
+    twice = candidates(vocab_softmax(4096, 50257, 2))
+    assert any(t.persistent and t.block[0] == 1 for t in twice)
+    once = candidates(vocab_softmax(4096, 50257, 2, reads=1))
+    assert not any(t.persistent for t in once)
 
 
 PROGRAMS = {
@@ -81,13 +83,16 @@ func @f(%x: tensor<ROWSxCOLSxDT>) -> tensor<ROWSxDT> {
 
 
 def persistent_module(program: str, rows: int, cols: int, dtype: str) -> ModuleOp:
-    """`program` lowered to tile kernels for a GPU of 2 SMs and 64 KB of L2: rows in
-    flight one program a row would not fit, so the kernel is persistent."""
+    """`program` lowered to tile kernels whose looped rows are persistent, in chunks of
+    1024, as autotuning may choose (tile.py's `set_tiling` past the tile pass)."""
     text = PROGRAMS[program].replace("ROWS", str(rows)).replace("COLS", str(cols))
     module = irc.parse(text.replace("DT", dtype))
-    passes = ["fuse", *LOWERING]
-    passes[passes.index("tile")] = "tile{sms=2 l2-bytes=65536 rblock=1024 persistent-rblock=1024}"
-    irc.run_pipeline(module, ",".join(passes))
+    tile_at = LOWERING.index("tile") + 1
+    irc.run_pipeline(module, ",".join(["fuse", *LOWERING[:tile_at]]))
+    kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    assert len(kernels) == 1
+    set_tiling(kernels[0], Tiling((1, 1024), 4, persistent=True))
+    irc.run_pipeline(module, ",".join(LOWERING[tile_at:]))
     return module
 
 

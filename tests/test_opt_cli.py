@@ -227,7 +227,7 @@ def test_dump_pass_pipeline_round_trips_through_p(tmp_path: Path) -> None:
     status, _, err = opt(
         tmp_path, "-p", "decompose,graph-to-loop,tile{block=256}", "--dump-pass-pipeline"
     )
-    assert "tile{block=256 rblock=4096 " in _pipeline(err)[1]
+    assert "tile{block=256 rblock=8192 " in _pipeline(err)[1]
 
 
 def test_dump_pass_pipeline_once_for_split_input(tmp_path: Path) -> None:

@@ -20,7 +20,14 @@ from irc.autotune import candidates
 from irc.compiler import CompiledModule
 from irc.dialects import loop, tile
 from irc.lowering.tile_to_triton import emit_triton
-from irc.passes.tile import KernelShape, Tiling, choose_tiling, kernel_shape, set_tiling
+from irc.passes.tile import (
+    KernelShape,
+    Tiling,
+    choose_tiling,
+    kernel_shape,
+    set_tiling,
+    tiling_of,
+)
 from irc.pipeline import AFTER_TILING, run_pipeline
 from irc.runtime.launch import persistent_grid
 from irc.syntax.printer import print_module
@@ -304,7 +311,7 @@ def test_gemm_with_a_full_size_epilogue_operand_takes_smaller_tiles() -> None:
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
     (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
     assert list(loop.int_list(kernel.block)) == [128, 128, 64]
-    assert kernel_shape(kernel).epilogue_tiles == 1
+    assert kernel_shape(kernel).epilogue_bytes == 4  # the bf16 output and the bf16 gate
     # A bias vector is no tile: mm_bias_relu keeps its K steps of 64.
     shape = KernelShape("contraction", (4096, 4096), (4096,), True, element_bytes=2)
     assert choose_tiling(shape).block == (128, 256, 64)
@@ -316,9 +323,33 @@ def test_gemm_whose_big_tiles_never_fit_takes_smaller_ones() -> None:
     from irc.passes.tile import SHARED_BYTES, gemm_shared_bytes
 
     shape = KernelShape(
-        "contraction", (2048, 1536), (1000,), True, element_bytes=4, epilogue_tiles=2
+        "contraction", (2048, 1536), (1000,), True, element_bytes=4, epilogue_bytes=6
     )
-    assert gemm_shared_bytes(128, 256, 16, 3, 4, 2) > SHARED_BYTES
+    assert gemm_shared_bytes(128, 256, 16, 3, 4, 6) > SHARED_BYTES
     t = choose_tiling(shape)
     assert t.block[:2] != (128, 256)
-    assert gemm_shared_bytes(*t.block, t.stages, 4, 2) <= SHARED_BYTES
+    assert gemm_shared_bytes(*t.block, t.stages, 4, 6) <= SHARED_BYTES
+
+
+def test_gemm_storing_two_outputs_counts_both_in_shared_memory() -> None:
+    """A Llama block's `h = x + a @ wo` that also stores `float(h)**2` (the next RMS
+    norm's input): bf16 and f32 outputs and a bf16 operand, 8 bytes an output
+    element. 128x128 tiles of 4 stages at K steps of 64 needed 262,144 bytes on an
+    H100 (Triton's OutOfResources, over 232,448): the tiling must fit."""
+    from irc.passes.tile import SHARED_BYTES, gemm_shared_bytes
+
+    text = """func @f(%x: tensor<4096x2048xbf16>, %a: tensor<4096x2048xbf16>, %w: tensor<2048x2048xbf16>) -> (tensor<4096x2048xbf16>, tensor<4096x2048xf32>) {
+  %y = graph.matmul %a, %w : tensor<4096x2048xbf16>
+  %h = graph.add %x, %y : tensor<4096x2048xbf16>
+  %f = graph.cast %h : tensor<4096x2048xf32>
+  %q = graph.mul %f, %f : tensor<4096x2048xf32>
+  return %h, %q : tensor<4096x2048xbf16>, tensor<4096x2048xf32>
+}"""
+    module = irc.parse(text, "residual.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
+    (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    shape = kernel_shape(kernel)
+    assert shape.epilogue_bytes == 2 + 4 + 2
+    assert gemm_shared_bytes(128, 128, 64, 4, 2, shape.epilogue_bytes) == 262144
+    t = tiling_of(kernel)
+    assert gemm_shared_bytes(*t.block, t.stages, 2, shape.epilogue_bytes) <= SHARED_BYTES
