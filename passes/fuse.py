@@ -46,14 +46,14 @@ from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.dialects import graph
 from irc.dialects.graph import row_geometry
 from irc.ir.kernel_kind import NAME_PREFIX, GeometryMismatch, KernelKind, RowGeometry
-from irc.ir.types import HALF_TYPES, element_bytes, element_of, numel, shape_of
+from irc.ir.types import HALF_TYPES, element_bytes, element_of, int_array, numel, shape_of
 from irc.passes.fuse_attention import (
     Blocked,
     attention_problem,
@@ -1335,24 +1335,94 @@ SWAPPED_OPERAND_WHY = (
 )
 
 
+FMA_DOT_KINDS = (KernelKind.CONTRACTION, KernelKind.ATTENTION)
+
+
 def copy_swapped_operands(block: Block, counter: list[int], report: FusionReport) -> None:
     """A transpose that swaps the matrix dims of an operand of a matmul computed in
-    f32 or f64 (FMA units) becomes a copy kernel of its own, so the GEMM reads it
-    row-major: a view is free for element-wise readers, not for an FMA dot."""
+    f32 or f64 (FMA units), in a GEMM or an attention kernel, reads a row-major copy
+    made by a kernel of its own: a view is free for element-wise readers, not for an
+    FMA dot. Where the views under the transpose keep the matrix dims (grouped-query
+    attention's K: heads reshaped and broadcast), the copy is of the value under
+    them, and the views are made again over it, so that the repeated heads are read
+    in place, not written."""
     for op in list(block.ops):
         for v in _fma_matmul_operands(op):
             view = v.owner
-            if isinstance(view, graph.TransposeOp) and _swaps_matrix_dims(view):
+            if not (isinstance(view, graph.TransposeOp) and _swaps_matrix_dims(view)):
+                continue
+            below = _views_keeping_matrix_dims(view.operands[0])
+            if below is not None and below[1]:
+                base, chain = below
+                name = _kernel_name([view], KernelKind.POINTWISE, counter)
+                swapped = _swapped_transpose(base)
+                view.parent_block().insert_op_before(swapped, view)  # type: ignore[union-attr]
+                copy = _copy_kernel(swapped, name)
+                top = copy.results[0]
+                for old in chain:
+                    new = type(old).create(
+                        operands=[top],
+                        result_types=[_swap_last_two(old.results[0].type)],
+                        properties=dict(old.properties),
+                    )
+                    new.location = old.location
+                    view.parent_block().insert_op_before(new, view)  # type: ignore[union-attr]
+                    top = new.results[0]
+                view.results[0].replace_all_uses_with(top)
+                block.erase_op(view)
+                for old in reversed(chain):  # the repeat over the old K, now unread
+                    if not old.results[0].uses:
+                        block.erase_op(old)
+            elif not _repeats_elements(view.operands[0]):
                 name = _kernel_name([view], KernelKind.POINTWISE, counter)
                 _copy_kernel(view, name)
-                report.copies[name] = SWAPPED_OPERAND_WHY
+            else:
+                continue
+            report.copies[name] = SWAPPED_OPERAND_WHY
+
+
+def _views_keeping_matrix_dims(v: SSAValue) -> tuple[SSAValue, list[Operation]] | None:
+    """The value under `v`'s views and those views, bottom up, if each keeps the
+    last two dims as they are (reshapes and broadcasts of the leading dims,
+    transposes of them): a transpose of those two dims then commutes with them."""
+    chain: list[Operation] = []
+    while isinstance(v.owner, VIEW_OPS):
+        op = v.owner
+        src, dst = shape_of(op.operands[0].type), shape_of(op.results[0].type)
+        if len(src) < 2 or len(dst) < 2 or src[-2:] != dst[-2:]:
+            return None
+        if isinstance(op, graph.SliceOp):
+            return None
+        if isinstance(op, graph.TransposeOp) and loop_perm(op)[-2:] != [len(src) - 2, len(src) - 1]:
+            return None
+        chain.append(op)
+        v = op.operands[0]
+    return v, chain[::-1]
+
+
+def _swap_last_two(t: Attribute) -> TensorType[Attribute]:
+    shape = list(shape_of(t))
+    shape[-2], shape[-1] = shape[-1], shape[-2]
+    return TensorType(element_of(t), shape)
+
+
+def _swapped_transpose(v: SSAValue) -> graph.TransposeOp:
+    """`v` with its last two dims swapped, as a graph.transpose."""
+    rank = len(shape_of(v.type))
+    perm = [*range(rank - 2), rank - 1, rank - 2]
+    op = graph.TransposeOp.create(
+        operands=[v], result_types=[_swap_last_two(v.type)], properties={"perm": int_array(perm)}
+    )
+    if isinstance(v.owner, Operation):
+        op.location = v.owner.location
+    return op
 
 
 def _fma_matmul_operands(op: Operation) -> list[SSAValue]:
     """The values `op` (a matmul, or a contraction kernel) multiplies on FMA units."""
     if isinstance(op, graph.MatmulOp):
         return [] if element_of(op.results[0].type) in HALF_TYPES else list(op.operands)
-    if not isinstance(op, graph.FusedOp) or op.kernel_kind() is not KernelKind.CONTRACTION:
+    if not isinstance(op, graph.FusedOp) or op.kernel_kind() not in FMA_DOT_KINDS:
         return []
     outer = dict(zip(op.body.block.args, op.operands, strict=True))
     return [
@@ -1361,6 +1431,17 @@ def _fma_matmul_operands(op: Operation) -> list[SSAValue]:
         for v in _fma_matmul_operands(inner)
         if v in outer
     ]
+
+
+def _repeats_elements(v: SSAValue) -> bool:
+    """Whether `v` is a view through a broadcast: a copy of it would write every
+    repeat, which the kernel reads in place (where the views keep the matrix dims
+    the copy is made under them instead: `_views_keeping_matrix_dims`)."""
+    while isinstance(v.owner, VIEW_OPS):
+        if isinstance(v.owner, graph.BroadcastOp):
+            return True
+        v = v.owner.operands[0]
+    return False
 
 
 def _swaps_matrix_dims(op: graph.TransposeOp) -> bool:
