@@ -21,9 +21,10 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from irc.analysis.verifier import verify
-from irc.dialects import tile
+from irc.dialects import loop, tile
 from irc.gcpause import paused_gc
 from irc.ir.value_names import set_value_name
+from irc.passes.tile import set_tiling, tiling_of
 from irc.pipeline import LOWERING, lowest_level, module_levels, run_pipeline
 from irc.runtime.loader import (
     interpreted_triton_error,
@@ -66,9 +67,18 @@ def lower_to_tile(
         passes[passes.index("split-reduction")] = target.split_pass()
     if tf32:
         passes[passes.index("loop-to-tile")] += "{tf32=true}"
+    # A loop-level input's tilings are the user's (the IR shows them so that they can
+    # be written by hand): kept, where the tile pass and the interpreter's re-tiling
+    # would choose their own. Kernels that come without one are tiled.
+    written = {
+        k: tiling_of(k) for k in module.walk() if isinstance(k, loop.KernelOp) and k.block is not None
+    }
     run_pipeline(module, ",".join(passes[:tiled]), verify_each=verify_each)
     if target is not None:
         target.retile(module)
+    for kernel, tiling in written.items():
+        if kernel.parent is not None:  # split-reduction may have replaced it
+            set_tiling(kernel, tiling)
     if autotune is not None:
         from irc.autotune import autotune_module
 

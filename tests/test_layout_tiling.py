@@ -469,6 +469,40 @@ def test_permute_with_a_broadcast_weight_matches_torch() -> None:
 # --- the autotuner's search space ---------------------------------------------------------
 
 
+def target_for_device(device: str) -> object:
+    from irc.target import cuda_target, interpreter_target
+
+    return cuda_target() if device == "cuda" else interpreter_target()
+
+
+def test_a_loop_level_module_keeps_its_written_tilings() -> None:
+    """The tile pass and the interpreter's re-tiling leave a hand-written tiling of a
+    loop-level input alone (the IR shows tilings so that they can be overridden)."""
+    from irc.passes.tile import Tiling, set_tiling, tiling_of
+
+    text = """func @f(%x: tensor<300x70xf32>) -> tensor<70xf32> {
+  %s = graph.reduce_sum %x {dims = [0]} : tensor<70xf32>
+  return %s : tensor<70xf32>
+}
+"""
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
+    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    mine = Tiling((16, 32), 2)
+    assert tiling_of(k) != mine
+    set_tiling(k, mine)
+    written = irc.parse(irc.print_module(module), "t.loop.ir")  # as a user would pass it
+    lower_to_tile(written, target=target_for_device(DEVICE))
+    (tk,) = [t for t in written.walk() if isinstance(t, tile.KernelOp)]
+    assert tk.warps.value.data == 2
+    assert any(
+        isinstance(op, tile.ArangeOp) and op.result.type.get_shape() == (32,) for op in tk.walk()
+    )
+    x = torch.randn(300, 70)
+    got = irc.compile(irc.parse(irc.print_module(module), "t.loop.ir"), device="cpu").f(x)
+    assert_close(got, x.sum(0), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -495,5 +529,9 @@ def test_autotune_candidates_of_new_shapes_verify_and_match_torch(text: str) -> 
         copy = module.clone()
         (kc,) = [c for c in copy.walk() if isinstance(c, loop.KernelOp)]
         set_tiling(kc, Tiling(option.block, option.warps))
+        # The candidate is what runs: a loop-level module keeps its written tilings.
+        lowered = lower_to_tile(copy.clone(), target=target_for_device(DEVICE))
+        (tk,) = [t for t in lowered.walk() if isinstance(t, tile.KernelOp)]
+        assert tk.warps.value.data == option.warps
         compiled = irc.compile(copy, device=DEVICE)
         assert_close(compiled.f(*inputs), want)
