@@ -36,6 +36,7 @@ from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import numel
 from irc.passes.tile import (
+    SHARED_BYTES,
     KernelShape,
     Tiling,
     kernel_shape,
@@ -56,12 +57,15 @@ class Target:
     epilogue_warps: int = 8  # most warps of a reduction with an element-wise epilogue
     reason: str = "default tiling"
     sms: int = 132  # SMs, which a reduction's grid must fill (split-reduction)
+    shared_bytes: int = SHARED_BYTES  # shared memory a program may use (GEMM, attention tiles)
     splits: int = 8192  # most chunks a full reduction is split into (split-reduction)
     interpreted: bool = False  # Triton's interpreter: `interpreter_tiling` re-tiles kernels
 
     def tile_pass(self) -> str:
         """The `tile` step of a pipeline, with this target's options."""
         gpu = f" sms={self.sms}" if self.sms != Target.sms else ""
+        if self.shared_bytes != Target.shared_bytes:
+            gpu += f" shared-bytes={self.shared_bytes}"
         return (
             f"tile{{block={self.block} thread-elements={self.thread_elements} "
             f"epilogue-warps={self.epilogue_warps}{gpu}}}"
@@ -84,8 +88,11 @@ def dram_gbps(props: Mapping[str, int]) -> float:
 
 
 def target_for(props: Mapping[str, int]) -> Target:
-    """The target for a GPU described by Triton's `get_device_properties`."""
+    """The target for a GPU described by Triton's `get_device_properties` (its
+    `max_shared_mem` is what one program may use: 232,448 bytes on an H100, 166,912
+    on an A100, 101,376 on consumer Ada and Ampere GPUs)."""
     sms = props["multiprocessor_count"]
+    shared = props.get("max_shared_mem", SHARED_BYTES)
     per_sm = dram_gbps(props) / sms
     if per_sm < SMALL_TILES_BELOW_GBPS_PER_SM:
         return Target(
@@ -94,8 +101,9 @@ def target_for(props: Mapping[str, int]) -> Target:
             16,
             f"{per_sm:.0f} GB/s an SM: 512-element programs, 2 a thread; up to 16 warps a row",
             sms,
+            shared_bytes=shared,
         )
-    return Target(reason=f"{per_sm:.0f} GB/s an SM: default tiling", sms=sms)
+    return Target(reason=f"{per_sm:.0f} GB/s an SM: default tiling", sms=sms, shared_bytes=shared)
 
 
 def cuda_target() -> Target:

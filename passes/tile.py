@@ -295,6 +295,11 @@ def transposed_dim(kernel: loop.KernelOp) -> int:
     return max(votes, key=lambda d: votes[d]) if votes else -1
 
 
+SHARED_BYTES = 227 * 1024
+"""Shared memory a program may use on an H100 or H200 (Triton's limit there): the
+`tile` pass's default; `irc.target` reads the GPU's own (`shared-bytes`)."""
+
+
 def attention_shape(kernel: loop.KernelOp, parallel: tuple[int, ...]) -> KernelShape:
     """An attention's sizes: parallel [batch, rows, value dim]; reduction (keys,
     head dim), the softmax's loop and the scores' contraction."""
@@ -314,14 +319,14 @@ def attention_shape(kernel: loop.KernelOp, parallel: tuple[int, ...]) -> KernelS
     return KernelShape(KernelKind.ATTENTION, parallel, (keys, head), half, banded=banded)
 
 
-def attention_tiling(shape: KernelShape) -> Tiling:
+def attention_tiling(shape: KernelShape, shared_bytes: int = SHARED_BYTES) -> Tiling:
     """FlashAttention-2's tiles, from a program's registers and shared memory.
 
     A program keeps a [BM, E] f32 accumulator and a [BM, BN] block of f32 scores
     (then probabilities) live across the key loop: at most
     `ATTENTION_LIVE_F32` of them a thread, with 4 warps where they fit, else 8.
     Its shared memory holds the Q rows and `stages` K and V tiles in flight:
-    two programs must fit an SM (`SHARED_BYTES`), so that one's softmax runs
+    two programs must fit an SM (`shared_bytes`), so that one's softmax runs
     while the other's dots do; stages go down from 3 (2 for f32) to 2 before
     BN goes down from 128 to 64 (a wider key tile rescales the accumulator
     half as often). Rows: 128, or 64 (one warp group's dot) under a banded
@@ -347,11 +352,22 @@ def attention_tiling(shape: KernelShape) -> Tiling:
         if live > ATTENTION_LIVE_F32 * 32 * warps:
             continue
         for stages in (3, 2) if shape.half else (2,):
-            if 2 * operand * (bm * bd + stages * bn * (bd + be)) <= SHARED_BYTES:
+            if 2 * operand * (bm * bd + stages * bn * (bd + be)) <= shared_bytes:
                 return Tiling((bm, bn), warps, stages)
-    # Two programs do not fit an SM (f32 heads of 128): one, with 64 keys a step.
+    # Two programs do not fit an SM (f32 heads of 128): one, with 64 keys a step, or
+    # fewer keys, stages and rows where a GPU's shared memory is smaller still.
+    stages = 3 if shape.half else 2
     bn = min(64, max(16, next_pow2(keys)))
-    return Tiling((bm, bn), 8 if bm * (be + bn) > 16384 else 4, 3 if shape.half else 2)
+    while operand * (bm * bd + stages * bn * (bd + be)) > shared_bytes:
+        if bn > 16:
+            bn //= 2
+        elif stages > 1:
+            stages -= 1
+        elif bm > 16:
+            bm //= 2
+        else:
+            break
+    return Tiling((bm, bn), 8 if bm * (be + bn) > 16384 else 4, stages)
 
 
 ATTENTION_LIVE_F32 = 192
@@ -402,9 +418,11 @@ def choose_tiling(
     thread_elements: int = 8,
     epilogue_warps: int = 8,
     sms: int = 132,
+    shared_bytes: int = SHARED_BYTES,
 ) -> Tiling:
     """The heuristic of this module's docstring (`sms`: the GPU's SMs, which a
-    column reduction's tiles should fill)."""
+    column reduction's tiles should fill; `shared_bytes`: shared memory a program
+    may use, which bounds GEMM and attention tiles)."""
     if shape.kind == "pointwise" and shape.across >= 0:
         return transpose_tiling(shape)
     if shape.kind == "pointwise":
@@ -423,8 +441,8 @@ def choose_tiling(
             return Tiling((x, full), _warps(x * full, 8, most=32))
         return long_row_tiling(shape, rblock)
     if shape.kind == "attention":
-        return attention_tiling(shape)
-    return gemm_tiling(shape, sms)
+        return attention_tiling(shape, shared_bytes)
+    return gemm_tiling(shape, sms, shared_bytes)
 
 
 @dataclass(frozen=True)
@@ -452,7 +470,7 @@ SHORT_K_STEP_RATE = 0.8
 """A halved K step (32 instead of 64: more barriers per product): 54 -> 67 us."""
 
 
-def gemm_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
+def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_BYTES) -> Tiling:
     """A contraction's tiles, from a model of wave quantization.
 
     The output tiles are shared among `sms` SMs in rounds; a kernel takes as long
@@ -483,7 +501,7 @@ def gemm_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
             need = gemm_shared_bytes(
                 t.bm, t.bn, bk, t.stages, shape.element_bytes, shape.epilogue_bytes
             )
-            if need <= SHARED_BYTES:
+            if need <= shared_bytes:
                 c = cost(t.bm, t.bn, rate)
                 if c < best_cost:
                     best_cost = c
@@ -557,8 +575,6 @@ def transpose_tiling(shape: KernelShape) -> Tiling:
     return Tiling((a, b), max(1, min(8, a * b // 512)))
 
 
-SHARED_BYTES = 227 * 1024
-"""Shared memory a program may use on an H100 or H200 (Triton's limit there)."""
 
 
 def gemm_shared_bytes(
@@ -677,7 +693,7 @@ def tiling_of(kernel: loop.KernelOp) -> Tiling:
 @dataclass(frozen=True)
 class TilePass(ModulePass):
     """`tile{block=1024 rblock=8192 persistent-rblock=8192 thread-elements=8 epilogue-warps=8
-    sms=132}`."""
+    sms=132 shared-bytes=232448}`."""
 
     name = "tile"
     levels = ("loop",)
@@ -691,6 +707,9 @@ class TilePass(ModulePass):
     """The GPU's SM count (`irc.target` sets it): SMs the output tiles of a contraction
     are shared among (`gemm_tiling`), that column reductions' tiles fill, and that
     the rows sharing an operand fill (`shared_rows_tiling`)."""
+    shared_bytes: int = SHARED_BYTES
+    """Shared memory a program may use (`irc.target` reads the GPU's): it bounds the
+    tiles and stages of GEMMs (`gemm_tiling`) and attentions (`attention_tiling`)."""
 
     def __post_init__(self) -> None:
         """Block sizes are Triton blocks: powers of two, at most its largest."""
@@ -704,6 +723,7 @@ class TilePass(ModulePass):
             why="1024 threads a program",
         )  # fmt: skip
         check_option("tile", "sms", self.sms, 1, 1 << 16)
+        check_option("tile", "shared_bytes", self.shared_bytes, 16 * 1024)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for kernel in op.walk():
@@ -717,6 +737,7 @@ class TilePass(ModulePass):
                 self.thread_elements,
                 self.epilogue_warps,
                 self.sms,
+                self.shared_bytes,
             )
             set_tiling(kernel, t)
 

@@ -184,3 +184,54 @@ def test_irc_opt_autotune_starts_from_the_gpus_tiling(
     assert run([str(path), "--fuse", "--autotune", "--emit", "triton"], stdout=out) == 0
     assert Tiling((512,), 8) in seen
     assert "tl.arange(0, 512)" in out.getvalue()
+
+
+A100 = {"mem_clock_rate": 1_593_000, "mem_bus_width": 5120, "multiprocessor_count": 108,
+        "max_shared_mem": 166_912}  # fmt: skip
+ADA = {"mem_clock_rate": 10_501_000, "mem_bus_width": 384, "multiprocessor_count": 128,
+       "max_shared_mem": 101_376}  # fmt: skip
+
+
+def test_shared_memory_comes_from_the_gpu_and_reaches_the_tile_pass() -> None:
+    t = target_for(A100)
+    assert t.shared_bytes == 166_912 and "shared-bytes=166912" in t.tile_pass()
+    (p,) = build_pipeline(t.tile_pass())
+    assert isinstance(p, TilePass) and p.shared_bytes == 166_912
+    assert "shared-bytes" not in target_for({**H100, "max_shared_mem": 232_448}).tile_pass()
+
+
+@pytest.mark.parametrize("props", [A100, ADA], ids=["a100", "ada"])
+def test_gemm_and_attention_tiles_fit_a_smaller_gpus_shared_memory(props: dict[str, int]) -> None:
+    """The H100's big GEMM tiles (128x256x64, 3 stages: 192 KB of bf16 operands) and
+    attention tiles do not fit an A100 (163 KB) or an Ada GPU (99 KB): what the tile
+    pass picks there must."""
+    from irc.passes.tile import KernelShape, choose_tiling, gemm_shared_bytes
+
+    limit = props["max_shared_mem"]
+    t = target_for(props)
+    gemm = KernelShape("contraction", (4096, 4096), (4096,), True, element_bytes=2)
+    big = choose_tiling(gemm, sms=t.sms)
+    assert gemm_shared_bytes(*big.block, big.stages, 2) > limit  # the H100's choice
+    fit = choose_tiling(gemm, sms=t.sms, shared_bytes=limit)
+    assert gemm_shared_bytes(*fit.block, fit.stages, 2) <= limit
+    for half, head in ((True, 64), (True, 128), (False, 128)):
+        shape = KernelShape("attention", (8, 4096, head), (4096, head), half)
+        a = choose_tiling(shape, shared_bytes=limit)
+        bm, bn = a.block
+        operand = 2 if half else 4
+        assert operand * (bm * head + a.stages * bn * 2 * head) <= limit, (half, head, a)
+
+
+def test_a_smaller_gpus_gemm_compiles_within_its_shared_memory() -> None:
+    text = """func @f(%a: tensor<1024x512xbf16>, %b: tensor<512x1024xbf16>) -> tensor<1024x1024xbf16> {
+  %y = graph.matmul %a, %b : tensor<1024x1024xbf16>
+  return %y : tensor<1024x1024xbf16>
+}
+"""
+    from irc.passes.tile import gemm_shared_bytes
+
+    module = irc.parse(text)
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction," + target_for(ADA).tile_pass())
+    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    t = tiling_of(k)
+    assert gemm_shared_bytes(*t.block, t.stages, 2) <= ADA["max_shared_mem"]
