@@ -137,3 +137,55 @@ def test_a_transposed_broadcast_of_the_matrix_dims_is_read_in_place() -> None:
     x, w = torch.randn(16, 8), torch.randn(1, 8)
     (got,) = irc.compile(irc.parse(text, "<test>"), device="cpu").run("f", [x, w])
     assert_close(got, x @ w.expand(12, 8).t(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_copy_under_a_batch_transpose_and_a_reshape_matches_torch() -> None:
+    """The views under the matrix transpose keep the matrix dims (a transpose of the
+    batch dims, a reshape of them): the copy is made of `w` itself, and the views are
+    made again over it with the matrix dims swapped."""
+    text = """func @f(%x: tensor<15x6x4xf32>, %w: tensor<3x5x3x4xf32>) -> tensor<15x6x3xf32> {
+  %p = graph.transpose %w {perm = [1, 0, 2, 3]} : tensor<5x3x3x4xf32>
+  %r = graph.reshape %p : tensor<15x3x4xf32>
+  %t = graph.transpose %r {perm = [0, 2, 1]} : tensor<15x4x3xf32>
+  %y = graph.matmul %x, %t : tensor<15x6x3xf32>
+  return %y : tensor<15x6x3xf32>
+}
+"""
+    module = irc.parse(text, "<test>")
+    fuse_module(module)
+    (copy,) = [
+        op
+        for op in module.walk()
+        if isinstance(op, graph.FusedOp) and str(op.kernel_kind()) == "pointwise"
+    ]
+    assert copy.operands[0].type.get_shape() == (3, 5, 3, 4)  # w itself, not its views
+    assert copy.results[0].type.get_shape() == (3, 5, 4, 3)
+    torch.manual_seed(4)
+    x, w = torch.randn(15, 6, 4), torch.randn(3, 5, 3, 4)
+    (got,) = irc.compile(irc.parse(text, "<test>"), device="cpu").run("f", [x, w])
+    want = x @ w.permute(1, 0, 2, 3).reshape(15, 3, 4).transpose(1, 2)
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_reshape_of_the_matrix_dims_under_the_transpose_copies_the_transpose() -> None:
+    """A reshape that moves elements between the matrix dims does not commute with
+    their swap: the transpose itself is copied."""
+    text = """func @f(%x: tensor<4x6xf32>, %w: tensor<2x3x4xf32>) -> tensor<4x4xf32> {
+  %r = graph.reshape %w : tensor<4x6xf32>
+  %t = graph.transpose %r {perm = [1, 0]} : tensor<6x4xf32>
+  %y = graph.matmul %x, %t : tensor<4x4xf32>
+  return %y : tensor<4x4xf32>
+}
+"""
+    module = irc.parse(text, "<test>")
+    fuse_module(module)
+    (copy,) = [
+        op
+        for op in module.walk()
+        if isinstance(op, graph.FusedOp) and str(op.kernel_kind()) == "pointwise"
+    ]
+    assert copy.results[0].type.get_shape() == (6, 4)
+    torch.manual_seed(5)
+    x, w = torch.randn(4, 6), torch.randn(2, 3, 4)
+    (got,) = irc.compile(irc.parse(text, "<test>"), device="cpu").run("f", [x, w])
+    assert_close(got, x @ w.reshape(4, 6).t(), rtol=1e-5, atol=1e-5)
