@@ -235,3 +235,10 @@ def test_a_smaller_gpus_gemm_compiles_within_its_shared_memory() -> None:
     (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
     t = tiling_of(k)
     assert gemm_shared_bytes(*t.block, t.stages, 2) <= ADA["max_shared_mem"]
+
+
+def test_shared_bytes_below_any_gpus_is_a_clear_error() -> None:
+    from irc.syntax.diagnostics import IrcError
+
+    with pytest.raises(IrcError, match="shared-bytes"):
+        build_pipeline("tile{shared-bytes=100}")
