@@ -13,7 +13,9 @@ other in turns on the pw5 and mul-add-relu workloads:
 
 Both load 8 bytes an element; the `tile` pass scales the elements a thread of
 other kernels to the same loaded bytes (`irc.passes.tile.pointwise_tiling`).
-The tile pass's `sms` is the SM count, which a kernel's grid should fill.
+The tile pass's `sms` is the SM count, which a kernel's grid should fill, and
+its `shared-bytes` the shared memory one program may use (Triton's
+`max_shared_mem`), which bounds GEMM and attention tiles.
 
 Reductions whose rows an element-wise epilogue reads again (softmax, layer
 norm) follow the same split: the H200 is fastest with at most 8 warps for a
