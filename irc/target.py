@@ -114,9 +114,7 @@ def cuda_target() -> Target:
         import torch
         from triton.runtime import driver
 
-        utils = driver.active.utils
-        device = torch.cuda.current_device()
-        props = dict(utils.get_device_properties(device))
+        props = driver.active.utils.get_device_properties(torch.cuda.current_device())
         return target_for(props)
     except Exception as e:  # noqa: BLE001 (another Triton or driver: fall back, say why)
         return Target(reason=f"default tiling (device properties unavailable: {e})")

@@ -1356,7 +1356,7 @@ def copy_swapped_operands(block: Block, counter: list[int], report: FusionReport
                 base, chain = below
                 name = _kernel_name([view], KernelKind.POINTWISE, counter)
                 swapped = _swapped_transpose(base)
-                view.parent_block().insert_op_before(swapped, view)  # type: ignore[union-attr]
+                block.insert_op_before(swapped, view)
                 copy = _copy_kernel(swapped, name)
                 top = copy.results[0]
                 for old in chain:
@@ -1366,7 +1366,7 @@ def copy_swapped_operands(block: Block, counter: list[int], report: FusionReport
                         properties=dict(old.properties),
                     )
                     new.location = old.location
-                    view.parent_block().insert_op_before(new, view)  # type: ignore[union-attr]
+                    block.insert_op_before(new, view)
                     top = new.results[0]
                 view.results[0].replace_all_uses_with(top)
                 block.erase_op(view)
@@ -1419,7 +1419,8 @@ def _swapped_transpose(v: SSAValue) -> graph.TransposeOp:
 
 
 def _fma_matmul_operands(op: Operation) -> list[SSAValue]:
-    """The values `op` (a matmul, or a contraction kernel) multiplies on FMA units."""
+    """The values `op` (a matmul, or a contraction or attention kernel) multiplies on
+    FMA units."""
     if isinstance(op, graph.MatmulOp):
         return [] if element_of(op.results[0].type) in HALF_TYPES else list(op.operands)
     if not isinstance(op, graph.FusedOp) or op.kernel_kind() not in FMA_DOT_KINDS:

@@ -32,6 +32,18 @@ def _kinds(text: str) -> list[str]:
     return [str(op.kernel_kind()) for op in module.walk() if isinstance(op, graph.FusedOp)]
 
 
+def _copy_kernel_of(text: str) -> graph.FusedOp:
+    """The one copy kernel (kind pointwise) that fuse gives `text`."""
+    module = irc.parse(text, "<test>")
+    fuse_module(module)
+    (copy,) = [
+        op
+        for op in module.walk()
+        if isinstance(op, graph.FusedOp) and str(op.kernel_kind()) == "pointwise"
+    ]
+    return copy
+
+
 def test_an_f32_linear_layer_copies_its_transposed_weight_and_matches_torch() -> None:
     text = LINEAR.replace("DT", "f32")
     assert sorted(_kinds(text)) == ["contraction", "pointwise"]
@@ -151,13 +163,7 @@ def test_a_copy_under_a_batch_transpose_and_a_reshape_matches_torch() -> None:
   return %y : tensor<15x6x3xf32>
 }
 """
-    module = irc.parse(text, "<test>")
-    fuse_module(module)
-    (copy,) = [
-        op
-        for op in module.walk()
-        if isinstance(op, graph.FusedOp) and str(op.kernel_kind()) == "pointwise"
-    ]
+    copy = _copy_kernel_of(text)
     assert copy.operands[0].type.get_shape() == (3, 5, 3, 4)  # w itself, not its views
     assert copy.results[0].type.get_shape() == (3, 5, 4, 3)
     torch.manual_seed(4)
@@ -177,13 +183,7 @@ def test_a_reshape_of_the_matrix_dims_under_the_transpose_copies_the_transpose()
   return %y : tensor<4x4xf32>
 }
 """
-    module = irc.parse(text, "<test>")
-    fuse_module(module)
-    (copy,) = [
-        op
-        for op in module.walk()
-        if isinstance(op, graph.FusedOp) and str(op.kernel_kind()) == "pointwise"
-    ]
+    copy = _copy_kernel_of(text)
     assert copy.results[0].type.get_shape() == (6, 4)
     torch.manual_seed(5)
     x, w = torch.randn(4, 6), torch.randn(2, 3, 4)
