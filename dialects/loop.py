@@ -19,6 +19,7 @@ graph op and the index arithmetic (`add`, `mul`, `floordiv`, `mod` on `index`):
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from xdsl.dialects.builtin import (
@@ -236,6 +237,7 @@ class KernelOp(IRDLOperation):
                 lengths=lengths[kernel_kind(self)],
                 power_of_two=True,
             )
+            self._check_block_elements()
             pointwise = kernel_kind(self) == KernelKind.POINTWISE
             if pointwise and len(self.block) == 2 and len(self.parallel_bounds()) < 2:
                 raise VerifyException(
@@ -247,6 +249,23 @@ class KernelOp(IRDLOperation):
         if self.stages is not None:
             check_int(self, "stages", self.stages, 1, MAX_STAGES)
         check_flag(self, "persistent", self.persistent)
+
+    def _check_block_elements(self) -> None:
+        """Each tile a program holds is one Triton block of at most MAX_BLOCK elements:
+        the whole block of an element-wise kernel or a reduction, a scores tile
+        [BM, BN] of an attention, each of a GEMM's [BM, BK], [BK, BN] and [BM, BN]."""
+        block = int_list(self.block)  # type: ignore[arg-type]
+        if len(block) == 3:
+            bm, bn, bk = block
+            tiles = {"[BM, BK]": bm * bk, "[BK, BN]": bk * bn, "[BM, BN]": bm * bn}
+        else:
+            tiles = {"program's": math.prod(block)}
+        for what, elements in tiles.items():
+            if elements > MAX_BLOCK:
+                raise VerifyException(
+                    f"loop.kernel: block = {block} makes a {what} tile of {elements} "
+                    f"elements; a Triton block holds at most {MAX_BLOCK}"
+                )
 
     def parallel_bounds(self) -> list[int]:
         return int_list(self.bounds)

@@ -15,6 +15,7 @@ Host functions stay at the loop level (`loop.alloc`) and start kernels with
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -109,7 +110,8 @@ def _check_result(op: Operation, shape: tuple[int, ...], element: Attribute | No
 
 
 def check_kernel_values(op: Operation) -> None:
-    """Kernel ops stand in a tile.kernel, and hold no `index` values (Triton has none)."""
+    """Kernel ops stand in a tile.kernel, hold no `index` values (Triton has none),
+    and no block of more than MAX_BLOCK elements (Triton's largest)."""
     if not op.name.startswith("tile.") or isinstance(op, KernelOp | LaunchOp):
         return
     kernel = op.parent_op()
@@ -128,6 +130,11 @@ def check_kernel_values(op: Operation) -> None:
             raise VerifyException(
                 f"{op.name}: a tile kernel has no index values (Triton has no index type); "
                 "use i32 or i64"
+            )
+        if isinstance(t, TensorType) and math.prod(t.get_shape()) > MAX_BLOCK:
+            raise VerifyException(
+                f"{op.name}: a block of {math.prod(t.get_shape())} elements "
+                f"({format_type(t)}); a Triton block holds at most {MAX_BLOCK}"
             )
 
 
