@@ -46,7 +46,6 @@ from irc.syntax.diagnostics import IrcError, op_location
 INDEX = IndexType()
 
 
-
 def memref_of(t: Attribute) -> MemRefType[Attribute]:
     assert isinstance(t, TensorType)
     return MemRefType(t.element_type, list(t.get_shape()))
@@ -120,29 +119,54 @@ def _strides(shape: Sequence[int]) -> list[int]:
     return out
 
 
+def reshape_groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """The reshape's reassociation (MLIR's collapse/expand groups): runs of source
+    and result dims of equal products, split wherever both prefix products meet.
+    Dims of size 1 belong to no group (their index is always 0)."""
+    src_dims = [d for d, n in enumerate(src) if n != 1]
+    dst_dims = [d for d, n in enumerate(dst) if n != 1]
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(src_dims) or j < len(dst_dims):
+        a, b = [src_dims[i]], [dst_dims[j]]
+        pa, pb = src[a[0]], dst[b[0]]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                a.append(src_dims[i])
+                pa, i = pa * src[src_dims[i]], i + 1
+            else:
+                b.append(dst_dims[j])
+                pb, j = pb * dst[dst_dims[j]], j + 1
+        groups.append((a, b))
+    return groups
+
+
 def _reshape_map(src: Sequence[int], dst: Sequence[int]) -> IndexMap:
-    """Row-major: linearize the result index, then split it by the source shape."""
+    """Row-major, group by group: linearize the result dims of a group, then split
+    that index by the group's source dims. A group of one dim each way is the index
+    itself, so `[B, H, T, D] -> [B * H, T, D]` divides only the merged dims."""
+    groups = reshape_groups(src, dst)
 
     def index_map(kb: KernelBuilder, idx: list[SSAValue]) -> list[SSAValue]:
-        linear: SSAValue | None = None
-        for i, stride in zip(idx, _strides(dst), strict=True):
-            term = i if stride == 1 else kb.index_apply("mul", i, kb.index_const(stride))
-            linear = term if linear is None else kb.index_apply("add", linear, term)
-        if linear is None:
-            linear = kb.index_const(0)
-        out: list[SSAValue] = []
-        for d, (size, stride) in enumerate(zip(src, _strides(src), strict=True)):
-            if size == 1:
-                out.append(kb.index_const(0))
-                continue
-            v = (
-                linear
-                if stride == 1
-                else kb.index_apply("floordiv", linear, kb.index_const(stride))
-            )
-            if d > 0:
-                v = kb.index_apply("mod", v, kb.index_const(size))
-            out.append(v)
+        out: list[SSAValue] = [kb.index_const(0)] * len(src)
+        for src_dims, dst_dims in groups:
+            linear: SSAValue | None = None
+            sizes = [dst[d] for d in dst_dims]
+            for d, stride in zip(dst_dims, _strides(sizes), strict=True):
+                term = (
+                    idx[d] if stride == 1 else kb.index_apply("mul", idx[d], kb.index_const(stride))
+                )
+                linear = term if linear is None else kb.index_apply("add", linear, term)
+            assert linear is not None
+            sizes = [src[d] for d in src_dims]
+            for k, (d, stride) in enumerate(zip(src_dims, _strides(sizes), strict=True)):
+                v = (
+                    linear
+                    if stride == 1
+                    else kb.index_apply("floordiv", linear, kb.index_const(stride))
+                )
+                out[d] = v if k == 0 else kb.index_apply("mod", v, kb.index_const(src[d]))
         return out
 
     return index_map
@@ -674,8 +698,10 @@ def returned_reshapes(ret: func.ReturnOp) -> dict[SSAValue, SSAValue]:
         v = r
         while isinstance(v.owner, graph.ReshapeOp):
             v = v.owner.operands[0]
-        if v is not r and isinstance(v.owner, Operation) and not isinstance(
-            v.owner, (*VIEW_OPS, graph.ConstantOp)
+        if (
+            v is not r
+            and isinstance(v.owner, Operation)
+            and not isinstance(v.owner, (*VIEW_OPS, graph.ConstantOp))
         ):
             base_of[r] = v
     returned = set(ret.operands)
