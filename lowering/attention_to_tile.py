@@ -26,8 +26,9 @@ import math
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, StringAttr, f64, i64
-from xdsl.ir import Attribute, Block, SSAValue
+from xdsl.ir import Block, SSAValue
 
+from irc.analysis.dot_operands import dot_factors, narrowed
 from irc.analysis.key_band import KeyBand, attention_parts, key_band
 from irc.dialects import loop, tile
 from irc.ir.types import ELEMENT_TYPES, F32, HALF_TYPES, numel
@@ -48,13 +49,6 @@ def _score_dots(block: Block) -> list[loop.ReduceOp]:
     return [
         op for op in block.walk() if isinstance(op, loop.ReduceOp) and op.contract is not None
     ]
-
-
-def _factors(op: loop.ReduceOp) -> tuple[SSAValue, SSAValue]:
-    product = op.body.block.last_op.values[0].owner  # type: ignore[union-attr]
-    assert isinstance(product, loop.ApplyOp) and product.fn.data == "mul"
-    a, b = product.args
-    return a, b
 
 
 class AttentionLayout:
@@ -109,7 +103,7 @@ class AttentionLayout:
             (kiv,) = dot.body.block.args
             with t.scope(axis_masks=[self.row_mask, self.kmask_row]):
                 t.bind(kiv, self.k_row)
-                q, element = _narrow(_factors(dot)[0], dot.result.type)
+                q, element = narrowed(dot_factors(dot)[0], dot.result.type)
                 self.queries[dot] = t.dot_operand(q, (bm, self.bd), element)
         carried = [
             t.full(MINUS_INF, F32, (bm, 1)),
@@ -231,7 +225,7 @@ class AttentionLayout:
         (j_values,) = self.values.body.block.args
         t.bind(j_values, j_row)
         self.bind_scores(self.values.body.block, j_row, jmask_row, masked)
-        p_value, v_value = _factors(self.values)
+        p_value, v_value = dot_factors(self.values)
         p = self.tile_of(p_value)
         if jmask_row is not None:
             p = t.apply("where", [jmask_row, p, t.const(0.0, F32)])
@@ -265,7 +259,7 @@ class AttentionLayout:
             (kiv,) = dot.body.block.args
             with t.scope(axis_masks=[self.kmask_col, jmask_row]):
                 t.bind(kiv, self.k_col)
-                k, element = _narrow(_factors(dot)[1], dot.result.type)
+                k, element = narrowed(dot_factors(dot)[1], dot.result.type)
                 k = t.dot_operand(k, (self.bd, self.bn), element)
             zero = t.full(ZERO, F32, (self.bm, self.bn))
             t.bind(dot.result, t.round_to(self.dot(self.queries[dot], k, zero), dot.result.type))
@@ -303,18 +297,6 @@ class AttentionLayout:
         return self.t.add(
             tile.DotOp.create(operands=[a, b, acc], properties=props, result_types=[acc.type])
         )
-
-
-def _narrow(v: SSAValue, element: Attribute) -> tuple[SSAValue, Attribute]:
-    """A dot operand widened from half precision to f32, as its half load: the
-    products of half values are exact in f32, so a half dot accumulating in f32
-    computes the f32 product of the widened values (up to the order of its sums)."""
-    cast = v.owner
-    if isinstance(cast, loop.ApplyOp) and cast.fn.data == "cast" and element == F32:
-        load = cast.args[0].owner
-        if isinstance(load, loop.LoadOp) and load.result.type in HALF_TYPES:
-            return load.result, load.result.type
-    return v, element
 
 
 def _block(element: object, shape: tuple[int, ...]) -> object:

@@ -53,6 +53,7 @@ from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, i64
 from xdsl.ir import BlockArgument, SSAValue
 from xdsl.passes import ModulePass
 
+from irc.analysis.dot_operands import runs_in_half
 from irc.dialects import graph, loop
 from irc.dialects.attrs import MAX_BLOCK, MAX_WARPS
 from irc.ir.kernel_kind import KernelKind
@@ -312,7 +313,7 @@ def attention_shape(kernel: loop.KernelOp, parallel: tuple[int, ...]) -> KernelS
                 if isinstance(inner, loop.ReduceOp) and inner.contract is not None:
                     (head,) = loop.int_list(inner.bounds)
         if isinstance(op, loop.ReduceOp) and op.contract is not None:
-            half = op.result.type in HALF_TYPES
+            half = runs_in_half(op)
     from irc.analysis.key_band import band_of
 
     banded = band_of(kernel) is not None
