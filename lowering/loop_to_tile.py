@@ -926,12 +926,17 @@ class KernelTranslator:
     # -- loops over the reduction axis --
 
     def reduction_chunks(
-        self, bounds: Sequence[int], carried: Sequence[SSAValue], body: object
+        self,
+        bounds: Sequence[int],
+        carried: Sequence[SSAValue],
+        body: object,
+        backwards: bool = False,
     ) -> list[SSAValue]:
         """Runs `body(results_so_far)` over the reduction space, persistently or in a loop.
 
         `body` gets the carried values and returns their new values; the
-        reduction indices are bound in the scope it runs in.
+        reduction indices are bound in the scope it runs in. A loop `backwards`
+        visits the chunks last to first.
         """
         _, rb = self.tiling.block
         r = numel(bounds)
@@ -944,6 +949,9 @@ class KernelTranslator:
         block = Block(arg_types=[I32, *(c.type for c in carried)])
         with self.scope(block=block):
             roff = self.loop_index(block)
+            if backwards:
+                last = (r - 1) // rb * rb
+                roff = self.apply("sub", [self.const(last, self.index), roff])
             region_args = list(block.args[1:])
             self.bind_reduction(self.apply("add", [self.rbase, roff]), bounds, xmask, r, rb)
             new = body(region_args)
@@ -1078,7 +1086,7 @@ class KernelTranslator:
             self.statements(op.body.block)
             return []
 
-        self.reduction_chunks(loop.int_list(op.bounds), [], body)
+        self.reduction_chunks(loop.int_list(op.bounds), [], body, backwards=FINAL_PASS_BACKWARDS)
 
     def contraction(self, op: loop.ReduceOp) -> SSAValue:
         bm, bn, bk = self.tiling.block
@@ -1176,6 +1184,14 @@ class KernelTranslator:
         if element_of(t) != element:
             t = self.apply("cast", [t], element)
         return t
+
+
+FINAL_PASS_BACKWARDS = True
+"""A looped row's last pass (the `loop.foreach` that stores) walks its chunks last
+to first: the chunks the reductions before it read last are still in L2 and are
+read again first. Measured on an H100 (softmax, one program a row in chunks):
+6% faster on 2048 x 128,256 bf16 and 333 x 100,003 f32, even on 4096 x 50,257
+bf16, 2% slower on 4096 x 50,257 f32."""
 
 
 def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list[tile.KernelOp]:

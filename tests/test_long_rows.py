@@ -5,6 +5,7 @@ compute what torch does."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import torch
@@ -125,3 +126,22 @@ def test_persistent_rows_match_torch(program: str, rows: int, cols: int, dtype: 
     else:
         want = torch.logsumexp(x.float(), 1).to(x.dtype)
         torch.testing.assert_close(got, want, atol=1e-1 if dtype != "f32" else 1e-4, rtol=2e-2)
+
+
+def test_the_output_pass_walks_the_chunks_backwards() -> None:
+    """The pass that stores starts at the last chunk, which the pass before it read
+    last (`FINAL_PASS_BACKWARDS`): offsets `last - iv` with last = 32768, the start
+    of the ragged last chunk of 40,000 in chunks of 8192."""
+    text = """func @f(%x: tensor<3x40000xf32>) -> tensor<3x40000xf32> {
+  %y = graph.softmax %x {dim = 1}
+  return %y : tensor<3x40000xf32>
+}
+"""
+    module = irc.parse(text)
+    irc.run_pipeline(module, "fuse")
+    source = triton_source(module)
+    loops = re.findall(r"for (v\d+) in range\(0, 40000, 8192\):\n\s+(v\d+) = (v\d+) - (v\d+)", source)
+    constants = dict(re.findall(r"(v\d+) = tl.full\(\[\], (\d+), tl.int32\)", source))
+    assert len(loops) == 1, source
+    ((iv, _, last, subtracted),) = loops
+    assert subtracted == iv and constants[last] == "32768"
