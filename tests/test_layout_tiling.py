@@ -190,7 +190,7 @@ def test_split_column_reductions_fill_the_gpu_and_sum_partials_in_one_step(
 ) -> None:
     """The kept dim is read a full 128-byte line wide (the narrowest coalesced run,
     which makes the most kept tiles), the reduced rows split into chunks of whole
-    steps until every SM has 4 programs of 16 KB a step, and the second stage
+    steps until every SM has 4 programs of 8 KB a step, and the second stage
     reads each column's partials in one step: no loop of round trips."""
     module = tiled(reduce_fn("reduce_sum", shape, dims, el))
     (first, programs, _), (second, _, _) = launches(module)
@@ -200,7 +200,7 @@ def test_split_column_reductions_fill_the_gpu_and_sum_partials_in_one_step(
     for load in streamed_loads(first):
         x, r = load.result.type.get_shape()  # type: ignore[attr-defined]
         assert x == width and x * size == 128
-        assert x * r * size == 16384, "16 KB a step"
+        assert x * r * size == 8192 or loops(first) == 0, "8 KB a step, or one step"
         assert unit_stride_axes(load.offsets) == {0}
 
 
