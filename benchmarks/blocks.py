@@ -1,8 +1,9 @@
 """Whole transformer blocks: a GPT-2 (nanoGPT) block and a Llama block, forward.
 
 Rows: eager, torch.compile (Inductor), torch.compile(backend="irc") and
-irc.compile, with time, kernel launches (torch.profiler), cold compile time
-and the largest difference from eager.
+irc.compile, with time (the rows of a block timed in turns), the summed GPU
+time of a call's kernels and their launches (torch.profiler), cold compile
+time and the largest difference from eager.
 
     python benchmarks/blocks.py                  # on a GPU: B=8 T=1024 d=768, bf16 and f32
     python benchmarks/blocks.py --smoke          # tiny sizes, CPU (Triton's interpreter)
@@ -210,17 +211,46 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _time_ms(fn: Callable[[], Any], device: str, smoke: bool) -> float:
+def _times_ms(fns: dict[str, Callable[[], Any]], device: str, smoke: bool) -> dict[str, float]:
+    """Wall time of a call of each, taken in turns on a GPU (bench.py's
+    interleaved medians: one row timed after another saw a different clock, and
+    single do_bench runs of these blocks differed by 2x between runs)."""
     if device == "cuda":
-        from triton.testing import do_bench
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench import interleaved_medians
 
-        return float(do_bench(fn, warmup=25, rep=200))
+        for fn in fns.values():  # after other rows' dynamo resets: recompile now, untimed
+            fn()
+        torch.cuda.synchronize()
+        return interleaved_medians(fns, rounds=6)
     runs = 2 if smoke else 10
-    fn()
-    t0 = time.perf_counter()
-    for _ in range(runs):
+    out = {}
+    for name, fn in fns.items():
         fn()
-    return (time.perf_counter() - t0) / runs * 1e3
+        t0 = time.perf_counter()
+        for _ in range(runs):
+            fn()
+        out[name] = (time.perf_counter() - t0) / runs * 1e3
+    return out
+
+
+def _kernel_ms(fn: Callable[[], Any], device: str) -> float | None:
+    """GPU time of one call's kernels, summed (torch.profiler); None on the CPU. Not
+    what a caller waits for (launch gaps and host work are left out): what the
+    kernels themselves cost."""
+    if device != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    calls = 5
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.device_time for e in kernels) / calls / 1e3
 
 
 def _launches(fn: Callable[[], Any], device: str) -> int | None:
@@ -246,6 +276,7 @@ def measure(
     model = BLOCKS[block](cfg).eval().to(device=device, dtype=dtype)
     x = torch.randn(batch, cfg.seq_len, cfg.d_model, device=device, dtype=dtype)
     out: list[dict[str, Any]] = []
+    calls: dict[str, Callable[[], Any]] = {}
     with torch.no_grad():
         want = model(x)
         scale = float(want.abs().max())
@@ -263,21 +294,24 @@ def measure(
                 from irc.pytorch.backend import last_report
 
                 report = last_report()
+            calls[row] = lambda fn=fn: fn(x)
             out.append({
                 "block": block, "dtype": str(dtype).removeprefix("torch."), "row": row,
-                "ms": _time_ms(lambda fn=fn: fn(x), device, smoke),
-                "launches": _launches(lambda fn=fn: fn(x), device),
+                "launches": _launches(calls[row], device),
+                "kernel_ms": _kernel_ms(calls[row], device),
                 "cold_s": cold if row != "eager" else None,
                 "rel_err": err, "ok": err <= TOLERANCE[dtype],
                 "eager_ops": sum(report.eager_ops.values()) if report is not None else None,
             })  # fmt: skip
-            print(format_row(out[-1]), flush=True)
+        for r, ms in zip(out, _times_ms(calls, device, smoke).values(), strict=True):
+            r["ms"] = ms
+            print(format_row(r), flush=True)
     return out
 
 
 HEADER = (
-    f"{'block':<6} {'dtype':<9} {'row':<12} {'ms':>9} {'launches':>8} {'cold s':>7} "
-    f"{'rel err':>9} {'eager ops':>9}  ok"
+    f"{'block':<6} {'dtype':<9} {'row':<12} {'ms':>9} {'kernel ms':>9} {'launches':>8} "
+    f"{'cold s':>7} {'rel err':>9} {'eager ops':>9}  ok"
 )
 
 
@@ -287,20 +321,23 @@ def format_row(r: dict[str, Any]) -> str:
 
     return (
         f"{r['block']:<6} {r['dtype']:<9} {r['row']:<12} {cell(r['ms'], '.3f', 9)} "
-        f"{cell(r['launches'], 'd', 8)} {cell(r['cold_s'], '.1f', 7)} {r['rel_err']:>9.2e} "
+        f"{cell(r['kernel_ms'], '.3f', 9)} {cell(r['launches'], 'd', 8)} {cell(r['cold_s'], '.1f', 7)} {r['rel_err']:>9.2e} "
         f"{cell(r['eager_ops'], 'd', 9)}  {'yes' if r['ok'] else 'NO'}"
     )
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| block | dtype | row | ms | launches | cold compile s | rel. error | ops in eager |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| block | dtype | row | ms | kernel ms | launches | cold compile s | rel. error "
+        "| ops in eager |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         cold = "-" if r["cold_s"] is None else f"{r['cold_s']:.1f}"
+        kernel = "-" if r["kernel_ms"] is None else f"{r['kernel_ms']:.3f}"
         lines.append(
-            f"| {r['block']} | {r['dtype']} | {r['row']} | {r['ms']:.3f} | {r['launches'] or '-'} "
+            f"| {r['block']} | {r['dtype']} | {r['row']} | {r['ms']:.3f} | {kernel} "
+            f"| {r['launches'] or '-'} "
             f"| {cold} | {r['rel_err']:.1e} "
             f"| {'-' if r['eager_ops'] is None else r['eager_ops']} |"
         )
