@@ -15,7 +15,7 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
 - reduction of rows of R elements: if next_pow2(R) <= `persistent_rblock`
   (default 32768) the whole row sits in registers ("persistent"): up to 8192
   several rows share a program so that a program holds about 4096 elements,
-  longer ones take a program each, 32 f32 a thread (`whole_row_tiling`);
+  longer ones take a program each, 64 f32 a thread (`whole_row_tiling`);
   otherwise one row a program, looped in chunks of 32 warps, at most `rblock`
   (default 8192) elements (`long_row_tiling`). Rows that are
   only reduced get a warp per 256 elements a program holds, up to 32: more
@@ -411,9 +411,9 @@ def long_row_tiling(shape: KernelShape, rblock: int = LONG_ROW_CHUNK) -> Tiling:
 SHARED_ROW_ELEMENTS = 8192
 """Rows up to this many elements (padded) share a program, about 4096 elements a
 program; longer rows that fit `persistent-rblock` take a program each."""
-WHOLE_ROW_THREAD_F32 = 32
+WHOLE_ROW_THREAD_F32 = 64
 """f32 values of a row a thread holds where one row fills a program (rows of
-16384 or 32768 elements: 16 or 32 warps)."""
+16384 or 32768 elements: 8 or 16 warps)."""
 
 
 def whole_row_tiling(full: int) -> Tiling:
@@ -422,10 +422,12 @@ def whole_row_tiling(full: int) -> Tiling:
 
     Measured on an H100 (softmax, one program a row): 16384 x 12,000 bf16 0.264 ms
     against 0.471 streamed in chunks, 8192 x 32,000 bf16 0.363 against 0.485,
-    4096 x 30,000 f32 0.331 against 0.436, 8192 x 16,384 f32 0.357 against 0.362;
-    8 to 32 warps within 4% of each other. At 65,536 elements (a 50,257-token
-    vocabulary) 64 f32 a thread of 32 warps spill: 2.4x slower than streaming,
-    which is why `persistent-rblock` stops at 32768."""
+    4096 x 30,000 f32 0.331 against 0.436, 8192 x 16,384 f32 0.357 against 0.362.
+    64 f32 a thread was the fastest warp count or within 4% of it on each (32 a
+    thread was 9% slower on 1000 x 32,003 f16, whose 1000 rows make few programs).
+    At 65,536 elements (a 50,257-token vocabulary) 64 f32 a thread of 32 warps
+    spill: 2.4x slower than streaming, which is why `persistent-rblock` stops at
+    32768."""
     return Tiling((1, full), max(1, min(MAX_WARPS, full // (32 * WHOLE_ROW_THREAD_F32))))
 
 
