@@ -151,5 +151,5 @@ def test_rows_up_to_32768_stay_whole_one_a_program_at_64_f32_a_thread() -> None:
     for vocab, element_bytes, warps in ((12000, 2, 8), (32000, 2, 16), (30000, 4, 16)):
         t = choose_tiling(vocab_softmax(4096, vocab, element_bytes))
         assert t.block == (1, 1 << (vocab - 1).bit_length()) and t.warps == warps
-    # Past 32768 (padded), 64 f32 a thread of 32 warps would spill: streamed.
+    # Past 32768 (padded) a whole row would spill: streamed in chunks.
     assert choose_tiling(vocab_softmax(4096, 32769, 2)).block == (1, 4096)
