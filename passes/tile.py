@@ -47,7 +47,7 @@ Warps grow with the elements a program holds: in reductions one per 256 or
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, i64
@@ -543,12 +543,10 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     for t in TENSOR_CORE_TILES:
         rate = t.rate
         for bk in (64, 32, 16):
-            staged = gemm_shared_bytes(
-                t.bm, t.bn, bk, t.stages, shape.element_bytes, shape.epilogue_bytes
-            )
-            loop_bytes = gemm_shared_bytes(t.bm, t.bn, bk, t.stages, shape.element_bytes, 0)
-            persistent = not batch and not shape.transcendentals and staged <= shared_bytes
-            if persistent or max(loop_bytes, staged - loop_bytes) <= shared_bytes:
+            persistent = not batch and not shape.transcendentals
+            tiling = Tiling((t.bm, t.bn, bk), t.warps, t.stages, persistent=persistent)
+            persistent = persistent and gemm_fits(tiling, shape, shared_bytes)
+            if persistent or gemm_fits(replace(tiling, persistent=False), shape, shared_bytes):
                 c = cost(t.bm, t.bn, rate)
                 if c < best_cost:
                     best_cost = c
@@ -635,6 +633,18 @@ def gemm_shared_bytes(
     also stores `float(h)**2` (bf16 and f32 outputs, a bf16 operand: 8 bytes)
     needed 262,144 bytes at 128x128, 4 stages, K steps of 64, exactly this sum."""
     return stages * (bm * bk + bk * bn) * operand_bytes + bm * bn * epilogue_bytes
+
+
+def gemm_fits(t: Tiling, shape: KernelShape, shared_bytes: int) -> bool:
+    """Whether a tensor-core GEMM tiling fits a program's shared memory: a persistent
+    program holds its K loop's buffers and its epilogue's tiles at once (the next
+    tile's loads are in flight during the epilogue), a program a tile one after the
+    other (the loop's buffers are free by its epilogue)."""
+    bm, bn, bk = t.block
+    loop_bytes = gemm_shared_bytes(bm, bn, bk, t.stages, shape.element_bytes, 0)
+    epilogue = bm * bn * shape.epilogue_bytes
+    need = loop_bytes + epilogue if t.persistent else max(loop_bytes, epilogue)
+    return need <= shared_bytes
 
 
 LINE_BYTES = 128
