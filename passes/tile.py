@@ -503,6 +503,12 @@ elements a second (it reads more operand bytes per product)."""
 SMALL_TILE_RATE = 0.47
 """64x64x32 programs, 4 warps, 2 stages, against 128x256 on the same GEMM (101 us)."""
 
+EPILOGUE_K = 3072
+"""A transcendental function an output element weighs in a persistent GEMM's
+epilogue like this much K (the loop it does not overlap): GEMM + GELU ran a
+program a tile 15% faster at K = 768 (8192 x 3072 outputs) and 26% at K = 2049,
+persistent 4-21% faster at K = 4096 (H100, bf16 and f16)."""
+
 SHORT_K_STEP_RATE = 0.8
 """A halved K step (32 instead of 64: more barriers per product): 54 -> 67 us."""
 
@@ -519,7 +525,8 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     the second round idle). f32 products (FMA units, `ieee`) keep 64x64x32, which
     runs as fast as cuBLAS's FFMA kernels on an H100. Unbatched tensor-core GEMMs
     are persistent (one program an SM walks the tiles), unless their epilogue
-    computes transcendental functions or its staged tiles do not fit beside the
+    computes transcendental functions that outweigh the K loop (`EPILOGUE_K`)
+    or its staged tiles do not fit beside the
     K loop's buffers: a program a tile reuses the loop's shared memory for its
     epilogue, a persistent one holds both (the next tile's loads are in flight).
     Measured on an H100 (B=8, T=1024 blocks, bf16): a program a tile was 15%
@@ -543,7 +550,7 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     for t in TENSOR_CORE_TILES:
         rate = t.rate
         for bk in (64, 32, 16):
-            persistent = not batch and not shape.transcendentals
+            persistent = not batch and shape.transcendentals * EPILOGUE_K < k
             tiling = Tiling((t.bm, t.bn, bk), t.warps, t.stages, persistent=persistent)
             persistent = persistent and gemm_fits(tiling, shape, shared_bytes)
             if persistent or gemm_fits(replace(tiling, persistent=False), shape, shared_bytes):
