@@ -431,10 +431,11 @@ def whole_row_tiling(full: int) -> Tiling:
     from memory once however often the kernel reads it.
 
     Measured on an H100 (softmax, one program a row): 16384 x 12,000 bf16 0.264 ms
-    against 0.471 streamed in chunks, 8192 x 32,000 bf16 0.363 against 0.485,
-    4096 x 30,000 f32 0.331 against 0.436, 8192 x 16,384 f32 0.357 against 0.362.
-    64 f32 a thread was the fastest warp count or within 4% of it on each (32 a
-    thread was 9% slower on 1000 x 32,003 f16, whose 1000 rows make few programs).
+    against 0.471 streamed in chunks, 8192 x 32,000 bf16 0.378 against 0.485,
+    4096 x 30,000 f32 0.331 against 0.436, 8192 x 16,384 f32 0.358 against 0.362,
+    all at 64 f32 a thread: the fastest warp count or within 4% of it on each (32
+    a thread, 0.363 on 8192 x 32,000 bf16, was 9% slower on 1000 x 32,003 f16,
+    whose 1000 rows make few programs).
     At 65,536 elements (a 50,257-token vocabulary) 64 f32 a thread of 32 warps
     spill: 2.4x slower than streaming, which is why `persistent-rblock` stops at
     32768."""
@@ -526,9 +527,7 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     runs as fast as cuBLAS's FFMA kernels on an H100. Unbatched tensor-core GEMMs
     are persistent (one program an SM walks the tiles), unless their epilogue
     computes transcendental functions that outweigh the K loop (`EPILOGUE_K`)
-    or its staged tiles do not fit beside the
-    K loop's buffers: a program a tile reuses the loop's shared memory for its
-    epilogue, a persistent one holds both (the next tile's loads are in flight).
+    or its staged tiles do not fit beside the K loop's buffers (`gemm_fits`).
     Measured on an H100 (B=8, T=1024 blocks, bf16): a program a tile was 15%
     faster for 8192x3072 GEMM+GELU, 10% for a SwiGLU's matmul+SiLU, and for a
     Llama residual GEMM that also stores `float(h)**2` 128x128x64 tiles a program
@@ -547,17 +546,17 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
         return -(-tiles // sms) * bm * bn / rate
 
     best, best_cost = small, cost(small.block[0], small.block[1], SMALL_TILE_RATE)
+    persistent = not batch and shape.transcendentals * EPILOGUE_K < k
     for t in TENSOR_CORE_TILES:
         rate = t.rate
         for bk in (64, 32, 16):
-            persistent = not batch and shape.transcendentals * EPILOGUE_K < k
             tiling = Tiling((t.bm, t.bn, bk), t.warps, t.stages, persistent=persistent)
-            persistent = persistent and gemm_fits(tiling, shape, shared_bytes)
-            if persistent or gemm_fits(replace(tiling, persistent=False), shape, shared_bytes):
+            if not gemm_fits(tiling, shape, shared_bytes):
+                tiling = replace(tiling, persistent=False)
+            if gemm_fits(tiling, shape, shared_bytes):
                 c = cost(t.bm, t.bn, rate)
                 if c < best_cost:
-                    best_cost = c
-                    best = Tiling((t.bm, t.bn, bk), t.warps, t.stages, persistent=persistent)
+                    best, best_cost = tiling, c
                 break
             rate *= SHORT_K_STEP_RATE
     return best
