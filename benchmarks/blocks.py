@@ -26,6 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (benchmarks/ is not a package: the harness beside this file)
+
 
 @dataclass(frozen=True)
 class BlockConfig:
@@ -216,13 +219,10 @@ def _times_ms(fns: dict[str, Callable[[], Any]], device: str, smoke: bool) -> di
     interleaved medians: one row timed after another saw a different clock, and
     single do_bench runs of these blocks differed by 2x between runs)."""
     if device == "cuda":
-        sys.path.insert(0, str(Path(__file__).parent))
-        from bench import interleaved_medians
-
         for fn in fns.values():  # after other rows' dynamo resets: recompile now, untimed
             fn()
         torch.cuda.synchronize()
-        return interleaved_medians(fns, rounds=6)
+        return bench.interleaved_medians(fns, rounds=6)
     runs = 2 if smoke else 10
     out = {}
     for name, fn in fns.items():
