@@ -12,6 +12,7 @@ is what makes a fused group one loop nest.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -123,6 +124,7 @@ def reshape_groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[in
     """The reshape's reassociation (MLIR's collapse/expand groups): runs of source
     and result dims of equal products, split wherever both prefix products meet.
     Dims of size 1 belong to no group (their index is always 0)."""
+    assert math.prod(src) == math.prod(dst), "graph.reshape's verifier keeps the count"
     src_dims = [d for d, n in enumerate(src) if n != 1]
     dst_dims = [d for d, n in enumerate(dst) if n != 1]
     groups: list[tuple[list[int], list[int]]] = []

@@ -153,3 +153,32 @@ def test_rows_up_to_32768_stay_whole_one_a_program_at_64_f32_a_thread() -> None:
         assert t.block == (1, 1 << (vocab - 1).bit_length()) and t.warps == warps
     # Past 32768 (padded) a whole row would spill: streamed in chunks.
     assert choose_tiling(vocab_softmax(4096, 32769, 2)).block == (1, 4096)
+
+
+@pytest.mark.parametrize(
+    ("program", "rows", "cols", "dtype"),
+    [
+        ("softmax", 3, 9001, "f32"),  # 16384 padded: 8 warps
+        ("softmax", 2, 20011, "bf16"),  # 32768 padded: 16 warps
+        ("logsumexp", 3, 16385, "f16"),  # one past a power of two
+    ],
+)
+def test_whole_rows_past_8192_match_torch(program: str, rows: int, cols: int, dtype: str) -> None:
+    """The default tiling of rows of 8192 to 32768 elements (`whole_row_tiling`):
+    one row a program, read once, with no loop, at odd lengths."""
+    text = PROGRAMS[program].replace("ROWS", str(rows)).replace("COLS", str(cols))
+    module = irc.parse(text.replace("DT", dtype))
+    irc.run_pipeline(module, "fuse")
+    source = triton_source(module)
+    kernel = source[source.index("def triton_") : source.index("def fn0")]
+    assert "for " not in kernel and kernel.count("tl.load(") == 1
+    compiled = irc.compile(irc.parse(text.replace("DT", dtype)), device=DEVICE)
+    x = (torch.randn(rows, cols, device=DEVICE) * 8).to(DTYPES[dtype])
+    x[1, cols - 1] = 60.0  # the max in the padded row's last real element
+    got = compiled.f(x)
+    if program == "softmax":
+        want = torch.softmax(x.float(), 1).to(x.dtype)
+        torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-2)
+    else:
+        want = torch.logsumexp(x.float(), 1).to(x.dtype)
+        torch.testing.assert_close(got, want, atol=1e-1, rtol=2e-2)
