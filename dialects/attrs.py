@@ -34,6 +34,10 @@ MAX_STAGES = 16
 """Software-pipelining stages at most; autotuning tries 1 to 4, and each stage
 holds a copy of the loop's operand tiles in shared memory."""
 
+MAX_UNROLLED_CHUNKS = 64
+"""Chunks of a row a reduction kernel unrolls at most (`unrolled = 1`): each is
+straight-line code, and a row longer than that stays a loop."""
+
 MAX_GRID = 2**31 - 1
 """Programs along one grid axis at most (CUDA's limit on the x axis)."""
 

@@ -51,6 +51,7 @@ from xdsl.utils.str_enum import StrEnum
 from irc.dialects.attrs import (
     MAX_BLOCK,
     MAX_STAGES,
+    MAX_UNROLLED_CHUNKS,
     MAX_WARPS,
     NamedEnum,
     check_flag,
@@ -151,11 +152,16 @@ def int_list(attr: Attribute | None) -> list[int]:
     return [a.value.data for a in attr.data]  # type: ignore[attr-defined]
 
 
-def _check_bounds(op: IRDLOperation, bounds: Attribute | None) -> None:
-    if not isinstance(bounds, ArrayAttr) or not all(
+def _valid_bounds(bounds: Attribute | None) -> bool:
+    return isinstance(bounds, ArrayAttr) and all(
         isinstance(b, IntegerAttr) and b.value.data >= 1 for b in bounds.data
-    ):
+    )
+
+
+def _check_bounds(op: IRDLOperation, bounds: Attribute | None) -> None:
+    if not _valid_bounds(bounds):
         raise VerifyException(f"{op.name}: 'bounds' must be a list of positive integers")
+    assert isinstance(bounds, ArrayAttr)
     block = op.regions[0].block
     if len(block.args) != len(bounds.data) or any(
         not isinstance(a.type, IndexType) for a in block.args
@@ -189,6 +195,9 @@ class KernelOp(IRDLOperation):
     stages = opt_prop_def(IntegerAttr)
     persistent = opt_prop_def(IntegerAttr)
     """Contractions: 1 when one program an SM walks the output tiles (set by `tile`)."""
+    unrolled = opt_prop_def(IntegerAttr)
+    """Reductions: 1 when the loop over a row's chunks of `block[1]` is unrolled, so
+    that the row stays in registers between the passes that read it."""
     kind = opt_prop_def(Attribute)
     """The kernel's kind (irc.ir.kernel_kind) as fusion decided it, carried by
     graph-to-loop; read through `kernel_kind`. The printer leaves it out where
@@ -249,6 +258,35 @@ class KernelOp(IRDLOperation):
         if self.stages is not None:
             check_int(self, "stages", self.stages, 1, MAX_STAGES)
         check_flag(self, "persistent", self.persistent)
+        check_flag(self, "unrolled", self.unrolled)
+        if self.unrolled is not None and self.unrolled.value.data == 1:
+            self._check_unrolled()
+
+    def _check_unrolled(self) -> None:
+        """Unrolled chunks are a reduction's, and few enough to write out."""
+        if kernel_kind(self) != KernelKind.REDUCTION:
+            raise VerifyException(
+                f"loop.kernel: unrolled = 1 unrolls a reduction's chunks; this is a "
+                f'"{kernel_kind(self)}" kernel'
+            )
+        if self.block is None:
+            raise VerifyException("loop.kernel: unrolled = 1 needs a block = [X, R]")
+        chunk = int_list(self.block)[1]
+        longest = max(
+            (
+                math.prod(b.value.data for b in op.bounds.data)  # type: ignore[attr-defined]
+                for op in self.body.walk()
+                if isinstance(op, ReduceOp | SoftmaxReduceOp | ForeachOp)
+                and _valid_bounds(op.bounds)
+            ),
+            default=1,
+        )
+        chunks = -(-longest // chunk)
+        if chunks > MAX_UNROLLED_CHUNKS:
+            raise VerifyException(
+                f"loop.kernel: unrolled = 1 with block = {int_list(self.block)} writes out "
+                f"{chunks} chunks of a row of {longest}; at most {MAX_UNROLLED_CHUNKS}"
+            )
 
     def _check_block_elements(self) -> None:
         """Each tile a program holds is one Triton block of at most MAX_BLOCK elements:

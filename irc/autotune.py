@@ -26,9 +26,11 @@ from typing import Any, TypeVar
 from xdsl.dialects.builtin import MemRefType, ModuleOp, StringAttr
 
 from irc.dialects import loop
+from irc.dialects.attrs import MAX_WARPS
 from irc.ir.types import numel
 from irc.ir.value_names import clone_keeping_names
 from irc.passes.tile import (
+    UNROLLED_ROW_ELEMENTS,
     KernelShape,
     Tiling,
     choose_tiling,
@@ -41,7 +43,7 @@ from irc.passes.tile import (
 FINALISTS = 3  # re-timed in turns after the first pass, with the default
 FINAL_ROUNDS = 4  # even: a steady drift falls equally on every finalist
 MIN_GAIN = 0.005  # another tiling must be at least 0.5% faster to replace the default
-SELECTION = 5  # in the cache key: winners picked by an older rule are picked again
+SELECTION = 6  # in the cache key: winners picked by an older rule are picked again
 
 Timer = Callable[[loop.KernelOp, Tiling, str], float]
 T = TypeVar("T", bound=Hashable)
@@ -143,6 +145,12 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
                         out.append(Tiling((1, rb), w))
                         if shape.row_reads > 1 and rows > 1:  # one program an SM walks them
                             out.append(Tiling((1, rb), w, persistent=True))
+        for rb in (1024, 2048, 4096):  # rows read twice, held in registers as chunks
+            held = -(-r // rb) * rb
+            if shape.row_reads > 1 and rb < r and held <= UNROLLED_ROW_ELEMENTS:
+                for w in (rb // 128, rb // 64):  # 4 or 2 elements a thread a chunk
+                    if w <= MAX_WARPS and held // (32 * w) <= 128:  # of 255 registers
+                        out.append(Tiling((1, rb), w, unrolled=True))
     else:
         *_, m, n = shape.parallel
         (k,) = shape.reduction
@@ -176,7 +184,7 @@ def kernel_key(kernel: loop.KernelOp, device_name: str, triton_version: str) -> 
     from irc.syntax.printer import print_module
 
     clone = clone_keeping_names(kernel)
-    for prop in ("block", "warps", "stages", "persistent"):
+    for prop in ("block", "warps", "stages", "persistent", "unrolled"):
         clone.properties.pop(prop, None)
     clone.kernel_name = StringAttr("kernel")  # an identical kernel elsewhere reuses the winner
     text = print_module(clone)
@@ -344,13 +352,13 @@ def autotune_module(
                 "warps": best.warps,
                 "stages": best.stages,
                 "persistent": best.persistent,
+                "unrolled": best.unrolled,
                 "ms": ms,
             }
             cache[key] = hit
-        set_tiling(
-            k,
-            Tiling(tuple(hit["block"]), hit["warps"], hit["stages"], hit.get("persistent", False)),
-        )
+        block, warps, stages = tuple(hit["block"]), hit["warps"], hit["stages"]
+        flags = hit.get("persistent", False), hit.get("unrolled", False)
+        set_tiling(k, Tiling(block, warps, stages, *flags))
         results[k.kernel_name.data] = hit
     try:
         path.write_text(json.dumps(cache, indent=1))

@@ -844,6 +844,13 @@ class KernelTranslator:
         folded = self.refold(expanded)
         if len(folded) < len(expanded):
             return self.index_sum(folded, expanded)
+        unmasked = all(m is None for m in self.scopes[-1].axis_masks)
+        if unmasked and any(t in self.constants for t, _ in expanded):
+            # A constant (an unrolled chunk's start, a slice's) joins the smaller
+            # blocks before the widest: one scalar add, and a chunk's addresses are
+            # its row's plus an immediate, not a block of registers of their own.
+            # (Where a mask bounds the sum, the sum stays as the mask reads it.)
+            return self.index_sum(sorted(folded, key=lambda tc: numel(shape_of(tc[0]))), expanded)
         return self.index_sum(self.refold(terms), expanded)
 
     def refold(self, terms: list[tuple[SSAValue, int]]) -> list[tuple[SSAValue, int]]:
@@ -946,6 +953,17 @@ class KernelTranslator:
             with self.scope():
                 self.bind_reduction(self.rbase, bounds, xmask, r, rb)
                 return body(list(carried))  # type: ignore[operator]
+        if self.tiling.unrolled:
+            # Chunk by chunk in straight-line code: each pass over the row asks for
+            # the same loads, which tile-cse shares, so the row is read once.
+            results = list(carried)
+            for start in range(0, r, rb):
+                with self.scope():
+                    offset = self.const(start, self.index)
+                    rflat = self.index_add(self.rbase, offset) if start else self.rbase
+                    self.bind_reduction(rflat, bounds, xmask, r, rb, ragged=start + rb > r)
+                    results = body(results)  # type: ignore[operator]
+            return results
         block = Block(arg_types=[I32, *(c.type for c in carried)])
         with self.scope(block=block):
             roff = self.loop_index(block)
@@ -981,10 +999,18 @@ class KernelTranslator:
         return list(loop_op.results)
 
     def bind_reduction(
-        self, rflat: SSAValue, bounds: Sequence[int], xmask: SSAValue | None, r: int, rb: int
+        self,
+        rflat: SSAValue,
+        bounds: Sequence[int],
+        xmask: SSAValue | None,
+        r: int,
+        rb: int,
+        ragged: bool = True,
     ) -> None:
-        """Binds the reduction indices (read by the loop body) and the row x chunk masks."""
-        rmask = self.apply("lt", [rflat, self.const(r, self.index)]) if r % rb else None
+        """Binds the reduction indices (read by the loop body) and the row x chunk masks
+        (a chunk known not to be `ragged` needs none)."""
+        masked = ragged and r % rb
+        rmask = self.apply("lt", [rflat, self.const(r, self.index)]) if masked else None
         self.scopes[-1].axis_masks = [xmask, rmask]
         self.pending_rivs = self.unravel(rflat, bounds)
 
@@ -1009,7 +1035,7 @@ class KernelTranslator:
                 return [v]
             return [self.apply(COMBINE[kind], [carried[0], v])]
 
-        if rb >= numel(loop.int_list(op.bounds)):
+        if rb >= numel(loop.int_list(op.bounds)) or self.tiling.unrolled:
             (acc,) = self.reduction_chunks(loop.int_list(op.bounds), [], body)
         else:
             init = self.full(neutral, element, (xb, rb))
@@ -1201,7 +1227,9 @@ def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list
         if not isinstance(op, loop.KernelOp):
             continue
         shape, tiling = kernel_shape(op), tiling_of(op)
-        persistent = shape.kind == "reduction" and tiling.block[1] >= numel(shape.reduction)
+        persistent = shape.kind == "reduction" and (
+            tiling.block[1] >= numel(shape.reduction) or tiling.unrolled
+        )
         name = tile_kernel_name(op.kernel_name.data, persistent)
         while name in names:
             name += "_"

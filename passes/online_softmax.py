@@ -7,7 +7,8 @@ passes over memory before the output pass. This pass rewrites such a pair of
 `loop.reduce`s into one `loop.softmax_reduce`, which `loop-to-tile` lowers to
 a single loop: each lane keeps a running max and a sum rescaled to it (the
 online softmax of Milakov and Gimelshein), so the row is read twice instead of
-three times. Rows held in registers are left alone: they are read once anyway.
+three times. Rows held in registers (one block, or chunks unrolled) are left
+alone: they are read once anyway.
 
 It reads the tiling, so it runs after `tile` (and after autotuning, which may
 change it).
@@ -31,9 +32,12 @@ ELEMENTS = (F32, ELEMENT_TYPES["f64"])
 
 
 def looped_rows(kernel: loop.KernelOp) -> bool:
-    """Whether `kernel` reduces rows in chunks (its rows do not fit one block)."""
-    shape = kernel_shape(kernel)
-    return shape.kind == "reduction" and tiling_of(kernel).block[1] < numel(shape.reduction)
+    """Whether `kernel` reduces rows in a loop over chunks (its rows do not fit one
+    block, and its chunks are not unrolled into registers)."""
+    shape, tiling = kernel_shape(kernel), tiling_of(kernel)
+    if shape.kind != "reduction" or tiling.unrolled:
+        return False
+    return tiling.block[1] < numel(shape.reduction)
 
 
 def softmax_partner(rmax: loop.ReduceOp) -> loop.ReduceOp | None:

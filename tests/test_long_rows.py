@@ -1,6 +1,6 @@
-"""Rows too long for registers: one program a row in chunks (tile's
-`long_row_tiling`), and persistent row programs (an autotuning candidate)
-compute what torch does."""
+"""Rows too long for one block: one program a row in chunks (tile's
+`long_row_tiling`), held in registers as unrolled chunks (`unrolled_row_tiling`),
+and persistent row programs (an autotuning candidate) compute what torch does."""
 
 from __future__ import annotations
 
@@ -34,24 +34,40 @@ def vocab_softmax(rows: int, vocab: int, element_bytes: int, reads: int = 2) -> 
     )
 
 
-def test_vocabulary_rows_stream_one_program_a_row_in_chunks_of_32_warps() -> None:
-    # 4 elements a thread of bf16, 8 of f32 (long_row_tiling's measurements).
-    t = choose_tiling(vocab_softmax(4096, 50257, 2))
-    assert t.block == (1, 4096) and t.warps == 32 and not t.persistent
-    t = choose_tiling(vocab_softmax(4096, 50257, 4))
-    assert t.block == (1, 8192) and t.warps == 32 and not t.persistent
+def test_vocabulary_rows_too_long_for_registers_stream_in_chunks_of_32_warps() -> None:
+    # 4 elements a thread of bf16, 8 of f32 (long_row_tiling's measurements), for
+    # a vocabulary of 128,256 (Llama 3) that no program's registers hold.
+    t = choose_tiling(vocab_softmax(4096, 128256, 2))
+    assert t.block == (1, 4096) and t.warps == 32 and not t.persistent and not t.unrolled
+    t = choose_tiling(vocab_softmax(4096, 128256, 4))
+    assert t.block == (1, 8192) and t.warps == 32 and not t.persistent and not t.unrolled
 
 
 def test_rows_read_once_stream_one_program_a_row() -> None:
     t = choose_tiling(vocab_softmax(4096, 50257, 2, reads=1))
-    assert t.block == (1, 4096) and not t.persistent
+    assert t.block == (1, 4096) and not t.persistent and not t.unrolled
+
+
+def test_rows_read_twice_up_to_51200_stay_in_registers_as_unrolled_chunks() -> None:
+    """`unrolled_row_tiling`: chunks of 2048 at 16 warps, 100 f32 a thread at most,
+    whatever the element type (f32 is computed either way)."""
+    for vocab in (32769, 40000, 50257, 51200):
+        for element_bytes in (2, 4):
+            t = choose_tiling(vocab_softmax(4096, vocab, element_bytes))
+            assert t == Tiling((1, 2048), 16, unrolled=True), (vocab, element_bytes)
+    # One chunk more (51,201: 26 chunks, 104 a thread) would spill: streamed.
+    assert not choose_tiling(vocab_softmax(4096, 51201, 2)).unrolled
 
 
 def test_rblock_caps_the_chunk_and_the_warps_follow_it() -> None:
-    t = choose_tiling(vocab_softmax(4096, 50257, 4), rblock=2048)
+    t = choose_tiling(vocab_softmax(4096, 128256, 4), rblock=2048)
     assert t.block == (1, 2048) and t.warps == 8
-    t = choose_tiling(vocab_softmax(4096, 9000, 4), persistent_rblock=4096, rblock=1 << 16)
+    shape = vocab_softmax(4096, 9000, 4)
+    t = choose_tiling(shape, persistent_rblock=4096, rblock=1 << 16, unrolled_rblock=0)
     assert t.block == (1, 8192) and t.warps == 32
+    # Unless its chunks stay in registers (5 of 2048).
+    t = choose_tiling(shape, persistent_rblock=4096, rblock=1 << 16)
+    assert t == Tiling((1, 2048), 16, unrolled=True)
 
 
 def test_persistent_rows_are_an_autotuning_candidate_of_rows_read_twice() -> None:
@@ -59,6 +75,16 @@ def test_persistent_rows_are_an_autotuning_candidate_of_rows_read_twice() -> Non
     assert any(t.persistent and t.block[0] == 1 for t in twice)
     once = candidates(vocab_softmax(4096, 50257, 2, reads=1))
     assert not any(t.persistent for t in once)
+
+
+def test_unrolled_rows_are_autotuning_candidates_of_rows_read_twice_that_fit() -> None:
+    twice = [t for t in candidates(vocab_softmax(4096, 50257, 2)) if t.unrolled]
+    assert Tiling((1, 2048), 16, unrolled=True) in twice
+    for t in twice:  # whole chunks of at most 51,200 elements, 128 f32 a thread at most
+        assert -(-50257 // t.block[1]) * t.block[1] <= 51200
+        assert -(-50257 // t.block[1]) * t.block[1] // (32 * t.warps) <= 128
+    assert not any(t.unrolled for t in candidates(vocab_softmax(4096, 50257, 2, reads=1)))
+    assert not any(t.unrolled for t in candidates(vocab_softmax(4096, 128256, 2)))
 
 
 PROGRAMS = {
@@ -83,18 +109,23 @@ func @f(%x: tensor<ROWSxCOLSxDT>) -> tensor<ROWSxDT> {
 }
 
 
-def persistent_module(program: str, rows: int, cols: int, dtype: str) -> ModuleOp:
-    """`program` lowered to tile kernels whose looped rows are persistent, in chunks of
-    1024, as autotuning may choose (tile.py's `set_tiling` past the tile pass)."""
+def tiled_module(program: str, rows: int, cols: int, dtype: str, tiling: Tiling) -> ModuleOp:
+    """`program` lowered to tile kernels with its one kernel's tiling set to `tiling`,
+    as autotuning may choose (tile.py's `set_tiling` past the tile pass)."""
     text = PROGRAMS[program].replace("ROWS", str(rows)).replace("COLS", str(cols))
     module = irc.parse(text.replace("DT", dtype))
     tile_at = LOWERING.index("tile") + 1
     irc.run_pipeline(module, ",".join(["fuse", *LOWERING[:tile_at]]))
     kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
     assert len(kernels) == 1
-    set_tiling(kernels[0], Tiling((1, 1024), 4, persistent=True))
+    set_tiling(kernels[0], tiling)
     irc.run_pipeline(module, ",".join(LOWERING[tile_at:]))
     return module
+
+
+def persistent_module(program: str, rows: int, cols: int, dtype: str) -> ModuleOp:
+    """Looped rows made persistent, in chunks of 1024."""
+    return tiled_module(program, rows, cols, dtype, Tiling((1, 1024), 4, persistent=True))
 
 
 def test_persistent_rows_launch_one_program_an_sm_walking_the_rows() -> None:
@@ -130,29 +161,31 @@ def test_persistent_rows_match_torch(program: str, rows: int, cols: int, dtype: 
 
 def test_the_output_pass_walks_the_chunks_backwards() -> None:
     """The pass that stores starts at the last chunk, which the pass before it read
-    last (`FINAL_PASS_BACKWARDS`): offsets `last - iv` with last = 32768, the start
-    of the ragged last chunk of 40,000 in chunks of 8192."""
-    text = """func @f(%x: tensor<3x40000xf32>) -> tensor<3x40000xf32> {
+    last (`FINAL_PASS_BACKWARDS`): offsets `last - iv` with last = 57344, the start
+    of the ragged last chunk of 60,000 in chunks of 8192."""
+    text = """func @f(%x: tensor<3x60000xf32>) -> tensor<3x60000xf32> {
   %y = graph.softmax %x {dim = 1}
-  return %y : tensor<3x40000xf32>
+  return %y : tensor<3x60000xf32>
 }
 """
     module = irc.parse(text)
     irc.run_pipeline(module, "fuse")
     source = triton_source(module)
-    loops = re.findall(r"for (v\d+) in range\(0, 40000, 8192\):\n\s+(v\d+) = (v\d+) - (v\d+)", source)
+    loops = re.findall(r"for (v\d+) in range\(0, 60000, 8192\):\n\s+(v\d+) = (v\d+) - (v\d+)", source)
     constants = dict(re.findall(r"(v\d+) = tl.full\(\[\], (\d+), tl.int32\)", source))
     assert len(loops) == 1, source
     ((iv, _, last, subtracted),) = loops
-    assert subtracted == iv and constants[last] == "32768"
+    assert subtracted == iv and constants[last] == "57344"
 
 
 def test_rows_up_to_32768_stay_whole_one_a_program_at_64_f32_a_thread() -> None:
     for vocab, element_bytes, warps in ((12000, 2, 8), (32000, 2, 16), (30000, 4, 16)):
         t = choose_tiling(vocab_softmax(4096, vocab, element_bytes))
         assert t.block == (1, 1 << (vocab - 1).bit_length()) and t.warps == warps
-    # Past 32768 (padded) a whole row would spill: streamed in chunks.
-    assert choose_tiling(vocab_softmax(4096, 32769, 2)).block == (1, 4096)
+    # Past 32768 (padded) a whole row would spill: unrolled chunks, or streamed
+    # where the row is read once.
+    assert choose_tiling(vocab_softmax(4096, 32769, 2)).unrolled
+    assert choose_tiling(vocab_softmax(4096, 32769, 2, reads=1)).block == (1, 4096)
 
 
 @pytest.mark.parametrize(
@@ -182,3 +215,53 @@ def test_whole_rows_past_8192_match_torch(program: str, rows: int, cols: int, dt
     else:
         want = torch.logsumexp(x.float(), 1).to(x.dtype)
         torch.testing.assert_close(got, want, atol=1e-1, rtol=2e-2)
+
+
+UNROLLED_CASES = [
+    ("softmax", 3, 5000, "f32", False),  # 5 chunks of 1024, the last one ragged
+    ("softmax", 4, 4096, "bf16", False),  # 4 whole chunks: no mask at all
+    ("softmax", 5, 3001, "f16", True),  # persistent programs walking unrolled rows
+    ("logsumexp", 3, 4099, "bf16", False),
+    ("logsumexp", 2, 2049, "f32", True),
+]
+
+
+@pytest.mark.parametrize(("program", "rows", "cols", "dtype", "persistent"), UNROLLED_CASES)
+def test_unrolled_rows_are_read_once_and_match_torch(
+    program: str, rows: int, cols: int, dtype: str, persistent: bool
+) -> None:
+    """`unrolled = 1` (`unrolled_row_tiling`, here in chunks of 1024): no loop, one
+    load a chunk however many passes read the row, no online softmax."""
+    tiling = Tiling((1, 1024), 8, persistent=persistent, unrolled=True)
+    module = tiled_module(program, rows, cols, dtype, tiling)
+    source = triton_source(module)
+    kernel = source[source.index("def triton_") : source.index("def fn0")]
+    chunks = -(-cols // 1024)
+    assert kernel.count("tl.load(") == chunks
+    assert kernel.count("mask=") == (2 if cols % 1024 and program == "softmax" else 0) + (
+        1 if cols % 1024 and program != "softmax" else 0
+    ), kernel
+    assert ("for " in kernel) == persistent  # only the persistent walk over rows loops
+    assert "def triton_per_" in kernel
+    compiled = irc.compile(module, device=DEVICE)
+    x = (torch.randn(rows, cols, device=DEVICE) * 8).to(DTYPES[dtype])
+    x[1, cols - 1] = 60.0  # the max in the last chunk
+    x[0, 0] = 55.0  # a large value in the first
+    got = compiled.f(x)
+    if program == "softmax":
+        want = torch.softmax(x.float(), 1).to(x.dtype)
+        torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-2)
+    else:
+        want = torch.logsumexp(x.float(), 1).to(x.dtype)
+        tol = 1e-1 if dtype != "f32" else 1e-4
+        torch.testing.assert_close(got, want, atol=tol, rtol=2e-2)
+
+
+def test_online_softmax_leaves_unrolled_rows_alone() -> None:
+    text = PROGRAMS["softmax"].replace("ROWS", "4").replace("COLS", "40000")
+    module = irc.parse(text.replace("DT", "bf16"))
+    irc.run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile,online-softmax")
+    (kernel,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    assert kernel.unrolled is not None and kernel.unrolled.value.data == 1
+    assert not any(isinstance(o, loop.SoftmaxReduceOp) for o in kernel.walk())
+    assert [o.kind.data for o in kernel.walk() if isinstance(o, loop.ReduceOp)] == ["max", "sum"]
