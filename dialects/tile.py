@@ -73,7 +73,7 @@ from irc.dialects.attrs import (
 )
 from irc.dialects.loop import REDUCE_KINDS, check_apply, check_apply_types, fn_property
 from irc.ir.names import check_kernel_name, quoted
-from irc.ir.types import format_type
+from irc.ir.types import element_bytes, format_type
 
 DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 """Triton's `input_precision` values for f32 dots."""
@@ -459,9 +459,30 @@ class BlockLoadOp(IRDLOperation):
         _check_block_access(self, self.shape)
 
 
+BLOCK_STORE_PARTS = 2
+"""Column slices a `tile.block_store` is written in, where each keeps a TMA box's
+16-byte rows. Measured on an H100 (persistent bf16 GEMMs, 128x256x64 tiles, 8
+warps): in halves, 8192x768 @ 768x3072 took 64.3 us at 3 stages and 62.9 at 4
+(which only halves leave shared memory for), against 65.8 whole (cuBLAS 62.0);
+4096^3 190.9 against 193.2 (cuBLAS 190.3)."""
+
+
+def block_store_parts(cols: int, element: Attribute) -> int:
+    """Column slices a block store of `cols` columns of `element` is written in."""
+    parts = BLOCK_STORE_PARTS
+    if cols % parts or cols // parts * element_bytes(element) < 16:
+        return 1
+    return parts
+
+
 @irdl_op_definition
 class BlockStoreOp(IRDLOperation):
-    """Stores a block at (`row`, `col`) of a row-major 2-d buffer; lanes outside are dropped."""
+    """Stores a block at (`row`, `col`) of a row-major 2-d buffer; lanes outside are dropped.
+
+    Lowered to `block_store_parts` TMA stores of column slices (Triton's epilogue
+    subtiles): each stages its slice in shared memory, so a persistent GEMM's
+    epilogue takes a fraction of the tile there and its K loop a deeper pipeline.
+    """
 
     name = "tile.block_store"
     ptr = operand_def(PtrType)

@@ -44,6 +44,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irc.analysis.tma import TMA_INDEX_LIMIT, tma_buffer
 from irc.dialects import graph, loop, tile
 from irc.ir.names import tile_kernel_name
 from irc.ir.types import (
@@ -52,7 +53,6 @@ from irc.ir.types import (
     FLOAT_TYPES,
     HALF_TYPES,
     I1,
-    element_bytes,
     int_array,
     numel,
 )
@@ -61,9 +61,7 @@ from irc.passes.tile import KernelShape, kernel_shape, tiling_of
 
 I32 = ELEMENT_TYPES["i32"]
 I64 = ELEMENT_TYPES["i64"]
-TMA_ELEMENTS = (*HALF_TYPES, F32, I32)
-"""Element types whose whole-buffer tiles persistent GEMMs move by TMA."""
-WIDE = 2**31
+WIDE = TMA_INDEX_LIMIT
 INDEX = IndexType()
 
 
@@ -613,10 +611,7 @@ class KernelTranslator:
         if not self.tma or tuple(access.indices) != indices:
             return False
         shape = tuple(access.buffer.type.get_shape())  # type: ignore[attr-defined]
-        element = access.buffer.type.element_type  # type: ignore[attr-defined]
-        if element not in TMA_ELEMENTS:
-            return False
-        return shape == extent and shape[1] * element_bytes(element) % 16 == 0
+        return tma_buffer(shape, access.buffer.type.element_type, extent)  # type: ignore[attr-defined]
 
     def grouped_order(
         self, pid: SSAValue, gm: int, gn: int, group: int = 8

@@ -88,6 +88,11 @@ def _int(attr: Attribute) -> int:
     return operator.index(attr.value.data)
 
 
+def _element(v: SSAValue) -> Attribute:
+    t = v.type
+    return t.element_type if isinstance(t, TensorType) else t
+
+
 def _elem(v: SSAValue) -> str:
     t = v.type
     return element_name(t.element_type if isinstance(t, TensorType) else t)
@@ -173,6 +178,9 @@ class KernelPrinter:
             if not isinstance(op, tile.BlockLoadOp | tile.BlockStoreOp):
                 continue
             box = _shape(op.result if isinstance(op, tile.BlockLoadOp) else op.value)
+            if isinstance(op, tile.BlockStoreOp):
+                rows, cols = box
+                box = (rows, cols // tile.block_store_parts(cols, _element(op.value)))
             key = (op.ptr, box)
             if key not in made:
                 made[key] = f"d{len(made)}"
@@ -186,6 +194,26 @@ class KernelPrinter:
 
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
+
+    def fresh(self) -> str:
+        """A name for a temporary of the generated code."""
+        self.counter += 1
+        return f"v{self.counter - 1}"
+
+    def block_store(self, op: tile.BlockStoreOp, depth: int) -> None:
+        """One TMA store a column slice (`tile.block_store_parts`): the value splits
+        into halves by a reshape to [rows, 2, cols / 2], a permute and a split."""
+        d, row, col, value = self.descriptor[op], self.name(op.row), self.name(op.col), self.name(op.value)
+        rows, cols = _shape(op.value)
+        if tile.block_store_parts(cols, _element(op.value)) == 1:
+            self.emit(depth, f"{d}.store([{row}, {col}], {value})")
+            return
+        half = cols // 2
+        slices, left, right = self.fresh(), self.fresh(), self.fresh()
+        self.emit(depth, f"{slices} = tl.permute(tl.reshape({value}, ({rows}, 2, {half})), (0, 2, 1))")
+        self.emit(depth, f"{left}, {right} = tl.split({slices})")
+        self.emit(depth, f"{d}.store([{row}, {col}], {left})")
+        self.emit(depth, f"{d}.store([{row}, {col} + {half}], {right})")
 
     def address(self, ptr: SSAValue, offsets: SSAValue) -> str:
         """`ptr + offsets`; where the offsets are `a + b` of a narrower and a wider
@@ -245,7 +273,7 @@ class KernelPrinter:
         elif isinstance(op, tile.BlockLoadOp):
             self.assign(op, depth, f"{self.descriptor[op]}.load([{n(op.row)}, {n(op.col)}])")
         elif isinstance(op, tile.BlockStoreOp):
-            self.emit(depth, f"{self.descriptor[op]}.store([{n(op.row)}, {n(op.col)}], {n(op.value)})")
+            self.block_store(op, depth)
         elif isinstance(op, tile.ReduceOp):
             axis = _int(op.axis)
             combine = REDUCE_COMBINE[op.kind.data]  # the verifier allows these kinds only

@@ -54,12 +54,14 @@ from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, i64
-from xdsl.ir import BlockArgument, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.analysis.dot_operands import runs_in_half
+from irc.analysis.tma import TMA_INDEX_LIMIT, tma_buffer
 from irc.dialects import graph, loop
 from irc.dialects.attrs import MAX_BLOCK, MAX_WARPS
+from irc.dialects.tile import BLOCK_STORE_PARTS
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import HALF_TYPES, element_bytes, int_array, numel
 from irc.passes.options import check_option
@@ -90,6 +92,9 @@ class KernelShape:
     stages through shared memory: each full-size output it stores (the product, a
     residual sum, the square of it in f32 for the next RMS norm) and each full-size
     operand it reads (a SwiGLU's other half), at their element sizes."""
+    tma_stored_bytes: int = 0
+    """Of `epilogue_bytes`, those of outputs a persistent program stores by TMA, in
+    `tile.BLOCK_STORE_PARTS` column slices that each stage a fraction of the tile."""
     across: int = -1
     """Element-wise kernels: the parallel dim that an access is contiguous along
     when it is not the last one (a transposed operand: `x.T + y`), else -1."""
@@ -190,6 +195,29 @@ def shared_bytes(kernel: loop.KernelOp) -> int:
     return sum(element_bytes(op.buffer.type.element_type) for op in shared)  # type: ignore[attr-defined]
 
 
+def tma_stored_bytes(kernel: loop.KernelOp, inside: set[Operation]) -> int:
+    """Bytes an output element of an unbatched contraction's epilogue stores that
+    loop-to-tile makes TMA block stores (`irc.analysis.tma`), in column slices."""
+    parallel = tuple(kernel.parallel_bounds())
+    accesses = [
+        a for a in kernel.body.walk() if isinstance(a, loop.LoadOp | loop.StoreOp) and a not in inside
+    ]
+    buffers = {a.buffer for a in kernel.body.walk() if isinstance(a, loop.LoadOp | loop.StoreOp)}
+    if len(parallel) != 2 or any(
+        numel(b.type.get_shape()) >= TMA_INDEX_LIMIT  # type: ignore[attr-defined]
+        for b in buffers
+    ):
+        return 0
+    ivs = tuple(kernel.body.block.args)
+    total = 0
+    for a in accesses:
+        element = a.buffer.type.element_type  # type: ignore[attr-defined]
+        shape = a.buffer.type.get_shape()  # type: ignore[attr-defined]
+        if isinstance(a, loop.StoreOp) and tuple(a.indices) == ivs and tma_buffer(shape, element, parallel):
+            total += element_bytes(element)
+    return total
+
+
 def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
     """The kernel's kind as recorded (`loop.kernel_kind`) and the sizes of its loops."""
     kind = loop.kernel_kind(kernel)
@@ -223,6 +251,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                 return KernelShape(
                     kind, parallel, bounds, half, element_bytes=operand_bytes,
                     epilogue_bytes=max(2, staged), transcendentals=work,
+                    tma_stored_bytes=tma_stored_bytes(kernel, inside),
                 )  # fmt: skip
     if kind is KernelKind.ATTENTION:
         return attention_shape(kernel, parallel)
@@ -532,9 +561,12 @@ class GemmTile:
     stages: int
     warps: int
     rate: float
+    deeper: int = 0
+    """Stages a persistent program takes where they fit (its TMA-stored epilogue
+    stages a column slice at a time): measured faster, 0 where none was."""
 
 
-TENSOR_CORE_TILES = (GemmTile(128, 256, 3, 8, 1.0), GemmTile(128, 128, 4, 8, 0.88))
+TENSOR_CORE_TILES = (GemmTile(128, 256, 3, 8, 1.0, deeper=4), GemmTile(128, 128, 4, 8, 0.88))
 """Measured on an H100 (bf16, 8192x768 @ 768x2304, K steps of 64, persistent):
 128x256 tiles in 54 us for 4.4 rounds of tiles, 128x128 (4 stages; 3 took 68 us)
 in 55 us for 8.7 rounds: a 128x128 program does 0.88 of a 128x256 one's output
@@ -548,6 +580,14 @@ EPILOGUE_K = 3072
 epilogue like this much K (the loop it does not overlap): GEMM + GELU ran a
 program a tile 15% faster at K = 768 (8192 x 3072 outputs) and 26% at K = 2049,
 persistent 4-21% faster at K = 4096 (H100, bf16 and f16)."""
+
+EPILOGUE_BYTE_K = 256
+"""A byte an output element that a GEMM's epilogue stages beyond its own 2-byte
+output (a residual operand, a second output) weighs like this much K in a
+persistent program: Llama's residual GEMM, which reads `x` and stores `h` and
+`float(h)**2` (8 bytes), ran a program a tile 5% faster at K = 768 (39.3 us
+against 41.5 at 8192 x 768) and persistent 5% faster at K = 2048 (75.4 against
+79.4 at 4096 x 2048) on an H100."""
 
 SHORT_K_STEP_RATE = 0.8
 """A halved K step (32 instead of 64: more barriers per product): 54 -> 67 us."""
@@ -565,7 +605,8 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     the second round idle). f32 products (FMA units, `ieee`) keep 64x64x32, which
     runs as fast as cuBLAS's FFMA kernels on an H100. Unbatched tensor-core GEMMs
     are persistent (one program an SM walks the tiles), unless their epilogue
-    computes transcendental functions that outweigh the K loop (`EPILOGUE_K`)
+    computes transcendental functions or stages bytes that outweigh the K loop
+    (`EPILOGUE_K`, `EPILOGUE_BYTE_K`)
     or its staged tiles do not fit beside the K loop's buffers (`gemm_fits`).
     Measured on an H100 (B=8, T=1024 blocks, bf16): a program a tile was 15%
     faster for 8192x3072 GEMM+GELU, 10% for a SwiGLU's matmul+SiLU, and for a
@@ -585,11 +626,16 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
         return -(-tiles // sms) * bm * bn / rate
 
     best, best_cost = small, cost(small.block[0], small.block[1], SMALL_TILE_RATE)
-    persistent = not batch and shape.transcendentals * EPILOGUE_K < k
+    extra_bytes = max(0, shape.epilogue_bytes - 2)
+    epilogue_k = shape.transcendentals * EPILOGUE_K + extra_bytes * EPILOGUE_BYTE_K
+    persistent = not batch and epilogue_k < k
     for t in TENSOR_CORE_TILES:
         rate = t.rate
         for bk in (64, 32, 16):
             tiling = Tiling((t.bm, t.bn, bk), t.warps, t.stages, persistent=persistent)
+            deeper = replace(tiling, stages=t.deeper)
+            if persistent and t.deeper and gemm_fits(deeper, shape, shared_bytes):
+                tiling = deeper
             if not gemm_fits(tiling, shape, shared_bytes):
                 tiling = replace(tiling, persistent=False)
             if gemm_fits(tiling, shape, shared_bytes):
@@ -684,10 +730,14 @@ def gemm_fits(t: Tiling, shape: KernelShape, shared_bytes: int) -> bool:
     """Whether a tensor-core GEMM tiling fits a program's shared memory: a persistent
     program holds its K loop's buffers and its epilogue's tiles at once (the next
     tile's loads are in flight during the epilogue), a program a tile one after the
-    other (the loop's buffers are free by its epilogue)."""
+    other (the loop's buffers are free by its epilogue). A persistent program's TMA
+    stores stage one column slice of the tile at a time (`tile.block_store`)."""
     bm, bn, bk = t.block
     loop_bytes = gemm_shared_bytes(bm, bn, bk, t.stages, shape.element_bytes, 0)
-    epilogue = bm * bn * shape.epilogue_bytes
+    staged = shape.epilogue_bytes * BLOCK_STORE_PARTS
+    if t.persistent:  # TMA stores stage a column slice at a time
+        staged -= shape.tma_stored_bytes * (BLOCK_STORE_PARTS - 1)
+    epilogue = bm * bn * staged // BLOCK_STORE_PARTS
     need = loop_bytes + epilogue if t.persistent else max(loop_bytes, epilogue)
     return need <= shared_bytes
 

@@ -338,32 +338,58 @@ def test_gemm_whose_big_tiles_never_fit_takes_smaller_ones() -> None:
     assert gemm_fits(t, shape, SHARED_BYTES)
 
 
-def test_gemm_storing_two_outputs_counts_both_in_shared_memory() -> None:
-    """A Llama block's `h = x + a @ wo` that also stores `float(h)**2` (the next RMS
-    norm's input): bf16 and f32 outputs and a bf16 operand, 8 bytes an output
-    element. 128x128 tiles of 4 stages at K steps of 64 needed 262,144 bytes on an
-    H100 (Triton's OutOfResources, over 232,448): the tiling must fit."""
-    from irc.passes.tile import SHARED_BYTES, gemm_shared_bytes
-
-    text = """func @f(%x: tensor<4096x2048xbf16>, %a: tensor<4096x2048xbf16>, %w: tensor<2048x2048xbf16>) -> (tensor<4096x2048xbf16>, tensor<4096x2048xf32>) {
-  %y = graph.matmul %a, %w : tensor<4096x2048xbf16>
-  %h = graph.add %x, %y : tensor<4096x2048xbf16>
-  %f = graph.cast %h : tensor<4096x2048xf32>
-  %q = graph.mul %f, %f : tensor<4096x2048xf32>
-  return %h, %q : tensor<4096x2048xbf16>, tensor<4096x2048xf32>
+RESIDUAL_TEXT = """func @f(%x: tensor<MxKxbf16>, %a: tensor<MxKxbf16>, %w: tensor<KxKxbf16>) -> (tensor<MxKxbf16>, tensor<MxKxf32>) {
+  %y = graph.matmul %a, %w : tensor<MxKxbf16>
+  %h = graph.add %x, %y : tensor<MxKxbf16>
+  %f = graph.cast %h : tensor<MxKxf32>
+  %q = graph.mul %f, %f : tensor<MxKxf32>
+  return %h, %q : tensor<MxKxbf16>, tensor<MxKxf32>
 }"""
-    module = irc.parse(text, "residual.ir")
+
+
+def residual_kernel(m: int, k: int) -> loop.KernelOp:
+    """A Llama block's `h = x + a @ wo` that also stores `float(h)**2` (the next RMS
+    norm's input): bf16 and f32 outputs and a bf16 operand, 8 bytes an output element."""
+    module = irc.parse(RESIDUAL_TEXT.replace("M", str(m)).replace("K", str(k)), "residual.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
     (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    return kernel
+
+
+def test_gemm_storing_two_outputs_counts_both_in_shared_memory() -> None:
+    """128x128 tiles of 4 stages at K steps of 64 with the whole epilogue staged
+    needed 262,144 bytes on an H100 (Triton's OutOfResources, over 232,448). A
+    persistent program's TMA stores stage half the tile at a time (`tile.block_store`):
+    2 + (2 + 4) / 2 bytes an element, which fits at K = 2048."""
+    from irc.passes.tile import SHARED_BYTES, gemm_shared_bytes
+
+    kernel = residual_kernel(4096, 2048)
     shape = kernel_shape(kernel)
-    assert shape.epilogue_bytes == 2 + 4 + 2
+    assert shape.epilogue_bytes == 2 + 4 + 2 and shape.tma_stored_bytes == 2 + 4
     assert gemm_shared_bytes(128, 128, 64, 4, 2, shape.epilogue_bytes) == 262144
     t = tiling_of(kernel)
+    assert t.block == (128, 128, 64) and t.stages == 4 and t.persistent
     assert gemm_fits(t, shape, SHARED_BYTES)
-    # The persistent form of that tiling does not fit: it runs a program a tile,
-    # K steps of 64 (a persistent kernel had to step K by 16: 70 us, against 50).
+    # Were the stores staged whole, the persistent tiling would not fit.
+    assert not gemm_fits(t, replace(shape, tma_stored_bytes=0), SHARED_BYTES)
+
+
+def test_gemm_whose_epilogue_stages_many_bytes_at_short_k_runs_a_program_a_tile() -> None:
+    """`EPILOGUE_BYTE_K`: the same residual GEMM at K = 768 (6 bytes an element past
+    its output weigh 1536 of K) ran a program a tile 5% faster on an H100."""
+    t = tiling_of(residual_kernel(8192, 768))
     assert t.block == (128, 128, 64) and not t.persistent
-    assert not gemm_fits(replace(t, persistent=True), shape, SHARED_BYTES)
+
+
+def test_a_block_store_is_written_in_two_column_halves() -> None:
+    """A 128x256 bf16 output tile goes out as two TMA stores of 128x128 boxes."""
+    compiled, _ = lower(gemm_text(8192, 2304, 768, "bf16"), None)
+    source = compiled.source
+    stores = re.findall(r"(d\d+)\.store\(\[(v\d+), (v\d+)( \+ 128)?\], (v\d+)\)", source)
+    assert len(stores) == 2 and stores[0][:3] == stores[1][:3] and stores[1][3] == " + 128"
+    (descriptor,) = {s[0] for s in stores}
+    assert re.search(descriptor + r" = tl.make_tensor_descriptor\(ptr\d, shape=\[8192, 2304\], strides=\[2304, 1\], block_shape=\[128, 128\]\)", source)
+    assert "tl.split(" in source
 
 
 def test_gemm_whose_epilogue_computes_transcendentals_runs_a_program_a_tile() -> None:
