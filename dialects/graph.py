@@ -451,6 +451,8 @@ AbsOp = _unary(
 ExpOp = _unary(
     "exp", "e**x", reference="torch.exp", triton="tl.exp({0})", cost=TRANSCENDENTAL,
     fuzz=Fuzz(domain="bounded", bound=3.0, scale="exp"),
+    # 2**x: an attention's probabilities in log2 units (lowering/attention_to_tile.py).
+    extra_fns={"exp2": "tl.math.exp2({0})"},
 )
 LogOp = _unary(
     "log", "natural logarithm", reference="torch.log", triton="tl.log({0})",

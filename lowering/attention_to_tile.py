@@ -42,6 +42,7 @@ MINUS_INF = FloatAttr(-math.inf, f64)
 MAX_GRID_Y = 65535
 """CUDA's limit on a grid's second axis."""
 ZERO = FloatAttr(0.0, f64)
+LOG2E = 1.4426950408889634
 
 
 def _score_dots(block: Block) -> list[loop.ReduceOp]:
@@ -64,6 +65,56 @@ class AttentionLayout:
         # (and masked) to 16.
         self.be, self.bd = max(16, next_pow2(self.e)), max(16, next_pow2(self.head))
         self.element = self.values.result.type
+        self.exp_op = self.log2_probabilities()
+
+    def log2_probabilities(self) -> loop.ApplyOp | None:
+        """The values body's `exp(x - max)`, where the kernel may compute it as
+        `exp2(x * log2(e) - max * log2(e))`, carrying the running max in log2 units:
+        the probabilities are rounded to half precision for the second dot, `x - max`
+        is an unrounded f32 (a rounded one, as torch computes written-out bf16
+        attention, must stay as torch rounds it), and the max serves nothing else.
+
+        The multiply by log2(e) takes the place of the one inside `tl.exp`, and
+        fuses with the subtraction; a positive constant scale of the scores folds
+        into it (`scaled_scores`). Measured on an H100 (bf16, d = 64, 128 x 128
+        tiles): 8 heads x 4096 tokens 88.9 us against 101.8 with exp, 96 heads x
+        1024 74.6 against 87.8; d = 128 (128 x 64 tiles) 158.9 against 177.3."""
+        if self.element not in HALF_TYPES:
+            return None
+        p_value, _ = dot_factors(self.values)
+        op = p_value.owner
+        if isinstance(op, loop.ApplyOp) and op.fn.data == "cast":
+            op = op.args[0].owner
+        if not (isinstance(op, loop.ApplyOp) and op.fn.data == "exp" and op.result.type == F32):
+            return None
+        sub = op.args[0].owner
+        if not (isinstance(sub, loop.ApplyOp) and sub.fn.data == "sub"):
+            return None
+        if sub.result.type != F32 or sub.args[1] is not self.softmax.maximum:
+            return None
+        if any(use.operation is not sub for use in self.softmax.maximum.uses):
+            return None
+        return op
+
+    def scaled_scores(self, x: SSAValue, masked: bool) -> tuple[SSAValue, float] | None:
+        """`(s, c)` where the scores `x` are a score dot `s` times a positive constant
+        `c`, in f32 (an unmasked tile sees through the band's `where`s): then
+        max(x) = c * max(s), and x * log2(e) is one multiply of `s`."""
+        while not masked and isinstance(x.owner, loop.ApplyOp) and x.owner in self.band_masks:
+            x = x.owner.args[1]
+        op = x.owner
+        if not (isinstance(op, loop.ApplyOp) and op.fn.data == "mul" and op.result.type == F32):
+            return None
+        for s, c in (op.args, reversed(op.args)):
+            dot, const = s.owner, c.owner
+            if not (isinstance(dot, loop.ReduceOp) and dot.contract is not None):
+                continue
+            if dot.result.type != F32 or not isinstance(const, loop.ConstantOp):
+                continue
+            value = const.value
+            if isinstance(value, FloatAttr) and 0 < value.value.data < math.inf:
+                return s, value.value.data
+        return None
 
     def build(self) -> None:
         t, bm = self.t, self.bm
@@ -112,6 +163,8 @@ class AttentionLayout:
         ]
         carried = self.key_stages(carried, row_start, band)
         m, total, acc = carried
+        if self.exp_op is not None:  # back from log2 units
+            m = t.apply("mul", [m, t.const(1 / LOG2E, F32)])
         t.bind(self.softmax.maximum, m)
         t.bind(self.softmax.sum_exp, total)
         t.bind(self.values.result, acc)
@@ -211,14 +264,30 @@ class AttentionLayout:
         (j_softmax,) = self.softmax.body.block.args
         t.bind(j_softmax, j_row)
         self.bind_scores(self.softmax.body.block, j_row, jmask_row, masked)
-        x = self.tile_of(self.softmax.body.block.last_op.values[0])  # type: ignore[union-attr]
+        x_value = self.softmax.body.block.last_op.values[0]  # type: ignore[union-attr]
+        scaled = self.scaled_scores(x_value, masked) if self.exp_op is not None else None
+        if scaled is not None:  # x * log2(e) = s * (c * log2(e)), and max(x) = c * max(s)
+            s, c = scaled
+            x = self.tile_of(s)
+            factor = t.const(c * LOG2E, F32)
+        else:
+            x = self.tile_of(x_value)
+            factor = t.const(LOG2E, F32)
         if jmask_row is not None:
             x = t.apply("where", [jmask_row, x, t.const_attr(MINUS_INF, F32)])
-        m_new = t.apply("maximum", [m_old, self.row_reduce("max", x)])
+        row_max = self.row_reduce("max", x)
+        if self.exp_op is not None:
+            row_max = t.apply("mul", [row_max, factor])
+        m_new = t.apply("maximum", [m_old, row_max])
         # exp(-inf - -inf) is NaN: a row that has seen only -inf measures from 0.
         empty = t.apply("eq", [m_new, t.const_attr(MINUS_INF, F32)])
         base = t.apply("where", [empty, t.const(0.0, F32), m_new])
-        alpha = t.apply("exp", [t.apply("sub", [m_old, base])])
+        exp = "exp" if self.exp_op is None else "exp2"
+        alpha = t.apply(exp, [t.apply("sub", [m_old, base])])
+        if self.exp_op is not None:
+            # One multiply-add a score, then exp2 (the multiply used once: it fuses).
+            scaled_x = t.apply("mul", [x, factor])
+            t.bind(self.exp_op.result, t.apply("exp2", [t.apply("sub", [scaled_x, base])]))
 
         # The probabilities: the loop IR's exp(scores - m), with the running max.
         t.bind(self.softmax.maximum, base)

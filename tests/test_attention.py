@@ -627,6 +627,63 @@ def test_graph_attention_matches_scaled_dot_product_attention(
     torch.testing.assert_close(compiled.sdpa(*args).float(), want, atol=tol, rtol=tol)
 
 
+def attention_kernel_source(text: str) -> str:
+    source = triton_source(_fused(text))
+    return source[source.index("def triton_attn") : source.index("def fn0")]
+
+
+def _fused(text: str) -> ModuleOp:
+    module = irc.parse(text)
+    irc.run_pipeline(module, "fuse")
+    return module
+
+
+def test_half_attention_computes_its_probabilities_in_log2_units() -> None:
+    """bf16 SDPA (f32 scores, probabilities rounded for the second dot): exp2 of one
+    multiply-add a score. In the unmasked stage of a causal attention the 1/sqrt(d)
+    scale folds into log2(e) (0.125 * 1.4427) and the running max is of the raw
+    scores, scaled once a row; the diagonal stage scales its masked scores by log2(e)."""
+    text = benchmark.sdpa_ir(1, 2, 256, 64, "bf16", True)
+    kernel = attention_kernel_source(text)
+    assert kernel.count("for ") == 2  # the unmasked and the diagonal stage
+    assert "tl.exp(" not in kernel and kernel.count("tl.math.exp2(") == 4
+    constants = dict(re.findall(r"(v\d+) = tl.full\(\[\], ([-0-9.e]+), tl.float32\)", kernel))
+    folded = [v for v, c in constants.items() if abs(float(c) - 0.125 * 1.4426950408889634) < 1e-7]
+    assert len(folded) == 1
+    (c,) = folded
+    # The unmasked stage: the row max of the raw dot times c, and the dot times c.
+    assert len(re.findall(rf"= v\d+ \* {c}\n", kernel)) == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        sdpa_ir("f32", kv=2),  # f32 probabilities: exp as torch computes it
+        attention_ir(2, 40, 40, 16, dtype="bf16", causal=True),  # x - max rounded to bf16
+    ],
+    ids=["f32", "written-out-bf16"],
+)
+def test_attention_whose_exp_torch_rounds_or_keeps_in_f32_keeps_exp(text: str) -> None:
+    kernel = attention_kernel_source(text)
+    assert "tl.exp(" in kernel and "exp2" not in kernel
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_log2_probabilities_match_torch_at_large_scores(dtype: str) -> None:
+    """Scores up to hundreds, scaled by 3 (c * log2(e) folded), causal and ragged."""
+    text = sdpa_ir(dtype, kv=4, props="is_causal = true, scale = 3.0")
+    assert "exp2" in attention_kernel_source(text)
+    compiled = irc.compile(irc.parse(text), device=DEVICE)
+    torch.manual_seed(5)
+    dt = DTYPES[dtype]
+    q, k, v = (torch.randn(2, 4, 40, 16, device=DEVICE).mul(3).to(dt) for _ in range(3))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=True, scale=3.0
+    )
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(compiled.sdpa(q, k, v).float(), want, atol=tol, rtol=tol)
+
+
 EPILOGUE_4D = """\
 func @sdpa(%q: tensor<2x4x40x16xf32>, %k: tensor<2x2x40x16xf32>, %v: tensor<2x2x40x16xf32>, %r: tensor<2x4x40x16xf32>) -> tensor<2x4x40x16xf32> {
   %o = graph.attention %q, %k, %v {is_causal = true} : tensor<2x4x40x16xf32>
