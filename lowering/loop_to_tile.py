@@ -44,7 +44,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irc.analysis.tma import TMA_INDEX_LIMIT, tma_buffer
+from irc.analysis.tma import tma_buffer, wide_indices
 from irc.dialects import graph, loop, tile
 from irc.ir.names import tile_kernel_name
 from irc.ir.types import (
@@ -61,7 +61,6 @@ from irc.passes.tile import KernelShape, kernel_shape, tiling_of
 
 I32 = ELEMENT_TYPES["i32"]
 I64 = ELEMENT_TYPES["i64"]
-WIDE = TMA_INDEX_LIMIT
 INDEX = IndexType()
 
 
@@ -214,8 +213,7 @@ class KernelTranslator:
         self.streamed = streamed_buffers(kernel, self.shape)
         self.tf32 = tf32
         sizes = [numel(m.type.get_shape()) for m in self.memrefs]  # type: ignore[attr-defined]
-        wide = max(sizes, default=1) >= WIDE or numel(self.shape.parallel) * 2 >= WIDE
-        self.index = I64 if wide else I32
+        self.index = I64 if wide_indices(sizes, numel(self.shape.parallel)) else I32
         self.grid: list[int] = [1]
         self.tma = False  # TMA block loads/stores (persistent GEMMs)
         self.row_iv: SSAValue | None = None  # a contraction's output row and column indices

@@ -58,7 +58,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.analysis.dot_operands import runs_in_half
-from irc.analysis.tma import TMA_INDEX_LIMIT, tma_buffer
+from irc.analysis.tma import tma_buffer, wide_indices
 from irc.dialects import graph, loop
 from irc.dialects.attrs import MAX_BLOCK, MAX_WARPS
 from irc.dialects.tile import BLOCK_STORE_PARTS
@@ -203,10 +203,8 @@ def tma_stored_bytes(kernel: loop.KernelOp, inside: set[Operation]) -> int:
         a for a in kernel.body.walk() if isinstance(a, loop.LoadOp | loop.StoreOp) and a not in inside
     ]
     buffers = {a.buffer for a in kernel.body.walk() if isinstance(a, loop.LoadOp | loop.StoreOp)}
-    if len(parallel) != 2 or any(
-        numel(b.type.get_shape()) >= TMA_INDEX_LIMIT  # type: ignore[attr-defined]
-        for b in buffers
-    ):
+    sizes = [numel(b.type.get_shape()) for b in buffers]  # type: ignore[attr-defined]
+    if len(parallel) != 2 or wide_indices(sizes, numel(parallel)):
         return 0
     ivs = tuple(kernel.body.block.args)
     total = 0
@@ -482,6 +480,8 @@ UNROLLED_CHUNK = 2048
 UNROLLED_ROW_ELEMENTS = 51200
 """Most elements (whole chunks) of a row held in registers: 100 f32 a thread of 16
 warps, whose 128 registers a thread are all of an SM's 64K."""
+
+
 def unrolled_row_tiling(shape: KernelShape, most: int = UNROLLED_ROW_ELEMENTS) -> Tiling | None:
     """A row past `persistent-rblock` that an epilogue reads again, held in registers as
     chunks of `UNROLLED_CHUNK` (one Triton block each, the last one masked), where

@@ -4,7 +4,7 @@ makes them `tile.block_load` / `tile.block_store`) ask here."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from xdsl.ir import Attribute
 
@@ -13,9 +13,15 @@ from irc.ir.types import ELEMENT_TYPES, F32, HALF_TYPES, element_bytes
 TMA_ELEMENTS = (*HALF_TYPES, F32, ELEMENT_TYPES["i32"])
 """Element types whose whole-buffer tiles persistent GEMMs move by TMA."""
 
-TMA_INDEX_LIMIT = 2**31
-"""TMA boxes are addressed by i32 coordinates: kernels whose buffers reach this many
-elements index in i64 and keep pointer loads and stores."""
+WIDE = 2**31
+"""Elements past which a kernel's offsets need i64 (`wide_indices`)."""
+
+
+def wide_indices(buffer_sizes: Iterable[int], space: int) -> bool:
+    """Whether a kernel indexes in i64: a buffer of `WIDE` elements or more, or an
+    iteration space of `space` elements whose doubled offsets would reach it.
+    TMA boxes take i32 coordinates: such a kernel keeps pointer loads and stores."""
+    return max(buffer_sizes, default=1) >= WIDE or space * 2 >= WIDE
 
 
 def tma_buffer(shape: Sequence[int], element: Attribute, extent: Sequence[int]) -> bool:
