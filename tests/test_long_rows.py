@@ -94,6 +94,12 @@ func @f(%x: tensor<ROWSxCOLSxDT>) -> tensor<ROWSxCOLSxDT> {
   return %y : tensor<ROWSxCOLSxDT>
 }
 """,
+    "layer_norm": """
+func @f(%x: tensor<ROWSxCOLSxDT>, %w: tensor<COLSxDT>, %b: tensor<COLSxDT>) -> tensor<ROWSxCOLSxDT> {
+  %y = graph.layer_norm %x, %w, %b {dims = [1]} : tensor<ROWSxCOLSxDT>
+  return %y : tensor<ROWSxCOLSxDT>
+}
+""",
     "logsumexp": """
 func @f(%x: tensor<ROWSxCOLSxDT>) -> tensor<ROWSxDT> {
   %m = graph.reduce_max %x {dims = [1], keepdim = true} : tensor<ROWSx1xDT>
@@ -265,3 +271,26 @@ def test_online_softmax_leaves_unrolled_rows_alone() -> None:
     assert kernel.unrolled is not None and kernel.unrolled.value.data == 1
     assert not any(isinstance(o, loop.SoftmaxReduceOp) for o in kernel.walk())
     assert [o.kind.data for o in kernel.walk() if isinstance(o, loop.ReduceOp)] == ["max", "sum"]
+
+
+@pytest.mark.parametrize(("cols", "dtype"), [(3001, "f32"), (2500, "bf16")])
+def test_unrolled_layer_norm_rows_match_torch(cols: int, dtype: str) -> None:
+    """A layer norm's mean, variance and normalized output over unrolled chunks of
+    1024 (the statistics combine across chunks; the epilogue reads the row from
+    registers): one load a chunk of `x`."""
+    tiling = Tiling((1, 1024), 8, unrolled=True)
+    module = tiled_module("layer_norm", 5, cols, dtype, tiling)
+    source = triton_source(module)
+    kernel = source[source.index("def triton_") : source.index("def fn0")]
+    assert "for " not in kernel
+    chunks = -(-cols // 1024)
+    # x's chunks, then the weight's and the bias's, once each.
+    assert kernel.count("tl.load(") == 3 * chunks
+    compiled = irc.compile(module, device=DEVICE)
+    dt = DTYPES[dtype]
+    x = (torch.randn(5, cols, device=DEVICE) * 3 + 2).to(dt)
+    w, b = torch.randn(cols, device=DEVICE).to(dt), torch.randn(cols, device=DEVICE).to(dt)
+    got = compiled.f(x, w, b)
+    want = torch.nn.functional.layer_norm(x.float(), (cols,), w.float(), b.float()).to(dt)
+    tol = 1e-4 if dtype == "f32" else 3e-2
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
