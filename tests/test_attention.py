@@ -27,6 +27,7 @@ from irc.ir.kernel_kind import KernelKind
 from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.tile import (
     ATTENTION_LIVE_F32,
+    ATTENTION_SCORES,
     SHARED_BYTES,
     KernelShape,
     Tiling,
@@ -738,8 +739,11 @@ def test_attention_tiles_fit_two_programs_an_sm(banded: bool, half: bool) -> Non
                 assert bm == 64
             if not half and t >= 32:
                 assert bm == 32  # FMA operands in registers too (tests/test_f32_tiling.py)
+            assert bm * bn <= ATTENTION_SCORES
             if half and not banded and t >= 1024 and d <= 64:
-                assert (bm, bn) == (128, 128)  # a wide key tile rescales the accumulator half as often
+                assert (bm, bn) == (128, 64)  # at most ATTENTION_SCORES scores a key step
+            if half and banded and t >= 1024 and d <= 64:
+                assert (bm, bn) == (64, 128)  # 64 rows keep the wide key tile
 
 
 def test_a_causal_mask_makes_a_banded_attention_shape() -> None:
