@@ -78,6 +78,19 @@ def _apply_fns() -> dict[str, int]:
     return {**graph.SCALAR_FUNCTIONS, **INDEX_FNS}
 
 
+def _float_fns() -> frozenset[str]:
+    """The functions of element-wise graph ops that take floats only (exp, tanh,
+    floor...), with their variants (exp2, gelu's tanh form)."""
+    from irc.dialects import graph
+
+    return frozenset(
+        fn
+        for op in graph.UNARY_OPS
+        if getattr(op, "FLOAT_ONLY", False)
+        for fn in (op.FN, *op.EXTRA_FNS)
+    )
+
+
 INDEX_FNS: dict[str, int] = {"floordiv": 2, "mod": 2, "and": 2, "or": 2, "checked_index": 2}
 """The functions of loop.apply that are no graph op: index arithmetic, mask logic, and
 `checked_index(i, n)`: an index loaded from a tensor (i32 or i64) as an `index` in
@@ -92,7 +105,8 @@ def _element(t: Attribute) -> Attribute:
 
 def check_apply_types(op: IRDLOperation, fn: str, types: list[Attribute]) -> None:
     """The operands suit `fn`: no float mixed with an `index`, integer-only
-    functions on integers, and a `where` on an i1 condition (Triton refuses the rest)."""
+    functions on integers, float-only ones on floats, and a `where` on an i1
+    condition (Triton refuses the rest)."""
     elements = [_element(t) for t in types]
     values = elements[1:] if fn == "where" else elements
     if fn == "where" and elements[0] != I1:
@@ -103,9 +117,12 @@ def check_apply_types(op: IRDLOperation, fn: str, types: list[Attribute]) -> Non
         raise VerifyException(f"{op.name}: '{fn}' mixes float and index operands")
     if fn in INDEX_FNS and any(e in FLOAT_TYPES for e in elements):
         raise VerifyException(f"{op.name}: '{fn}' takes integer, index or i1 operands, not floats")
+    if fn in FLOAT_FNS and any(e not in FLOAT_TYPES for e in elements):
+        raise VerifyException(f"{op.name}: '{fn}' takes float operands, not integers or indices")
 
 
 APPLY_FNS: dict[str, int] = _apply_fns()
+FLOAT_FNS: frozenset[str] = _float_fns()
 """fn name -> number of arguments; tile_to_triton has a Triton form for each."""
 
 
