@@ -276,7 +276,7 @@ class KernelOp(IRDLOperation):
             check_int(self, "stages", self.stages, 1, MAX_STAGES)
         check_flag(self, "persistent", self.persistent)
         check_flag(self, "unrolled", self.unrolled)
-        if self.unrolled is not None and self.unrolled.value.data == 1:
+        if self.unrolled is not None:  # a flag: `unrolled = 1` or `unrolled = true`
             self._check_unrolled()
 
     def _check_unrolled(self) -> None:

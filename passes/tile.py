@@ -852,8 +852,8 @@ def tiling_of(kernel: loop.KernelOp) -> Tiling:
     if kernel.block is not None:
         warps = kernel.warps.value.data if kernel.warps is not None else 4
         stages = kernel.stages.value.data if kernel.stages is not None else 1
-        persistent = kernel.persistent is not None and kernel.persistent.value.data == 1
-        unrolled = kernel.unrolled is not None and kernel.unrolled.value.data == 1
+        # Flags are present or not (`= 1` or `= true`, which xDSL keeps as -1).
+        persistent, unrolled = kernel.persistent is not None, kernel.unrolled is not None
         block = tuple(loop.int_list(kernel.block))
         return Tiling(block, warps, stages, persistent, unrolled)
     return choose_tiling(kernel_shape(kernel))
