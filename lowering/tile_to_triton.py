@@ -94,8 +94,7 @@ def _element(v: SSAValue) -> Attribute:
 
 
 def _elem(v: SSAValue) -> str:
-    t = v.type
-    return element_name(t.element_type if isinstance(t, TensorType) else t)
+    return element_name(_element(v))
 
 
 def _shape(v: SSAValue) -> tuple[int, ...]:
@@ -224,9 +223,8 @@ class KernelPrinter:
         1.6-2.7x slower; the ten benchmark workloads ran as fast either way."""
         add = offsets.owner
         if isinstance(add, tile.ApplyOp) and add.fn.data == "add":
-            a, b = add.args
-            if math.prod(_shape(a)) != math.prod(_shape(b)):
-                small, large = (a, b) if math.prod(_shape(a)) < math.prod(_shape(b)) else (b, a)
+            small, large = sorted(add.args, key=lambda v: math.prod(_shape(v)))
+            if math.prod(_shape(small)) < math.prod(_shape(large)):
                 return f"{self.name(ptr)} + {self.name(small)} + {self.name(large)}"
         return f"{self.name(ptr)} + {self.name(offsets)}"
 

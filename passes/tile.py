@@ -199,21 +199,21 @@ def tma_stored_bytes(kernel: loop.KernelOp, inside: set[Operation]) -> int:
     """Bytes an output element of an unbatched contraction's epilogue stores that
     loop-to-tile makes TMA block stores (`irc.analysis.tma`), in column slices."""
     parallel = tuple(kernel.parallel_bounds())
-    accesses = [
-        a for a in kernel.body.walk() if isinstance(a, loop.LoadOp | loop.StoreOp) and a not in inside
-    ]
-    buffers = {a.buffer for a in kernel.body.walk() if isinstance(a, loop.LoadOp | loop.StoreOp)}
-    sizes = [numel(b.type.get_shape()) for b in buffers]  # type: ignore[attr-defined]
+    accesses = [a for a in kernel.body.walk() if isinstance(a, loop.LoadOp | loop.StoreOp)]
+    sizes = [numel(a.buffer.type.get_shape()) for a in accesses]  # type: ignore[attr-defined]
     if len(parallel) != 2 or wide_indices(sizes, numel(parallel)):
         return 0
     ivs = tuple(kernel.body.block.args)
-    total = 0
-    for a in accesses:
-        element = a.buffer.type.element_type  # type: ignore[attr-defined]
-        shape = a.buffer.type.get_shape()  # type: ignore[attr-defined]
-        if isinstance(a, loop.StoreOp) and tuple(a.indices) == ivs and tma_buffer(shape, element, parallel):
-            total += element_bytes(element)
-    return total
+    types = [
+        a.buffer.type  # type: ignore[attr-defined]
+        for a in accesses
+        if isinstance(a, loop.StoreOp) and a not in inside and tuple(a.indices) == ivs
+    ]
+    return sum(
+        element_bytes(t.element_type)
+        for t in types
+        if tma_buffer(t.get_shape(), t.element_type, parallel)
+    )
 
 
 def kernel_shape(kernel: loop.KernelOp) -> KernelShape:

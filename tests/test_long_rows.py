@@ -115,6 +115,23 @@ func @f(%x: tensor<ROWSxCOLSxDT>) -> tensor<ROWSxDT> {
 }
 
 
+def assert_matches_torch(program: str, got: torch.Tensor, x: torch.Tensor, dtype: str) -> None:
+    """A softmax within 2e-3 of torch's (2% relative), a logsumexp within 1e-4 in
+    f32 and 0.1 in half precision, computed by torch in f32 and rounded to x's type."""
+    if program == "softmax":
+        want = torch.softmax(x.float(), 1).to(x.dtype)
+        torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-2)
+    else:
+        want = torch.logsumexp(x.float(), 1).to(x.dtype)
+        torch.testing.assert_close(got, want, atol=1e-1 if dtype != "f32" else 1e-4, rtol=2e-2)
+
+
+def kernel_text(module: ModuleOp) -> str:
+    """The Triton source of the module's one kernel."""
+    source = triton_source(module)
+    return source[source.index("def triton_") : source.index("def fn0")]
+
+
 def tiled_module(program: str, rows: int, cols: int, dtype: str, tiling: Tiling) -> ModuleOp:
     """`program` lowered to tile kernels with its one kernel's tiling set to `tiling`,
     as autotuning may choose (tile.py's `set_tiling` past the tile pass)."""
@@ -156,13 +173,7 @@ def test_persistent_rows_match_torch(program: str, rows: int, cols: int, dtype: 
     compiled = irc.compile(persistent_module(program, rows, cols, dtype), device=DEVICE)
     x = (torch.randn(rows, cols, device=DEVICE) * 8).to(DTYPES[dtype])
     x[1, cols - 1] = 60.0  # the max in the last, ragged chunk
-    got = compiled.f(x)
-    if program == "softmax":
-        want = torch.softmax(x.float(), 1).to(x.dtype)
-        torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-2)
-    else:
-        want = torch.logsumexp(x.float(), 1).to(x.dtype)
-        torch.testing.assert_close(got, want, atol=1e-1 if dtype != "f32" else 1e-4, rtol=2e-2)
+    assert_matches_torch(program, compiled.f(x), x, dtype)
 
 
 def test_the_output_pass_walks_the_chunks_backwards() -> None:
@@ -208,19 +219,12 @@ def test_whole_rows_past_8192_match_torch(program: str, rows: int, cols: int, dt
     text = PROGRAMS[program].replace("ROWS", str(rows)).replace("COLS", str(cols))
     module = irc.parse(text.replace("DT", dtype))
     irc.run_pipeline(module, "fuse")
-    source = triton_source(module)
-    kernel = source[source.index("def triton_") : source.index("def fn0")]
+    kernel = kernel_text(module)
     assert "for " not in kernel and kernel.count("tl.load(") == 1
     compiled = irc.compile(irc.parse(text.replace("DT", dtype)), device=DEVICE)
     x = (torch.randn(rows, cols, device=DEVICE) * 8).to(DTYPES[dtype])
     x[1, cols - 1] = 60.0  # the max in the padded row's last real element
-    got = compiled.f(x)
-    if program == "softmax":
-        want = torch.softmax(x.float(), 1).to(x.dtype)
-        torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-2)
-    else:
-        want = torch.logsumexp(x.float(), 1).to(x.dtype)
-        torch.testing.assert_close(got, want, atol=1e-1, rtol=2e-2)
+    assert_matches_torch(program, compiled.f(x), x, dtype)
 
 
 UNROLLED_CASES = [
@@ -240,8 +244,7 @@ def test_unrolled_rows_are_read_once_and_match_torch(
     load a chunk however many passes read the row, no online softmax."""
     tiling = Tiling((1, 1024), 8, persistent=persistent, unrolled=True)
     module = tiled_module(program, rows, cols, dtype, tiling)
-    source = triton_source(module)
-    kernel = source[source.index("def triton_") : source.index("def fn0")]
+    kernel = kernel_text(module)
     chunks = -(-cols // 1024)
     assert kernel.count("tl.load(") == chunks
     assert kernel.count("mask=") == (2 if cols % 1024 and program == "softmax" else 0) + (
@@ -253,14 +256,7 @@ def test_unrolled_rows_are_read_once_and_match_torch(
     x = (torch.randn(rows, cols, device=DEVICE) * 8).to(DTYPES[dtype])
     x[1, cols - 1] = 60.0  # the max in the last chunk
     x[0, 0] = 55.0  # a large value in the first
-    got = compiled.f(x)
-    if program == "softmax":
-        want = torch.softmax(x.float(), 1).to(x.dtype)
-        torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-2)
-    else:
-        want = torch.logsumexp(x.float(), 1).to(x.dtype)
-        tol = 1e-1 if dtype != "f32" else 1e-4
-        torch.testing.assert_close(got, want, atol=tol, rtol=2e-2)
+    assert_matches_torch(program, compiled.f(x), x, dtype)
 
 
 def test_online_softmax_leaves_unrolled_rows_alone() -> None:
@@ -280,8 +276,7 @@ def test_unrolled_layer_norm_rows_match_torch(cols: int, dtype: str) -> None:
     registers): one load a chunk of `x`."""
     tiling = Tiling((1, 1024), 8, unrolled=True)
     module = tiled_module("layer_norm", 5, cols, dtype, tiling)
-    source = triton_source(module)
-    kernel = source[source.index("def triton_") : source.index("def fn0")]
+    kernel = kernel_text(module)
     assert "for " not in kernel
     chunks = -(-cols // 1024)
     # x's chunks, then the weight's and the bias's, once each.
