@@ -1,0 +1,367 @@
+"""Core ATen ops irc has no graph op for, as short formulas over graph ops.
+
+A model that uses ELU, softplus, `x[:, 0]`, `F.pad`, `argmax` or group norm
+should not leave an eager island for them. Each formula here gives what
+torch's kernel gives: exactly for the selections and comparisons (sign,
+trunc, argmax, pads, flips, `select`), and to torch's accuracy for log1p and
+expm1, whose obvious forms (`log(1 + x)`, `exp(x) - 1`) lose every digit for
+small `x`; near zero they are series that need neither an exact `log` nor an
+exact `exp` from the device.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import fx
+from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.ir import SSAValue
+
+from irc.dialects import graph
+from irc.ir.types import ELEMENT_TYPES, FLOAT_TYPES, I1, element_of, shape_of, tensor
+from irc.pytorch.aten import (
+    _arg,
+    _dims,
+    _in_f32,
+    _reduce,
+    _slice,
+    _to_bool,
+    converts,
+    out_elem,
+    out_shape,
+)
+from irc.pytorch.emitter import Emitter, Unsupported
+from irc.pytorch.types import fake_of
+
+aten = torch.ops.aten
+
+INDEX = ELEMENT_TYPES["i64"]
+"""The element type of indices, as torch's int64."""
+
+SERIES_BOUND = 0.25
+"""|x| below which log1p and expm1 take their series (the direct forms lose at
+most two bits above it: 1 + x and e**x - 1 cancel by at most a factor 5)."""
+
+
+def _float_operand(e: Emitter, node: fx.Node) -> tuple[SSAValue, Any]:
+    """The node's first argument in its result type, widened to f32 if half."""
+    elem = out_elem(node)
+    if elem not in FLOAT_TYPES:
+        raise Unsupported("its result is not floating-point")
+    return _in_f32(e, e.cast(e.arg(node.args[0]), elem)), elem
+
+
+def _num(e: Emitter, value: float, like: SSAValue) -> SSAValue:
+    return e.scalar(value, element_of(like.type))
+
+
+def _where(e: Emitter, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
+    return e.op(graph.WhereOp, cond, a, b)
+
+
+def _small(e: Emitter, x: SSAValue) -> SSAValue:
+    return e.op(graph.LtOp, e.op(graph.AbsOp, x), _num(e, SERIES_BOUND, x))
+
+
+def _horner(e: Emitter, x: SSAValue, coefficients: list[float]) -> SSAValue:
+    """c0 + x (c1 + x (c2 + ...))."""
+    acc = _num(e, coefficients[-1], x)
+    for c in reversed(coefficients[:-1]):
+        acc = e.op(graph.AddOp, e.op(graph.MulOp, x, acc), _num(e, c, x))
+    return acc
+
+
+def log1p(e: Emitter, x: SSAValue) -> SSAValue:
+    """log(1 + x); near 0 as 2 atanh(s), s = x / (2 + x): 2 (s + s^3/3 + ... + s^11/11)."""
+    s = e.op(graph.DivOp, x, e.op(graph.AddOp, x, _num(e, 2.0, x)))
+    series = e.op(graph.MulOp, s, _horner(e, e.op(graph.MulOp, s, s), [2 / (2 * k + 1) for k in range(6)]))
+    direct = e.op(graph.LogOp, e.op(graph.AddOp, x, _num(e, 1.0, x)))
+    return _where(e, _small(e, x), series, direct)
+
+
+def expm1(e: Emitter, x: SSAValue) -> SSAValue:
+    """e**x - 1; near 0 as x (1 + x/2 (1 + x/3 (...))) to x^9/9!."""
+    series = _num(e, 1.0, x)
+    for k in range(9, 1, -1):
+        series = e.op(graph.AddOp, e.op(graph.MulOp, e.op(graph.MulOp, x, _num(e, 1 / k, x)), series),
+                      _num(e, 1.0, x))  # fmt: skip
+    series = e.op(graph.MulOp, x, series)
+    direct = e.op(graph.SubOp, e.op(graph.ExpOp, x), _num(e, 1.0, x))
+    return _where(e, _small(e, x), series, direct)
+
+
+@converts(aten.log1p.default, aten.expm1.default)
+def _log1p_expm1(e: Emitter, node: fx.Node) -> SSAValue:
+    x, elem = _float_operand(e, node)
+    formula = log1p if node.target == aten.log1p.default else expm1
+    return e.cast(formula(e, x), elem)
+
+
+@converts(aten.log2.default, aten.log10.default, aten.exp2.default)
+def _log_exp_base(e: Emitter, node: fx.Node) -> SSAValue:
+    x, elem = _float_operand(e, node)
+    if node.target == aten.exp2.default:
+        out = e.op(graph.ExpOp, e.op(graph.MulOp, x, _num(e, math.log(2.0), x)))
+    else:
+        base = 2.0 if node.target == aten.log2.default else 10.0
+        out = e.op(graph.MulOp, e.op(graph.LogOp, x), _num(e, 1 / math.log(base), x))
+    return e.cast(out, elem)
+
+
+@converts(aten.elu.default)
+def _elu(e: Emitter, node: fx.Node) -> SSAValue:
+    """x > 0 ? scale x : alpha scale expm1(input_scale x) (ELU, SELU, CELU)."""
+    x, elem = _float_operand(e, node)
+    alpha, scale = _arg(node, 1, "alpha", 1.0), _arg(node, 2, "scale", 1.0)
+    input_scale = _arg(node, 3, "input_scale", 1.0)
+    positive = e.op(graph.MulOp, x, _num(e, scale, x))
+    negative = e.op(graph.MulOp, expm1(e, e.op(graph.MulOp, x, _num(e, input_scale, x))),
+                    _num(e, alpha * scale, x))  # fmt: skip
+    out = _where(e, e.op(graph.GtOp, x, _num(e, 0.0, x)), positive, negative)
+    return e.cast(out, elem)
+
+
+@converts(aten.leaky_relu.default)
+def _leaky_relu(e: Emitter, node: fx.Node) -> SSAValue:
+    x, elem = _float_operand(e, node)
+    slope = _arg(node, 1, "negative_slope", 0.01)
+    out = _where(e, e.op(graph.GtOp, x, _num(e, 0.0, x)), x, e.op(graph.MulOp, x, _num(e, slope, x)))
+    return e.cast(out, elem)
+
+
+@converts(aten.hardtanh.default)
+def _hardtanh(e: Emitter, node: fx.Node) -> SSAValue:
+    elem = out_elem(node)
+    x = e.cast(e.arg(node.args[0]), elem)
+    low, high = _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0)
+    x = e.op(graph.MaximumOp, x, e.scalar(low, elem))
+    return e.op(graph.MinimumOp, x, e.scalar(high, elem))
+
+
+@converts(aten.clamp.Tensor)
+def _clamp_tensor(e: Emitter, node: fx.Node) -> SSAValue:
+    elem = out_elem(node)
+    x = e.cast(e.arg(node.args[0]), elem)
+    low, high = _arg(node, 1, "min"), _arg(node, 2, "max")
+    if low is not None:
+        x = e.op(graph.MaximumOp, x, e.operand(low, elem))
+    if high is not None:
+        x = e.op(graph.MinimumOp, x, e.operand(high, elem))
+    return x
+
+
+@converts(aten.sign.default)
+def _sign(e: Emitter, node: fx.Node) -> SSAValue:
+    """1, -1 or 0 (NaN and -0 give 0, as torch.sign)."""
+    elem = out_elem(node)
+    x = e.arg(node.args[0])
+    if elem == I1:
+        return x
+    one, zero = e.scalar(1, elem), e.scalar(0, elem)
+    negative = _where(e, e.op(graph.LtOp, x, zero), e.scalar(-1, elem), zero)
+    return _where(e, e.op(graph.GtOp, x, zero), one, negative)
+
+
+@converts(aten.trunc.default)
+def _trunc(e: Emitter, node: fx.Node) -> SSAValue:
+    elem = out_elem(node)
+    x = e.arg(node.args[0])
+    if elem not in FLOAT_TYPES:
+        return x
+    negative = e.op(graph.LtOp, x, e.scalar(0, elem))
+    return _where(e, negative, e.op(graph.CeilOp, x), e.op(graph.FloorOp, x))
+
+
+@converts(aten.isnan.default)
+def _isnan(e: Emitter, node: fx.Node) -> SSAValue:
+    x = e.arg(node.args[0])
+    return e.op(graph.NeOp, x, x)
+
+
+@converts(aten.bitwise_not.default, aten.bitwise_and.Tensor, aten.bitwise_or.Tensor,
+          aten.bitwise_xor.Tensor, aten.logical_xor.default)  # fmt: skip
+def _boolean(e: Emitter, node: fx.Node) -> SSAValue:
+    """The bitwise ops of masks (bool tensors); integer bits have no graph op."""
+    name = node.target._overloadpacket.__name__  # type: ignore[union-attr]
+    if name != "logical_xor" and out_elem(node) != I1:
+        raise Unsupported("bitwise ops on integers are not graph ops")
+    a = _to_bool(e, e.arg(node.args[0]))
+    if name == "bitwise_not":
+        return e.op(graph.EqOp, a, e.scalar(False, I1))
+    other = node.args[1]
+    b = _to_bool(e, e.arg(other)) if isinstance(other, fx.Node) else e.scalar(bool(other), I1)
+    if name == "bitwise_and":
+        return _where(e, a, b, e.scalar(False, I1))
+    if name == "bitwise_or":
+        return _where(e, a, e.scalar(True, I1), b)
+    return e.op(graph.NeOp, a, b)
+
+
+# --- norms and arg-reductions ----------------------------------------------------
+
+
+@converts(aten.linalg_vector_norm.default)
+def _vector_norm(e: Emitter, node: fx.Node) -> SSAValue:
+    """sum(|x|^p)^(1/p), with p = 2, 1, inf, -inf and 0 as torch computes them."""
+    elem = out_elem(node)
+    if elem not in FLOAT_TYPES:
+        raise Unsupported("its result is not floating-point")
+    x = _in_f32(e, e.cast(e.arg(node.args[0]), elem))
+    order = float(_arg(node, 1, "ord", 2))
+    dims = _dims(_arg(node, 2, "dim"), len(shape_of(x.type)))
+    keep = bool(_arg(node, 3, "keepdim", False))
+    size = e.op(graph.AbsOp, x)
+    if order == math.inf:
+        out = _reduce(e, graph.ReduceMaxOp, size, dims, keep)
+    elif order == -math.inf:
+        out = _reduce(e, graph.ReduceMinOp, size, dims, keep)
+    elif order == 0:
+        nonzero = e.cast(e.op(graph.NeOp, x, _num(e, 0.0, x)), element_of(x.type))
+        out = _reduce(e, graph.ReduceSumOp, nonzero, dims, keep)
+    elif order == 1:
+        out = _reduce(e, graph.ReduceSumOp, size, dims, keep)
+    elif order == 2:
+        out = e.op(graph.SqrtOp, _reduce(e, graph.ReduceSumOp, e.op(graph.MulOp, x, x), dims, keep))
+    else:
+        powered = e.op(graph.PowOp, size, _num(e, order, x))
+        out = e.op(graph.PowOp, _reduce(e, graph.ReduceSumOp, powered, dims, keep), _num(e, 1 / order, x))
+    return e.cast(out, elem)
+
+
+def _arg_extreme(
+    e: Emitter, x: SSAValue, dim: int | None, keep: bool, largest: bool
+) -> tuple[SSAValue, SSAValue]:
+    """(values, indices) of the first max (or min) along `dim`, a NaN first of all:
+    torch's argmax/argmin and max/min(dim), from two reductions and an iota."""
+    if element_of(x.type) == I1:
+        raise Unsupported("arg-reductions of bool tensors")
+    shape = list(shape_of(x.type))
+    if dim is None:  # over every element: of the flattened tensor
+        x, dim, out_shape_ = e.reshape(x, [math.prod(shape)]), 0, [1] * len(shape) if keep else []
+    else:
+        dim %= max(len(shape), 1)
+        out_shape_ = None
+    if not shape_of(x.type):
+        return x, e.constant(0, tensor([], INDEX))
+    size = shape_of(x.type)[dim]
+    reduce_cls = graph.ReduceMaxOp if largest else graph.ReduceMinOp
+    extreme = _reduce(e, reduce_cls, x, [dim], True)
+    hit = e.op(graph.EqOp, x, extreme)
+    if element_of(x.type) in FLOAT_TYPES:  # a NaN is the extreme: the first NaN's index
+        hit = _where(e, e.op(graph.NeOp, x, x), e.scalar(True, I1), hit)
+    index = e.op(graph.IotaOp, result_type=tensor(shape_of(x.type), INDEX), dim=IntegerAttr(dim, i64))
+    candidates = _where(e, hit, index, e.scalar(size, INDEX))
+    indices = _reduce(e, graph.ReduceMinOp, candidates, [dim], keep)
+    values = extreme if keep else e.reshape(extreme, list(shape_of(indices.type)))
+    if out_shape_ is not None:
+        values, indices = e.reshape(values, out_shape_), e.reshape(indices, out_shape_)
+    return values, indices
+
+
+@converts(aten.argmax.default, aten.argmin.default)
+def _argmax(e: Emitter, node: fx.Node) -> SSAValue:
+    x = e.arg(node.args[0])
+    dim, keep = _arg(node, 1, "dim"), bool(_arg(node, 2, "keepdim", False))
+    return _arg_extreme(e, x, dim, keep, node.target == aten.argmax.default)[1]
+
+
+@converts(aten.max.dim, aten.min.dim)
+def _max_dim(e: Emitter, node: fx.Node) -> list[SSAValue]:
+    x = e.arg(node.args[0])
+    dim, keep = _arg(node, 1, "dim"), bool(_arg(node, 2, "keepdim", False))
+    return list(_arg_extreme(e, x, dim, keep, node.target == aten.max.dim))
+
+
+# --- layout: select, pad, flip, repeat, as_strided ---------------------------------
+
+
+@converts(aten.select.int)
+def _select(e: Emitter, node: fx.Node) -> SSAValue:
+    """x[..., i, ...]: a slice of one, then the dimension dropped."""
+    x = e.arg(node.args[0])
+    shape = list(shape_of(x.type))
+    dim = node.args[1] % len(shape)
+    index = node.args[2]
+    if not -shape[dim] <= index < shape[dim]:
+        raise Unsupported(f"index {index} is out of range")
+    index %= shape[dim]
+    return e.reshape(_slice(e, x, dim, index, index + 1), out_shape(node))
+
+
+def _filled(e: Emitter, x: SSAValue, dim: int, width: int, value: Any, elem: Any) -> SSAValue | None:
+    """A constant as `x` but `width` wide along `dim`; None where nothing is padded."""
+    if width <= 0:
+        return None
+    shape = list(shape_of(x.type))
+    shape[dim] = width
+    return e.constant(value, tensor(shape, elem))
+
+
+@converts(aten.constant_pad_nd.default)
+def _constant_pad(e: Emitter, node: fx.Node) -> SSAValue:
+    """F.pad's constant mode: the value concatenated on each side, or a slice
+    where the pad is negative."""
+    elem = out_elem(node)
+    x = e.arg(node.args[0])
+    pad, value = list(node.args[1]), _arg(node, 2, "value", 0)
+    rank = len(shape_of(x.type))
+    for k in range(len(pad) // 2):
+        dim = rank - 1 - k
+        before, after = pad[2 * k], pad[2 * k + 1]
+        size = shape_of(x.type)[dim]
+        x = _slice(e, x, dim, max(-before, 0), size - max(-after, 0))
+        parts = [_filled(e, x, dim, before, value, elem), x, _filled(e, x, dim, after, value, elem)]
+        parts = [p for p in parts if p is not None]
+        if len(parts) > 1:
+            x = e.op(graph.ConcatOp, *parts, dim=IntegerAttr(dim, i64))
+    return x
+
+
+@converts(aten.flip.default)
+def _flip(e: Emitter, node: fx.Node) -> SSAValue:
+    """Each flipped dimension indexed by size - 1 - iota."""
+    x = e.arg(node.args[0])
+    shape = list(shape_of(x.type))
+    for dim in sorted({d % len(shape) for d in node.args[1]}):
+        if shape[dim] <= 1:
+            continue
+        iota = e.op(graph.IotaOp, result_type=tensor([shape[dim]], INDEX), dim=IntegerAttr(0, i64))
+        reverse = e.op(graph.SubOp, e.scalar(shape[dim] - 1, INDEX), iota)
+        x = e.op(graph.IndexSelectOp, x, reverse, dim=IntegerAttr(dim, i64))
+    return x
+
+
+@converts(aten.repeat.default)
+def _repeat(e: Emitter, node: fx.Node) -> SSAValue:
+    """x.repeat(r...): x broadcast along a new dimension before each, then merged."""
+    x = e.arg(node.args[0])
+    repeats = list(node.args[1])
+    shape = [1] * (len(repeats) - len(shape_of(x.type))) + list(shape_of(x.type))
+    spread = [d for size in shape for d in (1, size)]
+    wide = [d for r, size in zip(repeats, shape, strict=True) for d in (r, size)]
+    x = e.reshape(x, spread)
+    if wide != spread:
+        x = e.op(graph.BroadcastOp, x, result_type=tensor(wide, element_of(x.type)))
+    return e.reshape(x, out_shape(node))
+
+
+@converts(aten.as_strided.default)
+def _as_strided(e: Emitter, node: fx.Node) -> SSAValue:
+    """A row-major window of a contiguous tensor (what decompositions such as
+    group norm's produce): the flattened tensor sliced, then reshaped."""
+    source = fake_of(node.args[0])  # type: ignore[arg-type]
+    size, stride = list(node.args[1]), list(node.args[2])
+    offset = _arg(node, 3, "storage_offset", None) or 0
+    row_major = [math.prod(size[i + 1:]) for i in range(len(size))]
+    if source is None or not source.is_contiguous() or source.storage_offset() != 0:
+        raise Unsupported("it views a non-contiguous tensor")
+    if any(n > 1 and s != r for n, s, r in zip(size, stride, row_major, strict=True)):
+        raise Unsupported("its strides are not row-major")
+    x = e.arg(node.args[0])
+    count = math.prod(size)
+    if offset < 0 or offset + count > source.numel():
+        raise Unsupported("it reaches outside its source")
+    flat = e.reshape(x, [source.numel()])
+    return e.reshape(_slice(e, flat, 0, offset, offset + count), size)

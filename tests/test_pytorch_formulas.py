@@ -1,0 +1,181 @@
+"""Core ATen ops irc takes as formulas (irc/pytorch/formulas.py), through irc.compile,
+against eager: nothing left to eager, the values torch gives (exactly where torch
+is exact), and log1p/expm1 as accurate as torch's for tiny arguments, where the
+obvious `log(1 + x)` and `exp(x) - 1` lose every digit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import irc
+
+torch.manual_seed(0)
+
+
+class Fn(nn.Module):
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: torch.Tensor) -> Any:
+        return self.fn(*xs)
+
+
+def compiled(fn: Callable[..., Any], *xs: torch.Tensor) -> Any:
+    """irc's result of `fn(*xs)`, after checking that no op ran in eager."""
+    module = irc.compile(Fn(fn), xs)
+    assert module.report.eager_ops == {}, module.report
+    return module(*xs)
+
+
+def magnitudes(n: int = 2000) -> torch.Tensor:
+    """Random signs and magnitudes from 1e-10 to 1e2: the tiny arguments too."""
+    magnitude = 10 ** (torch.rand(n) * 12 - 10)
+    return (magnitude * torch.sign(torch.randn(n))).reshape(20, -1)
+
+
+def relative_error(got: torch.Tensor, exact: torch.Tensor) -> float:
+    return ((got.double() - exact).abs() / exact.abs().clamp(min=1e-300)).max().item()
+
+
+ACCURATE = {
+    "log1p": (torch.log1p, lambda x: x.clamp(min=-0.999)),
+    "expm1": (torch.expm1, lambda x: x.clamp(max=80)),
+    "softplus": (F.softplus, lambda x: x),
+    "logsigmoid": (F.logsigmoid, lambda x: x),
+    "elu": (F.elu, lambda x: x),
+    "selu": (F.selu, lambda x: x),
+    "celu": (lambda x: F.celu(x, 0.5), lambda x: x),
+    "log2": (torch.log2, torch.abs),
+    "log10": (torch.log10, torch.abs),
+    "exp2": (torch.exp2, lambda x: x.clamp(-20, 20)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACCURATE))
+def test_relative_accuracy_at_every_magnitude(name: str) -> None:
+    """Within a few times torch's own relative error from f64, from 1e-10 up."""
+    fn, domain = ACCURATE[name]
+    x = domain(magnitudes())
+    got = compiled(fn, x)
+    exact = fn(x.double())
+    mine, torchs = relative_error(got, exact), relative_error(fn(x), exact)
+    assert mine <= max(8 * torchs, 1e-6), (mine, torchs)
+
+
+SPECIAL = torch.tensor([[float("nan"), 0.0, -0.0, float("inf"), -float("inf"), 1e-30, -1.0, 3.0]])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [torch.log1p, torch.expm1, torch.sign, torch.trunc, torch.isnan, F.elu, F.leaky_relu, F.relu6,
+     F.softplus, F.hardtanh, torch.log2, torch.exp2],
+    ids=lambda f: getattr(f, "__name__", "fn"),
+)  # fmt: skip
+def test_nan_infinities_and_signed_zeros(fn: Callable[..., torch.Tensor]) -> None:
+    got, expected = compiled(fn, SPECIAL), fn(SPECIAL)
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=0, equal_nan=True)
+
+
+def _with_ties_and_nan() -> torch.Tensor:
+    a = torch.randn(6, 7, 5)
+    a[1, 3, 2] = float("nan")
+    a[2, :, 1] = 1.0  # ties: the first index wins
+    a[4, 2, :] = -3.0
+    return a
+
+
+ARG_REDUCTIONS = {
+    "argmax": lambda t: t.argmax(1),
+    "argmin_keepdim": lambda t: t.argmin(-1, keepdim=True),
+    "argmax_all": lambda t: t.argmax(),
+    "argmin_all_keepdim": lambda t: t.argmin(keepdim=True, dim=None),
+    "max_dim": lambda t: t.max(1),
+    "min_dim_keepdim": lambda t: t.min(0, keepdim=True),
+    "integer_max": lambda t: (t.nan_to_num() * 3).long().max(2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARG_REDUCTIONS))
+def test_arg_reductions_take_the_first_extreme_and_nan_first(name: str) -> None:
+    fn = ARG_REDUCTIONS[name]
+    a = _with_ties_and_nan()
+    got, expected = compiled(fn, a), fn(a)
+    got = list(got) if isinstance(got, tuple | list) else [got]
+    expected = list(expected) if isinstance(expected, tuple | list) else [expected]
+    for g, r in zip(got, expected, strict=True):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        torch.testing.assert_close(g, r, rtol=0, atol=0, equal_nan=True)
+
+
+LAYOUT = {
+    "select": lambda t: t[:, -1] * 2,
+    "select_first_dim": lambda t: t[1],
+    "pad": lambda t: F.pad(t, (1, 2, 0, 0, 2, 1), value=0.5),
+    "pad_negative": lambda t: F.pad(t, (-1, 2, 1, -2)),
+    "flip": lambda t: t.flip(0, 2) + 1,
+    "repeat": lambda t: t.repeat(2, 1, 3),
+    "repeat_new_dims": lambda t: t.repeat(2, 1, 1, 2),
+    "norm": lambda t: t.norm(dim=-1),
+    "norm_1_keepdim": lambda t: torch.linalg.vector_norm(t, 1, dim=(0, 2), keepdim=True),
+    "norm_inf": lambda t: torch.linalg.vector_norm(t, float("inf")),
+    "norm_3": lambda t: torch.linalg.vector_norm(t, 3, dim=1),
+    "normalize": lambda t: F.normalize(t, dim=1),
+    "cosine_similarity": lambda t: F.cosine_similarity(t, t.flip(0), -1),
+    "masks": lambda t: (~(t > 0) & (t > -1) | (t > 2) ^ (t < -2)).float(),
+    "group_norm": lambda t: F.group_norm(t, 2),
+    "instance_norm": F.instance_norm,
+    "clamp_tensor": lambda t: t.clamp(min=t[0], max=t[1].abs()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUT))
+def test_layout_and_norm_formulas(name: str) -> None:
+    fn = LAYOUT[name]
+    b = torch.randn(3, 4, 6)
+    torch.testing.assert_close(compiled(fn, b), fn(b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "fn", [F.elu, F.softplus, lambda t: t.norm(dim=-1), lambda t: F.pad(t, (1, 1))],
+    ids=["elu", "softplus", "norm", "pad"],
+)  # fmt: skip
+def test_bf16_results_have_torchs_dtype(fn: Callable[..., torch.Tensor]) -> None:
+    b = torch.randn(3, 4, 6).bfloat16()
+    got, expected = compiled(fn, b), fn(b)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected)
+
+
+class ConvBlock(nn.Module):
+    """Batch norm and group norm in eval mode: with the norms decomposed, only the
+    convolution is left to eager."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.gn = nn.GroupNorm(2, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return F.leaky_relu(self.gn(F.relu6(self.bn(y))), 0.2).mean((2, 3))
+
+
+def test_norms_of_a_conv_block_are_compiled_and_only_the_convolution_runs_in_eager() -> None:
+    m = ConvBlock()
+    with torch.no_grad():
+        m.bn.running_mean.uniform_(-1, 1)
+        m.bn.running_var.uniform_(0.5, 2)
+    m = m.eval()
+    x = torch.randn(2, 3, 6, 5)
+    c = irc.compile(m, (x,))
+    assert set(c.report.eager_ops) == {"aten.convolution.default"}, c.report
+    torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
