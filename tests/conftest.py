@@ -52,6 +52,8 @@ THINNED: dict[str, Thin] = {
     # One file in twelve: a file is two or three subprocesses (irc-opt, irc-run, irc.compile).
     "test_hostile.py::test_hostile_file": Thin(every=12, cover=False),
     "test_hostile.py::test_generated_hostile_input": Thin(),
+    # One op in three of each family (about a second each in the interpreter).
+    "test_pytorch_formulas.py::*": Thin(every=3, cover=False),
 }
 
 

@@ -30,6 +30,16 @@ KEPT_WHOLE = (
 """Core ATen ops irc converts itself (irc/pytorch/aten.py): addmm as matmul + add,
 var_mean and _log_softmax as short formulas over graph ops."""
 
+DECOMPOSED_TOO = (
+    aten.native_group_norm.default,
+    aten._native_batch_norm_legit_no_training.default,
+    aten._native_batch_norm_legit.no_stats,
+    aten._native_batch_norm_legit.default,
+)
+"""Core ATen ops that core_aten_decompositions keeps and irc takes decomposed:
+group norm, eval-mode batch norm and instance norm become var_mean and
+element-wise ops, which fuse."""
+
 
 def attention(
     q: torch.Tensor,
@@ -74,9 +84,10 @@ def attention(
 
 
 def irc_decompositions() -> dict[Any, Any]:
-    from torch._decomp import core_aten_decompositions
+    from torch._decomp import core_aten_decompositions, get_decompositions
 
     table = dict(core_aten_decompositions())
+    table.update(get_decompositions(list(DECOMPOSED_TOO)))
     for op in KEPT_WHOLE:
         table.pop(op, None)
     # graph.attention is SDPA itself: export keeps the op whole (a CompositeImplicit

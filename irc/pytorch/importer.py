@@ -25,6 +25,7 @@ from xdsl.ir import Block, Region, SSAValue
 
 from irc.ir.types import format_type
 from irc.ir.value_names import set_value_name
+from irc.pytorch import formulas  # noqa: F401  (registers its converters in CONVERTERS)
 from irc.pytorch.aten import CONVERTERS
 from irc.pytorch.emitter import Emitter, Unsupported, clean_name
 from irc.pytorch.sink_views import sink_views
