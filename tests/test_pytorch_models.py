@@ -1,0 +1,159 @@
+"""Models other than the benchmark's two blocks, written as their authors write them,
+through both entry points against eager (CPU, Triton's interpreter): a BERT layer
+with an additive padding mask and a [CLS] pooler, a T5 layer with bucketed
+relative-position biases, and a Mistral-style block (sliding-window mask from
+`arange` comparisons, a KV cache, `repeat_interleave` for grouped-query
+attention, rotary embeddings indexed by position). None leaves an op to eager."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import irc
+
+torch.manual_seed(0)
+
+
+class Bert(nn.Module):
+    def __init__(self, d: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.pool = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.qkv(x).split(d, -1))
+        bias = (1.0 - mask[:, None, None, :].float()) * -10000.0
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // self.heads) + bias, -1) @ v
+        x = self.ln1(x + self.out(a.transpose(1, 2).reshape(b, t, d)))
+        x = self.ln2(x + self.down(F.gelu(self.up(x))))
+        return x, torch.tanh(self.pool(x[:, 0]))
+
+
+def relative_bucket(rel: torch.Tensor, buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+    """T5's bidirectional relative-position buckets, as Hugging Face writes them."""
+    buckets //= 2
+    out = (rel > 0).to(torch.long) * buckets
+    n = torch.abs(rel)
+    exact = buckets // 2
+    large = exact + (
+        torch.log(n.float() / exact) / math.log(max_distance / exact) * (buckets - exact)
+    ).to(torch.long)
+    large = torch.min(large, torch.full_like(large, buckets - 1))
+    return out + torch.where(n < exact, n, large)
+
+
+class T5(nn.Module):
+    def __init__(self, d: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.rel = nn.Embedding(32, heads)
+        self.w = nn.Parameter(1 + 0.1 * torch.randn(d))
+        self.wi, self.wo = nn.Linear(d, 64, bias=False), nn.Linear(64, d, bias=False)
+
+    def norm(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.norm(x)
+        q, k, v = (p(h).view(b, t, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v))
+        rel = torch.arange(t)[None, :] - torch.arange(t)[:, None]
+        bias = self.rel(relative_bucket(rel)).permute(2, 0, 1)[None]
+        a = torch.softmax(q @ k.transpose(-1, -2) + bias, -1) @ v
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.wo(F.relu(self.wi(self.norm(x))))
+
+
+class Mistral(nn.Module):
+    def __init__(self, d: int = 32, heads: int = 4, kv_heads: int = 2, window: int = 3) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.window = heads, kv_heads, window
+        hd = d // heads
+        self.q, self.o = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+        self.k, self.v = nn.Linear(d, kv_heads * hd, bias=False), nn.Linear(d, kv_heads * hd, bias=False)
+        self.w = nn.Parameter(torch.ones(d))
+        self.gate_up, self.down = nn.Linear(d, 128, bias=False), nn.Linear(64, d, bias=False)
+        inv = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
+        freqs = torch.outer(torch.arange(64).float(), inv)
+        emb = torch.cat((freqs, freqs), -1)
+        self.register_buffer("cos", emb.cos())
+        self.register_buffer("sin", emb.sin())
+
+    def norm(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).type_as(x) * self.w
+
+    @staticmethod
+    def rotate_half(x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.chunk(2, -1)
+        return torch.cat((-x2, x1), -1)
+
+    def forward(self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor) -> Any:
+        b, t, d = x.shape
+        hd, past = d // self.heads, past_k.shape[2]
+        h = self.norm(x)
+        q = self.q(h).view(b, t, self.heads, hd).transpose(1, 2)
+        k = self.k(h).view(b, t, self.kv_heads, hd).transpose(1, 2)
+        v = self.v(h).view(b, t, self.kv_heads, hd).transpose(1, 2)
+        pos = torch.arange(past, past + t).unsqueeze(0)
+        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
+        q, k = q * cos + self.rotate_half(q) * sin, k * cos + self.rotate_half(k) * sin
+        k, v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
+        groups = self.heads // self.kv_heads
+        keys, values = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        i = torch.arange(t)[:, None] + past
+        j = torch.arange(keys.shape[2])[None, :]
+        allowed = (j <= i) & (j > i - self.window)
+        scores = (q @ keys.transpose(-1, -2)) / math.sqrt(hd)
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        a = F.softmax(scores.float(), -1).type_as(q) @ values
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        gate, up = self.gate_up(self.norm(x)).chunk(2, -1)
+        return x + self.down(F.silu(gate) * up), k, v
+
+
+MODELS = {
+    "bert": lambda: (Bert(), (torch.randn(2, 8, 32), torch.tensor([[1] * 8, [1] * 5 + [0] * 3]))),
+    "t5": lambda: (T5(), (torch.randn(2, 40, 32),)),
+    "mistral": lambda: (Mistral(), (torch.randn(2, 5, 32), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 8))),
+}
+
+
+def _close(got: Any, want: Any) -> None:
+    if isinstance(want, tuple | list):
+        assert isinstance(got, tuple | list) and len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            _close(g, w)
+        return
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_through_irc_compile_leaves_nothing_to_eager(name: str) -> None:
+    model, args = MODELS[name]()
+    model = model.eval()
+    with torch.no_grad():
+        compiled = irc.compile(model, args)
+        assert compiled.report.eager_ops == {}, compiled.report
+        _close(compiled(*args), model(*args))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_through_torch_compile(name: str) -> None:
+    model, args = MODELS[name]()
+    model = model.eval()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        _close(torch.compile(model, backend="irc")(*args), model(*args))
