@@ -50,7 +50,6 @@ KNOWN: dict[str, str] = {
     "F21": r"Both operands must be same dtype",
     "F22": r"expected an indented block",
     "F26": r"'SymbolRefAttr' object has no attribute 'data'",
-    "F25": r"runs on tile-level IR, but this module is at the loop level",
 }
 """Open findings (ids of /tmp/team/fuzz_findings.md, tests/hostile files) -> a regex of their
 problem text. Remove an entry when its fix lands."""

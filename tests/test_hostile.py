@@ -602,8 +602,6 @@ EDGE_PROGRAMS: dict[str, str] = {
     ),
 }
 EDGE_OPEN: dict[str, str] = {
-    "graph-identity": "F25: no kernel -> 'pass tile-cse runs on tile-level IR' (exit 1)",
-    "loop-identity": "F25: no kernel -> 'pass tile-cse runs on tile-level IR' (exit 1)",
     "loop-empty-kernel": "F22: an empty kernel becomes a Python def without a body",
     "tile-empty-kernel": "F22: an empty kernel becomes a Python def without a body",
 }

@@ -96,6 +96,14 @@ func @t(%s: tensor<f32>) -> tensor<f32> {
   return %e : tensor<f32>
 }
 """,
+    # A function with no op, returning its argument (twice), lowers to a buffer
+    # function with nothing to launch; it counted as loop-level after loop-to-tile,
+    # and tile-cse refused the module ("this module is at the loop level").
+    "returns_its_argument_twice": """
+func @same(%x: tensor<17x33xf32>) -> (tensor<17x33xf32>, tensor<17x33xf32>) {
+  return %x, %x : tensor<17x33xf32>, tensor<17x33xf32>
+}
+""",
 }
 
 
