@@ -376,7 +376,12 @@ def _unroll(op: graph.ReduceOp, dims: list[int], block: Block) -> SSAValue:
         ]
     total = terms[0]
     for t in terms[1:]:
-        total = emit(combine.make(total, t))
+        if element == I1:
+            # maximum and minimum are not defined on i1: a max is an or, a min an and.
+            is_max = isinstance(op, graph.ReduceMaxOp)
+            total = emit(graph.WhereOp.make(total, *((total, t) if is_max else (t, total))))
+        else:
+            total = emit(combine.make(total, t))
     if isinstance(op, graph.ReduceMeanOp):
         count = emit(
             graph.ConstantOp.make(

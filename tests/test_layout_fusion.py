@@ -342,6 +342,32 @@ def test_an_unrolled_half_precision_mean_is_summed_in_f32() -> None:
     assert judge(got, want, stick).ok
 
 
+BOOL_ANY_ALL = """func @f(%x: tensor<6x5x40xf32>) -> (tensor<40xi1>, tensor<6xi1>) {
+  %z = graph.constant {value = 0.0} : tensor<f32>
+  %p = graph.gt %x, %z
+  %any = graph.reduce_max %p {dims = [0]} : tensor<5x40xi1>
+  %all = graph.reduce_min %any {dims = [0]} : tensor<40xi1>
+  %every = graph.reduce_min %p {dims = [1], keepdim = true} : tensor<6x1x40xi1>
+  %some = graph.reduce_max %every {dims = [1, 2]} : tensor<6xi1>
+  return %all, %some : tensor<40xi1>, tensor<6xi1>
+}
+"""
+
+
+def test_unrolled_i1_max_and_min_are_or_and_and() -> None:
+    """An i1 max (any) or min (all) over a few elements feeding another reduction:
+    its terms were combined with graph.maximum / graph.minimum, which i1 does not
+    have (an internal error of fuse); they are wheres now."""
+    assert len(_report(BOOL_ANY_ALL).unrolled) == 2
+    assert moved_elements(BOOL_ANY_ALL)[0] == 2
+
+    def want(x: Any) -> Any:
+        p = x > 0
+        return p.amax(0).amin(0), p.amin(1, keepdim=True).amax((1, 2))
+
+    run_against_torch(BOOL_ANY_ALL, "f", want, (6, 5, 40))
+
+
 def test_a_small_reduction_read_by_no_other_reduction_stays_a_reduction() -> None:
     text = """func @f(%x: tensor<10x4xf32>) -> tensor<10xf32> {
   %r = graph.reduce_sum %x {dims = [1]} : tensor<10xf32>
