@@ -295,6 +295,30 @@ func @f(%x: tensor<5x6xf32>, %i: tensor<3x4xi32>) -> tensor<3x4xf32> {
     check(text, lambda x, i: torch.exp(torch.gather(x, 0, i.long())), kernels=1)
 
 
+def test_random_indices_reaching_the_op_through_views_are_in_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """irc-run draws an argument's indices inside the dimension they index also when
+    they get there through a view (a transposed target, flattened token ids): they
+    were drawn as other integers were (-8..8), and --check stopped at the gather."""
+    path = tmp_path / "views.ir"
+    path.write_text("""
+func @f(%x: tensor<4x10xf32>, %t: tensor<3x4xi32>, %w: tensor<20x5xf32>, %ids: tensor<2x3xi64>) -> (tensor<4x3xf32>, tensor<6x5xf32>) {
+  %it = graph.transpose %t {perm = [1, 0]}
+  %g = graph.gather %x, %it {dim = 1}
+  %flat = graph.reshape %ids : tensor<6xi64>
+  %e = graph.index_select %w, %flat {dim = 0}
+  return %g, %e : tensor<4x3xf32>, tensor<6x5xf32>
+}
+""")
+    fn = functions(irc.parse(path.read_text()))["f"]
+    for seed in range(4):
+        _, t, _, ids = random_inputs(fn, seed=seed)
+        assert 0 <= int(t.min()) and int(t.max()) < 10
+        assert 0 <= int(ids.min()) and int(ids.max()) < 20
+    assert irc_run([str(path), "--check"]) == 0, capsys.readouterr().err
+
+
 OUT_OF_RANGE = """
 func @f(%w: tensor<4x3xf32>) -> tensor<4x3xf32> {
   %i = graph.iota {dim = 0} : tensor<4xi64>

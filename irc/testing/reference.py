@@ -644,13 +644,19 @@ def random_inputs(
 
 def index_bound(v: SSAValue) -> int | None:
     """The size of the dimension that `v` indexes (the smallest, if it indexes
-    several) when it is the indices of an index_select or gather: its random
-    values are drawn inside it (an index outside is the program's error)."""
-    sizes = [
-        shape_of(_tensor_type(u.operation.input.type))[u.operation.axis()]
-        for u in v.uses
-        if isinstance(u.operation, graph.IndexingOp) and u.index == 1
-    ]
+    several) when it is the indices of an index_select or gather, directly or
+    through views and concats: its random values are drawn inside it (an index
+    outside is the program's error)."""
+    sizes: list[int] = []
+    for u in v.uses:
+        op = u.operation
+        if isinstance(op, graph.IndexingOp) and u.index == 1:
+            sizes.append(shape_of(_tensor_type(op.input.type))[op.axis()])
+        elif isinstance(op, graph.VIEW_OPS) or isinstance(op, graph.ConcatOp):
+            # The result holds (some of) the operand's values as they are.
+            size = index_bound(op.results[0])
+            if size is not None:
+                sizes.append(size)
     return min(sizes) if sizes else None
 
 
