@@ -906,7 +906,14 @@ class SliceOp(GraphOp):
         return lists[0], lists[1], lists[2]
 
     def slice_bounds(self) -> tuple[list[int], list[int], list[int]]:
-        return self.bounds(dict(self.properties), len(self.input.type.get_shape()))  # type: ignore[attr-defined]
+        """start, end and step as the kernels and the reference use them: a dimension
+        that keeps one element is `start:start + 1:1`, whatever step was written (a step
+        past the dimension, up to 2**63 - 1, would overflow their index arithmetic)."""
+        start, end, step = self.bounds(dict(self.properties), len(self.input.type.get_shape()))  # type: ignore[attr-defined]
+        one = [e - s <= k for s, e, k in zip(start, end, step, strict=True)]
+        end = [s + 1 if o else e for s, e, o in zip(start, end, one, strict=True)]
+        step = [1 if o else k for k, o in zip(step, one, strict=True)]
+        return start, end, step
 
 
 @irdl_op_definition

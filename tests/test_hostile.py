@@ -632,3 +632,32 @@ def test_edge_programs_compile(name: str, tmp_path: Path) -> None:
     compiled = run_forked(irc_compile(str(path)), box)
     assert compiled.status == 0, compiled.stderr
     assert box.written(keep_cache=True) == []
+
+
+# --- valid graph programs at the edges of an op's attributes: run and checked ------------
+
+CHECKED_EDGES: dict[str, str] = {
+    # A step past the dimension keeps the start alone: once an i32 constant of 2**63 - 1
+    # in the kernel (an "after pass" error), and torch's slice in the reference overflowed
+    # the step into an empty result (irc-run's internal error).
+    "slice-step-2**63-1": (
+        "func @f(%x: tensor<4x8xf32>) -> tensor<2x1xf32> {\n"
+        "  %s = graph.slice %x {start = [0, 1], end = [4, 8], step = [2, 9223372036854775807]}\n"
+        "  %e = graph.exp %s\n  return %e : tensor<2x1xf32>\n}\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKED_EDGES))
+def test_checked_edge_programs(name: str, tmp_path: Path) -> None:
+    """Valid programs that push an attribute to its edge: irc-opt lowers them to
+    Triton, and `irc-run --check` runs them and agrees with the reference."""
+    path = tmp_path / "in" / "edge.ir"
+    path.parent.mkdir()
+    path.write_text(CHECKED_EDGES[name])
+    box = Sandbox.make(tmp_path / "box")
+    result = run_opt([str(path), "--fuse", "--emit", "triton"], box)
+    assert result.status == 0, result.stderr
+    checked = run_forked(irc_run([str(path), "--check"]), box)
+    assert checked.status == 0, checked.stderr
+    assert box.written(keep_cache=True) == []
