@@ -31,7 +31,7 @@ from xdsl.dialects.builtin import (
     TensorType,
 )
 from xdsl.dialects.utils.enum_attribute import EnumAttribute
-from xdsl.ir import Attribute, Dialect, SpacedOpaqueSyntaxAttribute
+from xdsl.ir import Attribute, Dialect, SpacedOpaqueSyntaxAttribute, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -227,15 +227,42 @@ class KernelOp(IRDLOperation):
             raise VerifyException("loop.kernel: a loop.kernel cannot be inside another loop.kernel")
         check_kernel_name(self.name, self.kernel_name.data)
         _check_bounds(self, self.bounds)
-        if body_kind(self) == KernelKind.CONTRACTION and any(
-            isinstance(op, ForeachOp) for op in self.body.walk()
-        ):
-            raise VerifyException(
-                "loop.kernel: a contraction kernel has no loop.foreach (loop-to-tile lowers "
-                "a contraction as dots and a store)"
-            )
+        self._check_contraction_loops()
         self._check_kind()
         self._check_tiling()
+
+    def _check_contraction_loops(self) -> None:
+        """A kernel with a contraction (loop-to-tile lowers it as dots and a store) has
+        no other loop: no loop.foreach, no loop.reduce but contractions, and a
+        loop.softmax_reduce only in an attention. A contraction kernel's contractions
+        are its body's own ops, not nested in one another."""
+        kind = body_kind(self)
+        if kind not in (KernelKind.CONTRACTION, KernelKind.ATTENTION):
+            return
+        for op in self.body.walk():
+            if isinstance(op, ForeachOp):
+                raise VerifyException(
+                    f"loop.kernel: a {kind} kernel has no loop.foreach (loop-to-tile lowers "
+                    "a contraction as dots and a store)"
+                )
+            if isinstance(op, ReduceOp) and op.contract is None:
+                raise VerifyException(
+                    f"loop.kernel: a {kind} kernel has no loop.reduce but its contractions"
+                )
+            if (
+                kind == KernelKind.CONTRACTION
+                and isinstance(op, ReduceOp)
+                and op.parent_op() is not self
+            ):
+                raise VerifyException(
+                    "loop.kernel: a contraction kernel's contractions are ops of its body, "
+                    "not nested in one another"
+                )
+            if isinstance(op, SoftmaxReduceOp) and kind == KernelKind.CONTRACTION:
+                raise VerifyException(
+                    "loop.kernel: a loop.softmax_reduce in a kernel with a contraction makes "
+                    "an attention, whose values loop is a second contraction"
+                )
 
     def _check_kind(self) -> None:
         """A written kind is a kind, and the one the body computes."""
@@ -402,6 +429,29 @@ class ReduceOp(IRDLOperation):
             raise VerifyException(
                 f"loop.reduce yields {format_type(last.values[0].type)} but produces "
                 f"{format_type(self.result.type)}"
+            )
+        if self.contract is not None:
+            self._check_contraction(last.values[0])
+
+    def _check_contraction(self, value: SSAValue) -> None:
+        """`contract = true` is a dot: the sum over one K loop of a float product, in
+        a kernel whose last two parallel dims are the output's rows and columns."""
+        product = value.owner
+        kernel = _enclosing_kernel(self)
+        if (
+            self.kind.data != "sum"
+            or len(self.bounds.data) != 1
+            or self.result.type not in FLOAT_TYPES
+            or not isinstance(product, ApplyOp)
+            # (an unknown fn is the apply's own error)
+            or (isinstance(product.fn, ApplyFnAttr) and product.fn.data != "mul")
+            or kernel is None
+            or len(kernel.bounds.data) < 2
+        ):
+            raise VerifyException(
+                'loop.reduce: contract = true is a matrix product: kind "sum" over one '
+                'bound of a float loop.apply "mul", in a loop.kernel of at least two '
+                "parallel dims (rows and columns)"
             )
 
 
