@@ -179,3 +179,18 @@ def test_norms_of_a_conv_block_are_compiled_and_only_the_convolution_runs_in_eag
     c = irc.compile(m, (x,))
     assert set(c.report.eager_ops) == {"aten.convolution.default"}, c.report
     torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+def test_an_op_with_an_empty_result_runs_in_eager_and_says_why() -> None:
+    """irc's dimensions are positive: `x.repeat(0, 1)` and a pad that removes a whole
+    dimension leave their (empty) results to eager, whatever consumes them."""
+    x = torch.randn(3, 5)
+    fn = Fn(lambda t: (t.repeat(0, 1) + 1, F.pad(t, (-5, 0)) * 2, t * 2))
+    module = irc.compile(fn, (x,))
+    assert set(module.report.eager_ops) == {
+        "aten.repeat.default", "aten.constant_pad_nd.default", "aten.add.Tensor", "aten.mul.Tensor"
+    }
+    assert "empty" in str(module.report)
+    for got, want in zip(module(x), fn(x), strict=True):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)

@@ -212,3 +212,16 @@ def test_model_through_torch_compile(name: str) -> None:
     torch._dynamo.reset()
     with torch.no_grad():
         _close(torch.compile(model, backend="irc")(*args), model(*args), _in_f64(model, args))
+
+
+def test_an_empty_kv_cache_is_taken_and_an_empty_input_is_not_exported(tmp_path: Any) -> None:
+    """The first step of generation: the cache is empty and `cat` drops it; a .ir
+    file cannot hold an empty dimension, so export says which input is empty."""
+    model = Mistral().eval()
+    args = (torch.randn(2, 5, 32), torch.randn(2, 2, 0, 8), torch.randn(2, 2, 0, 8))
+    with torch.no_grad():
+        compiled = irc.compile(model, args)
+        assert compiled.report.eager_ops == {}, compiled.report
+        _close(compiled(*args), model(*args))
+    with pytest.raises(ValueError, match="input past_k is empty"):
+        irc.export_ir(model, args, tmp_path / "block.ir")

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(args.seed)
         module, examples = build(args.target, args.input)
         text = export_text(module, examples, args.name)
-    except CliError as e:
+    except (CliError, ValueError) as e:
         return _fail(str(e))
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")

@@ -200,6 +200,13 @@ def export_text(
     module = as_module(module_or_fn)
     ep = capture(module, example_inputs, None)
     graph = ep.graph
+    for node in graph.find_nodes(op="placeholder"):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and 0 in val.shape:
+            raise ValueError(
+                f"input {node.name} is empty ({list(val.shape)}): a .ir file's dimensions "
+                "are positive; export with a non-empty example (irc.compile takes it as is)"
+            )
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in IGNORED and not node.users:
             graph.erase_node(node)

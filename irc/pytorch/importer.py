@@ -80,6 +80,8 @@ def _tensor_inputs_ok(node: fx.Node) -> None:
                     raise Unsupported("it has a symbolic size")
                 if not dtype_supported(v):
                     raise Unsupported(f"dtype {v.dtype} is not an irc element type")
+                if value is node and 0 in v.shape:  # an empty input is fine: cat drops it
+                    raise Unsupported("its result is empty (irc's dimensions are positive)")
 
 
 class Support:
