@@ -61,7 +61,15 @@ from irc.dialects.attrs import (
 )
 from irc.ir.kernel_kind import KINDS, KernelKind, parse_kind
 from irc.ir.names import check_kernel_name
-from irc.ir.types import ELEMENT_TYPES, F32, FLOAT_TYPES, I1, SCALAR_TYPES, format_type
+from irc.ir.types import (
+    ELEMENT_TYPES,
+    F32,
+    FLOAT_TYPES,
+    I1,
+    MAX_ELEMENTS,
+    SCALAR_TYPES,
+    format_type,
+)
 
 REDUCE_KINDS = ("sum", "max", "min")
 
@@ -162,6 +170,13 @@ def check_apply(op: IRDLOperation, fn: ApplyFnAttr, n_args: int) -> None:
         )
 
 
+def check_sum_element(op: IRDLOperation, kind: str, t: Attribute) -> None:
+    """A sum counts in its element type: i1 cannot hold a count (Triton's sum of i1
+    gives an i32 one, which the IR would call i1)."""
+    if kind == "sum" and _element(t) == I1:
+        raise VerifyException(f"{op.name}: a sum of i1 values is a count, not an i1 (cast first)")
+
+
 def int_list(attr: Attribute | None) -> list[int]:
     if attr is None:
         return []
@@ -179,6 +194,13 @@ def _check_bounds(op: IRDLOperation, bounds: Attribute | None) -> None:
     if not _valid_bounds(bounds):
         raise VerifyException(f"{op.name}: 'bounds' must be a list of positive integers")
     assert isinstance(bounds, ArrayAttr)
+    # A loop walks the elements of a tensor: no more than one holds (products of bounds
+    # that each fit in 64 bits overflowed the grid arithmetic of loop-to-tile).
+    if math.prod(int_list(bounds)) > MAX_ELEMENTS:
+        raise VerifyException(
+            f"{op.name}: bounds {int_list(bounds)} make {math.prod(int_list(bounds))} "
+            "iterations, more than irc supports (2**48)"
+        )
     block = op.regions[0].block
     if len(block.args) != len(bounds.data) or any(
         not isinstance(a.type, IndexType) for a in block.args
@@ -197,6 +219,12 @@ class AllocOp(IRDLOperation):
 
     def verify_(self) -> None:
         _check_buffer_element(self, self.result.type)
+        parent = self.parent_op()
+        if parent is not None and parent.name != "func.func":
+            raise VerifyException(
+                f"loop.alloc allocates on the host: it stands in a function's body, not in "
+                f"{parent.name}"
+            )
 
 
 @irdl_op_definition
@@ -421,6 +449,7 @@ class ReduceOp(IRDLOperation):
         _check_bounds(self, self.bounds)
         if self.kind.data not in REDUCE_KINDS:
             raise VerifyException(f"loop.reduce: kind must be one of {', '.join(REDUCE_KINDS)}")
+        check_sum_element(self, self.kind.data, self.result.type)
         check_flag(self, "contract", self.contract)
         last = self.body.block.last_op
         if not isinstance(last, YieldOp) or len(last.values) != 1:
@@ -515,6 +544,12 @@ class YieldOp(IRDLOperation):
     name = "loop.yield"
     values = var_operand_def()
     traits = traits_def(IsTerminator())
+
+    def verify_(self) -> None:
+        if not isinstance(self.parent_op(), ReduceOp | SoftmaxReduceOp | None):
+            raise VerifyException(
+                "loop.yield ends the region of a loop.reduce or loop.softmax_reduce only"
+            )
 
 
 @irdl_op_definition

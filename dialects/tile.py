@@ -71,12 +71,26 @@ from irc.dialects.attrs import (
     check_int_list,
     check_number,
 )
-from irc.dialects.loop import REDUCE_KINDS, check_apply, check_apply_types, fn_property
+from irc.dialects.loop import (
+    REDUCE_KINDS,
+    check_apply,
+    check_apply_types,
+    check_sum_element,
+    fn_property,
+)
 from irc.ir.names import check_kernel_name, quoted
-from irc.ir.types import element_bytes, format_type
+from irc.ir.types import ELEMENT_TYPES, F32, HALF_TYPES, element_bytes, format_type
 
 DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 """Triton's `input_precision` values for f32 dots."""
+MIN_DOT_K = 16
+"""The smallest K of a dot Triton compiles for NVIDIA GPUs (16- and 32-bit operands);
+its interpreter takes any, so a smaller one would fail on the GPU only."""
+I32 = ELEMENT_TYPES["i32"]
+I32_MAX = 2**31 - 1
+F64 = ELEMENT_TYPES["f64"]
+DOT_ELEMENTS = frozenset({*HALF_TYPES, F32, F64})
+"""The operand types of tl.dot among irc's element types."""
 
 
 def _shape(t: Attribute) -> tuple[int, ...]:
@@ -135,6 +149,11 @@ def check_kernel_values(op: Operation) -> None:
             raise VerifyException(
                 f"{op.name}: a block of {math.prod(t.get_shape())} elements "
                 f"({format_type(t)}); a Triton block holds at most {MAX_BLOCK}"
+            )
+        if isinstance(t, TensorType) and any(d & (d - 1) for d in t.get_shape()):
+            raise VerifyException(
+                f"{op.name}: a block of shape {list(t.get_shape())}; Triton's block sizes "
+                "are powers of two"
             )
 
 
@@ -510,10 +529,12 @@ class TilesOp(IRDLOperation):
     body = region_def("single_block")
 
     def verify_(self) -> None:
-        check_int(self, "count", self.count, 1)
+        check_int(self, "count", self.count, 1, I32_MAX)
         block = self.body.block
-        if len(block.args) != 2:
-            raise VerifyException("tile.tiles: the region takes the tile index, twice")
+        if len(block.args) != 2 or any(a.type != I32 for a in block.args):
+            raise VerifyException(
+                "tile.tiles: the region takes the tile index, twice, as i32 values"
+            )
         last = block.last_op
         if not isinstance(last, YieldOp) or last.values:
             raise VerifyException("tile.tiles: the region must end in an empty tile.yield")
@@ -532,6 +553,7 @@ class ReduceOp(IRDLOperation):
 
     def verify_(self) -> None:
         check_choice(self, "kind", self.kind, REDUCE_KINDS)
+        check_sum_element(self, self.kind.data, self.input.type)
         rank = len(_shape(self.input.type))
         if rank == 0:
             raise VerifyException("tile.reduce: the input must be a block, not a scalar")
@@ -564,7 +586,20 @@ class DotOp(IRDLOperation):
             raise VerifyException(
                 f"{self.name}: shapes {list(a)} @ {list(b)} + {list(acc)} do not make a product"
             )
-        _check_result(self, acc, _element(self.acc.type))
+        if a[1] < MIN_DOT_K:
+            raise VerifyException(
+                f"{self.name}: K = {a[1]}; Triton compiles dots of K >= {MIN_DOT_K} only"
+            )
+        # tl.dot's types: one float operand type, accumulated in f32 (f64 for f64).
+        element, acc_element = _element(self.a.type), _element(self.acc.type)
+        want = F64 if element == F64 else F32
+        if element != _element(self.b.type) or element not in DOT_ELEMENTS or acc_element != want:
+            raise VerifyException(
+                f"{self.name}: the operands are f16, bf16, f32 or f64 tiles of one type, "
+                f"accumulated in f32 (f64 for f64); got {format_type(self.a.type)} @ "
+                f"{format_type(self.b.type)} + {format_type(self.acc.type)}"
+            )
+        _check_result(self, acc, acc_element)
 
 
 @irdl_op_definition
@@ -682,6 +717,10 @@ class YieldOp(IRDLOperation):
     name = "tile.yield"
     values = var_operand_def()
     traits = traits_def(IsTerminator())
+
+    def verify_(self) -> None:
+        if not isinstance(self.parent_op(), ForOp | TilesOp | None):
+            raise VerifyException("tile.yield ends the region of a tile.for or tile.tiles only")
 
 
 Tile = Dialect(

@@ -61,11 +61,11 @@ tile.kernel {name = "k", grid = [2], warps = 4, stages = 1} (%p0: ptr<f32>, %p1:
   %v = tile.load %p0, %off, %m {other = 0.0} : tensor<8xf32>
   %row = tile.expand_dims %v {axis = 0} : tensor<1x8xf32>
   %s = tile.reduce %row {kind = "sum", axis = 1} : tensor<1xf32>
-  %z = tile.constant {value = 0.0} : tensor<8x8xf32>
-  %d = tile.dot %z, %z, %z {precision = "ieee"} : tensor<8x8xf32>
-  %e = tile.for %z {lb = 0, ub = 8, step = 4} (%it: i32, %acc: tensor<8x8xf32>) {
+  %z = tile.constant {value = 0.0} : tensor<16x16xf32>
+  %d = tile.dot %z, %z, %z {precision = "ieee"} : tensor<16x16xf32>
+  %e = tile.for %z {lb = 0, ub = 8, step = 4} (%it: i32, %acc: tensor<16x16xf32>) {
     tile.yield %acc
-  } : tensor<8x8xf32>
+  } : tensor<16x16xf32>
   tile.store %p1, %off, %v, %m
 }
 
@@ -198,7 +198,7 @@ TILE_CASES = [
     Case("reduce-result", TILE, "axis = 1} : tensor<1xf32>", "axis = 1} : tensor<8xf32>", "10:3",
          "tile.reduce: the result must be [1] of f32, got tensor<8xf32>"),
     Case("dot-shapes", TILE, "tile.dot %z, %z, %z", "tile.dot %z, %row, %z", "12:3",
-         "tile.dot: shapes [8, 8] @ [1, 8] + [8, 8] do not make a product"),
+         "tile.dot: shapes [16, 16] @ [1, 8] + [16, 16] do not make a product"),
     Case("for-step", TILE, "step = 4", "step = 0", "13:3",
          "tile.for: 'step' must be an integer of at least 1, got 0"),
     Case("dot-precision", TILE, 'precision = "ieee"', 'precision = "fast"', "12:3",
@@ -224,7 +224,7 @@ TILE_CASES = [
          "tile.load: 'other' is 0.5, not an integer as tensor<8xi32> needs"),
     Case("constant-i32-range", TILE, "{value = 8} : i32", "{value = 4294967296} : i32", "2:3",
          "tile.constant: 'value' 4294967296 does not fit in i32"),
-    Case("constant-i1", TILE, "{value = 0.0} : tensor<8x8xf32>", "{value = 2} : tensor<8x8xi1>",
+    Case("constant-i1", TILE, "{value = 0.0} : tensor<16x16xf32>", "{value = 2} : tensor<16x16xi1>",
          "11:3", "tile.constant: 'value' of an i1 must be 0 or 1, got 2"),
     Case("constant-ptr", TILE, "{value = 8} : i32", "{value = 8} : ptr<f32>", "2:3",
          "tile.constant: the type must be a scalar or a block of scalars, got ptr<f32>"),
