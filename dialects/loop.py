@@ -472,8 +472,8 @@ class ReduceOp(IRDLOperation):
             or len(self.bounds.data) != 1
             or self.result.type not in FLOAT_TYPES
             or not isinstance(product, ApplyOp)
-            # (an unknown fn is the apply's own error)
-            or (isinstance(product.fn, ApplyFnAttr) and product.fn.data != "mul")
+            # (a missing or unknown fn is the apply's own error)
+            or (isinstance(fn := product.properties.get("fn"), ApplyFnAttr) and fn.data != "mul")
             or kernel is None
             or len(kernel.bounds.data) < 2
         ):

@@ -261,6 +261,19 @@ class LaunchOp(IRDLOperation):
             raise VerifyException(
                 f"tile.launch: kernel {quoted(name)} takes {want} buffers, got {len(self.args)}"
             )
+        for i in sorted(_stored_arguments(kernel)):
+            for j, other in enumerate(self.args):
+                if j != i and other == self.args[i]:
+                    raise VerifyException(
+                        f"tile.launch: the buffer of argument {i}, which {quoted(name)} stores "
+                        f"to, is argument {j} too (a kernel may not write a buffer it reads)"
+                    )
+
+
+def _stored_arguments(kernel: KernelOp) -> set[int]:
+    """Indices of the kernel arguments it stores to."""
+    stored = {op.ptr for op in kernel.body.walk() if isinstance(op, StoreOp | BlockStoreOp)}
+    return {a.index for a in kernel.body.block.args if a in stored}
 
 
 def _check_loads_unwritten(kernel: KernelOp) -> None:
