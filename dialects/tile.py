@@ -16,7 +16,7 @@ Host functions stay at the loop level (`loop.alloc`) and start kernels with
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -61,6 +61,7 @@ from xdsl.traits import (
 from xdsl.utils.exceptions import VerifyException
 
 from irc.dialects.attrs import (
+    I32,
     MAX_BLOCK,
     MAX_GRID,
     MAX_STAGES,
@@ -86,7 +87,6 @@ DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 MIN_DOT_K = 16
 """The smallest K of a dot Triton compiles for NVIDIA GPUs (16- and 32-bit operands);
 its interpreter takes any, so a smaller one would fail on the GPU only."""
-I32 = ELEMENT_TYPES["i32"]
 I32_MAX = 2**31 - 1
 F64 = ELEMENT_TYPES["f64"]
 DOT_ELEMENTS = frozenset({*HALF_TYPES, F32, F64})
@@ -261,7 +261,7 @@ class LaunchOp(IRDLOperation):
             raise VerifyException(
                 f"tile.launch: kernel {quoted(name)} takes {want} buffers, got {len(self.args)}"
             )
-        for i in sorted(_stored_arguments(kernel)):
+        for i in sorted(_arguments_accessed(kernel, StoreOp | BlockStoreOp)):
             for j, other in enumerate(self.args):
                 if j != i and other == self.args[i]:
                     raise VerifyException(
@@ -270,27 +270,22 @@ class LaunchOp(IRDLOperation):
                     )
 
 
-def _stored_arguments(kernel: KernelOp) -> set[int]:
-    """Indices of the kernel arguments it stores to."""
-    stored = {op.ptr for op in kernel.body.walk() if isinstance(op, StoreOp | BlockStoreOp)}
-    return {a.index for a in kernel.body.block.args if a in stored}
+def _arguments_accessed(kernel: KernelOp, kinds: Any) -> set[int]:
+    """Indices of the kernel arguments its ops of `kinds` (loads or stores) access."""
+    pointers = {op.ptr for op in kernel.body.walk() if isinstance(op, kinds)}
+    return {a.index for a in kernel.body.block.args if a in pointers}
 
 
 def _check_loads_unwritten(kernel: KernelOp) -> None:
     """No buffer is both loaded and stored by one kernel: what makes loads `Pure`."""
-    loaded: set[SSAValue] = set()
-    stored: set[SSAValue] = set()
-    for op in kernel.body.walk():
-        if isinstance(op, LoadOp | BlockLoadOp):
-            loaded.add(op.ptr)
-        elif isinstance(op, StoreOp | BlockStoreOp):
-            stored.add(op.ptr)
-    for a in kernel.body.block.args:
-        if a in loaded and a in stored:
-            raise VerifyException(
-                f"tile.kernel: argument {a.index} is both loaded and stored (a kernel's "
-                "loads are pure: it may not write a buffer it reads)"
-            )
+    both = _arguments_accessed(kernel, LoadOp | BlockLoadOp) & _arguments_accessed(
+        kernel, StoreOp | BlockStoreOp
+    )
+    if both:
+        raise VerifyException(
+            f"tile.kernel: argument {min(both)} is both loaded and stored (a kernel's "
+            "loads are pure: it may not write a buffer it reads)"
+        )
 
 
 def _kernels_before(kernel: KernelOp) -> list[KernelOp]:

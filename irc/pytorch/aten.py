@@ -162,18 +162,30 @@ def _to_bool(e: Emitter, value: SSAValue) -> SSAValue:
     return e.op(graph.NeOp, value, e.scalar(0, element_of(value.type)))
 
 
-@converts(aten.logical_not.default)
-def _logical_not(e: Emitter, node: fx.Node) -> SSAValue:
-    x = _to_bool(e, e.arg(node.args[0]))
-    return e.op(graph.EqOp, x, e.scalar(False, I1))
+_LOGICAL = {
+    aten.logical_not.default: "not", aten.logical_and.default: "and",
+    aten.logical_or.default: "or", aten.logical_xor.default: "xor",
+    aten.bitwise_not.default: "not", aten.bitwise_and.Tensor: "and",
+    aten.bitwise_or.Tensor: "or", aten.bitwise_xor.Tensor: "xor",
+}  # fmt: skip
 
 
-@converts(aten.logical_and.default, aten.logical_or.default)
-def _logical_and_or(e: Emitter, node: fx.Node) -> SSAValue:
-    a, b = (_to_bool(e, e.arg(x)) for x in node.args[:2])
-    if node.target == aten.logical_and.default:
+@converts(*_LOGICAL)
+def _logical(e: Emitter, node: fx.Node) -> SSAValue:
+    """Truth-value ops (nonzero is true); the bitwise ones of masks (bool tensors)
+    only, as integer bits have no graph op."""
+    if node.target._overloadpacket.__name__.startswith("bitwise") and out_elem(node) != I1:  # type: ignore[union-attr]
+        raise Unsupported("bitwise ops on integers are not graph ops")
+    a = _to_bool(e, e.arg(node.args[0]))
+    which = _LOGICAL[node.target]
+    if which == "not":
+        return e.op(graph.EqOp, a, e.scalar(False, I1))
+    b = _to_bool(e, e.arg(node.args[1]))
+    if which == "and":
         return e.op(graph.WhereOp, a, b, e.scalar(False, I1))
-    return e.op(graph.WhereOp, a, e.scalar(True, I1), b)
+    if which == "or":
+        return e.op(graph.WhereOp, a, e.scalar(True, I1), b)
+    return e.op(graph.NeOp, a, b)
 
 
 @converts(aten.where.self)
@@ -190,16 +202,20 @@ def _masked_fill(e: Emitter, node: fx.Node) -> SSAValue:
     return e.op(graph.WhereOp, _to_bool(e, e.arg(mask)), e.operand(value, elem), e.operand(x, elem))
 
 
-@converts(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
+@converts(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default,
+          aten.clamp_max.default, aten.hardtanh.default)  # fmt: skip
 def _clamp(e: Emitter, node: fx.Node) -> SSAValue:
+    """Bounds that are numbers or tensors; hardtanh (ReLU6) is a clamp to [-1, 1] unless told."""
     elem = out_elem(node)
     x = e.operand(node.args[0], elem)
-    if node.target == aten.clamp.default:
-        low, high = _arg(node, 1, "min"), _arg(node, 2, "max")
-    elif node.target == aten.clamp_min.default:
+    if node.target == aten.clamp_min.default:
         low, high = node.args[1], None
-    else:
+    elif node.target == aten.clamp_max.default:
         low, high = None, node.args[1]
+    elif node.target == aten.hardtanh.default:
+        low, high = _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0)
+    else:
+        low, high = _arg(node, 1, "min"), _arg(node, 2, "max")
     if low is not None:
         x = e.op(graph.MaximumOp, x, e.operand(low, elem))
     if high is not None:

@@ -27,7 +27,6 @@ from irc.pytorch.aten import (
     _in_f32,
     _reduce,
     _slice,
-    _to_bool,
     converts,
     out_elem,
     out_shape,
@@ -131,27 +130,6 @@ def _leaky_relu(e: Emitter, node: fx.Node) -> SSAValue:
     return e.cast(out, elem)
 
 
-@converts(aten.hardtanh.default)
-def _hardtanh(e: Emitter, node: fx.Node) -> SSAValue:
-    elem = out_elem(node)
-    x = e.cast(e.arg(node.args[0]), elem)
-    low, high = _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0)
-    x = e.op(graph.MaximumOp, x, e.scalar(low, elem))
-    return e.op(graph.MinimumOp, x, e.scalar(high, elem))
-
-
-@converts(aten.clamp.Tensor)
-def _clamp_tensor(e: Emitter, node: fx.Node) -> SSAValue:
-    elem = out_elem(node)
-    x = e.cast(e.arg(node.args[0]), elem)
-    low, high = _arg(node, 1, "min"), _arg(node, 2, "max")
-    if low is not None:
-        x = e.op(graph.MaximumOp, x, e.operand(low, elem))
-    if high is not None:
-        x = e.op(graph.MinimumOp, x, e.operand(high, elem))
-    return x
-
-
 @converts(aten.sign.default)
 def _sign(e: Emitter, node: fx.Node) -> SSAValue:
     """1, -1 or 0 (NaN and -0 give 0, as torch.sign)."""
@@ -178,25 +156,6 @@ def _trunc(e: Emitter, node: fx.Node) -> SSAValue:
 def _isnan(e: Emitter, node: fx.Node) -> SSAValue:
     x = e.arg(node.args[0])
     return e.op(graph.NeOp, x, x)
-
-
-@converts(aten.bitwise_not.default, aten.bitwise_and.Tensor, aten.bitwise_or.Tensor,
-          aten.bitwise_xor.Tensor, aten.logical_xor.default)  # fmt: skip
-def _boolean(e: Emitter, node: fx.Node) -> SSAValue:
-    """The bitwise ops of masks (bool tensors); integer bits have no graph op."""
-    name = node.target._overloadpacket.__name__  # type: ignore[union-attr]
-    if name != "logical_xor" and out_elem(node) != I1:
-        raise Unsupported("bitwise ops on integers are not graph ops")
-    a = _to_bool(e, e.arg(node.args[0]))
-    if name == "bitwise_not":
-        return e.op(graph.EqOp, a, e.scalar(False, I1))
-    other = node.args[1]
-    b = _to_bool(e, e.arg(other)) if isinstance(other, fx.Node) else e.scalar(bool(other), I1)
-    if name == "bitwise_and":
-        return _where(e, a, b, e.scalar(False, I1))
-    if name == "bitwise_or":
-        return _where(e, a, e.scalar(True, I1), b)
-    return e.op(graph.NeOp, a, b)
 
 
 # --- norms and arg-reductions ----------------------------------------------------
@@ -238,11 +197,12 @@ def _arg_extreme(
     if element_of(x.type) == I1:
         raise Unsupported("arg-reductions of bool tensors")
     shape = list(shape_of(x.type))
-    if dim is None:  # over every element: of the flattened tensor
-        x, dim, out_shape_ = e.reshape(x, [math.prod(shape)]), 0, [1] * len(shape) if keep else []
+    whole_shape = None  # the result's shape when the reduction is over every element
+    if dim is None:  # of the flattened tensor
+        whole_shape = [1] * len(shape) if keep else []
+        x, dim = e.reshape(x, [math.prod(shape)]), 0
     else:
         dim %= max(len(shape), 1)
-        out_shape_ = None
     if not shape_of(x.type):
         return x, e.constant(0, tensor([], INDEX))
     size = shape_of(x.type)[dim]
@@ -255,8 +215,8 @@ def _arg_extreme(
     candidates = _where(e, hit, index, e.scalar(size, INDEX))
     indices = _reduce(e, graph.ReduceMinOp, candidates, [dim], keep)
     values = extreme if keep else e.reshape(extreme, list(shape_of(indices.type)))
-    if out_shape_ is not None:
-        values, indices = e.reshape(values, out_shape_), e.reshape(indices, out_shape_)
+    if whole_shape is not None:
+        values, indices = e.reshape(values, whole_shape), e.reshape(indices, whole_shape)
     return values, indices
 
 
