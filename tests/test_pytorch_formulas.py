@@ -120,6 +120,7 @@ LAYOUT = {
     "select_first_dim": lambda t: t[1],
     "pad": lambda t: F.pad(t, (1, 2, 0, 0, 2, 1), value=0.5),
     "pad_negative": lambda t: F.pad(t, (-1, 2, 1, -2)),
+    "pad_past_the_whole_dim": lambda t: F.pad(t, (2, -6, -1, 1), value=0.25),
     "flip": lambda t: t.flip(0, 2) + 1,
     "repeat": lambda t: t.repeat(2, 1, 3),
     "repeat_new_dims": lambda t: t.repeat(2, 1, 1, 2),

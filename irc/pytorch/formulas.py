@@ -262,7 +262,7 @@ def _filled(e: Emitter, x: SSAValue, dim: int, width: int, value: Any, elem: Any
 @converts(aten.constant_pad_nd.default)
 def _constant_pad(e: Emitter, node: fx.Node) -> SSAValue:
     """F.pad's constant mode: the value concatenated on each side, or a slice
-    where the pad is negative."""
+    where the pad is negative (all the value where the slice keeps nothing)."""
     elem = out_elem(node)
     x = e.arg(node.args[0])
     pad, value = list(node.args[1]), _arg(node, 2, "value", 0)
@@ -270,8 +270,13 @@ def _constant_pad(e: Emitter, node: fx.Node) -> SSAValue:
     for k in range(len(pad) // 2):
         dim = rank - 1 - k
         before, after = pad[2 * k], pad[2 * k + 1]
-        size = shape_of(x.type)[dim]
-        x = _slice(e, x, dim, max(-before, 0), size - max(-after, 0))
+        start, end = max(-before, 0), shape_of(x.type)[dim] - max(-after, 0)
+        if end <= start:  # nothing of x is left along dim: only the pads (one is > 0)
+            filled = _filled(e, x, dim, max(before, 0) + max(after, 0), value, elem)
+            assert filled is not None, "an empty result is left to eager (importer)"
+            x = filled
+            continue
+        x = _slice(e, x, dim, start, end)
         parts = [_filled(e, x, dim, before, value, elem), x, _filled(e, x, dim, after, value, elem)]
         parts = [p for p in parts if p is not None]
         if len(parts) > 1:
