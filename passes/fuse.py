@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -670,9 +671,14 @@ def launched_kernels(lowered: ModuleOp) -> dict[str, list[tuple[str, str]]]:
                 if isinstance(op, tile.LaunchOp)
             ]
             out[fn.sym_name.data] = [
-                (loop_kernel_name(n).removesuffix("_split"), python_name.get(n, n)) for n in names
+                (_unsplit(loop_kernel_name(n)), python_name.get(n, n)) for n in names
             ]
     return out
+
+
+def _unsplit(name: str) -> str:
+    """The group a split-reduction stage (`NAME_split`, `NAME_split1`...) came from."""
+    return re.sub(r"_split\d*$", "", name)
 
 
 def resolve_reports(reports: Sequence[FusionReport], lowered: ModuleOp) -> None:

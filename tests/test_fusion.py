@@ -200,6 +200,26 @@ def test_fusion_report_lists_rejected_candidates_with_reasons(tmp_path: Path) ->
     )
 
 
+def test_fusion_report_names_every_stage_of_a_split_group(tmp_path: Path) -> None:
+    """A group split into three kernels (a column's bf16 mean, then the variance
+    reading it, then the normalization) is one group of three kernels; its second
+    stage (`..._split1`) was once listed apart as a copy no group made."""
+    text = """func @f(%x: tensor<30011x96xbf16>) -> tensor<30011x96xbf16> {
+  %mean = graph.reduce_mean %x {dims = [0], keepdim = true} : tensor<1x96xbf16>
+  %c = graph.sub %x, %mean : tensor<30011x96xbf16>
+  %sq = graph.mul %c, %c : tensor<30011x96xbf16>
+  %var = graph.reduce_mean %sq {dims = [0], keepdim = true} : tensor<1x96xbf16>
+  %y = graph.mul %c, %var : tensor<30011x96xbf16>
+  return %y : tensor<30011x96xbf16>
+}
+"""
+    status, _, err = _opt(tmp_path, text, "--fuse", "--fusion-report")
+    assert status == 0
+    assert "3 kernels launched" in err and "(copy)" not in err
+    (line,) = [ln for ln in err.splitlines() if "split by split-reduction" in ln]
+    assert line.count(" + ") == 2 and "_split1 + " in line
+
+
 def test_fusion_report_needs_the_fuse_pass(tmp_path: Path) -> None:
     status, _, err = _opt(tmp_path, CANONICAL["softmax_small"][0], "--fusion-report")
     assert status == 1
