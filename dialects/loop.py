@@ -273,9 +273,9 @@ class KernelOp(IRDLOperation):
                     f"loop.kernel: a {kind} kernel has no loop.foreach (loop-to-tile lowers "
                     "a contraction as dots and a store)"
                 )
-            if isinstance(op, ReduceOp) and op.contract is None:
+            if isinstance(op, ReduceOp) and op.contract is None or isinstance(op, WelfordReduceOp):
                 raise VerifyException(
-                    f"loop.kernel: a {kind} kernel has no loop.reduce but its contractions"
+                    f"loop.kernel: a {kind} kernel has no {op.name} but its contractions"
                 )
             if (
                 kind == KernelKind.CONTRACTION
@@ -348,7 +348,7 @@ class KernelOp(IRDLOperation):
             (
                 math.prod(b.value.data for b in op.bounds.data)  # type: ignore[attr-defined]
                 for op in self.body.walk()
-                if isinstance(op, ReduceOp | SoftmaxReduceOp | ForeachOp)
+                if isinstance(op, LOOPS)
                 and _valid_bounds(op.bounds)
             ),
             default=1,
@@ -421,7 +421,7 @@ def body_kind(kernel: KernelOp) -> KernelKind:
     for op in kernel.body.walk():
         if isinstance(op, ReduceOp) and op.contract is not None:
             contractions += 1
-        elif isinstance(op, ReduceOp | SoftmaxReduceOp | ForeachOp):
+        elif isinstance(op, LOOPS):
             kind = KernelKind.REDUCTION
     if contractions:
         # Attention: a contraction over the rows of a softmax of another's scores.
@@ -527,6 +527,54 @@ class SoftmaxReduceOp(IRDLOperation):
 
 
 @irdl_op_definition
+class WelfordReduceOp(IRDLOperation):
+    """The mean and the sum of squared deviations (M2) of the values its region
+    yields over `bounds`, in one pass (Welford; Chan et al. to combine parts).
+
+    The region yields a *part* `(mean, m2, weight)`: an element is `(x, 0, 1)`
+    (weight 0 leaves it out), a partial result of an earlier pass is its own
+    triple. Made by the `one-pass-variance` pass from `sum(x) / n` and the
+    `sum((x - mean)**2)` that reads it, so that a variance streamed from memory
+    (a column's batch-norm statistics, a long layer-norm row) reads its input
+    once, not twice; `split-reduction` then combines the parts of its chunks.
+    Results: the mean, M2 and the total weight. f32 and f64 only (a half
+    type's two-pass variance rounds in between, which this op does not do).
+
+        %mean, %m2, %n = loop.welford_reduce {bounds = [4096]} (%j: index) {
+          %v = loop.load %x, %j, %i : f32
+          loop.yield %v, %zero, %one
+        } : f32, f32, f32
+    """
+
+    name = "loop.welford_reduce"
+    bounds = prop_def(ArrayAttr)
+    mean = result_def()
+    m2 = result_def()
+    weight = result_def()
+    body = region_def("single_block")
+
+    def verify_(self) -> None:
+        _check_bounds(self, self.bounds)
+        last = self.body.block.last_op
+        if not isinstance(last, YieldOp) or len(last.values) != 3:
+            raise VerifyException(
+                "loop.welford_reduce: the region must end in loop.yield of three values "
+                "(mean, m2, weight)"
+            )
+        t = last.values[0].type
+        if t not in (F32, ELEMENT_TYPES["f64"]):
+            raise VerifyException(
+                f"loop.welford_reduce: the yielded values must be f32 or f64, got {format_type(t)}"
+            )
+        for v in [*last.values, *self.results]:
+            if v.type != t:
+                raise VerifyException(
+                    f"loop.welford_reduce: its yielded values and results are all "
+                    f"{format_type(t)}, got {format_type(v.type)}"
+                )
+
+
+@irdl_op_definition
 class ForeachOp(IRDLOperation):
     """An inner parallel loop over the reduction space of its kernel."""
 
@@ -546,9 +594,10 @@ class YieldOp(IRDLOperation):
     traits = traits_def(IsTerminator())
 
     def verify_(self) -> None:
-        if not isinstance(self.parent_op(), ReduceOp | SoftmaxReduceOp | None):
+        if not isinstance(self.parent_op(), REDUCING_LOOPS | None):
             raise VerifyException(
-                "loop.yield ends the region of a loop.reduce or loop.softmax_reduce only"
+                "loop.yield ends the region of a loop.reduce, loop.softmax_reduce or "
+                "loop.welford_reduce only"
             )
 
 
@@ -638,11 +687,17 @@ class ConstantOp(IRDLOperation):
         check_number(self, "value", self.value, self.result.type)
 
 
+REDUCING_LOOPS = ReduceOp | SoftmaxReduceOp | WelfordReduceOp
+"""The loops whose region yields what they reduce."""
+LOOPS = REDUCING_LOOPS | ForeachOp
+"""Every loop of a kernel's body: reductions (contractions too) and foreach."""
+
+
 Loop = Dialect(
     "loop",
     [
-        AllocOp, KernelOp, ReduceOp, SoftmaxReduceOp, ForeachOp, YieldOp, LoadOp, StoreOp,
-        ApplyOp, ConstantOp,
+        AllocOp, KernelOp, ReduceOp, SoftmaxReduceOp, WelfordReduceOp, ForeachOp, YieldOp,
+        LoadOp, StoreOp, ApplyOp, ConstantOp,
     ],
     [ApplyFnAttr],
 )  # fmt: skip

@@ -60,7 +60,7 @@ def lower_to_tile(
     level = lowest_level(module)
     if level == "tile":
         return module
-    passes = list(LOWERING[0 if level == "graph" else LOWERING.index("split-reduction") :])
+    passes = list(LOWERING[0 if level == "graph" else LOWERING.index("graph-to-loop") + 1 :])
     tiled = passes.index("tile") + 1
     if target is not None:
         passes[tiled - 1] = target.tile_pass()

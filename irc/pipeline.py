@@ -43,6 +43,7 @@ class PassFailure(Exception):
 LOWERING = (
     "decompose",
     "graph-to-loop",
+    "one-pass-variance",
     "split-reduction",
     "tile",
     "online-softmax",

@@ -434,7 +434,7 @@ class KernelTranslator:
                 self.store(op)
             elif isinstance(op, loop.ForeachOp):
                 self.foreach(op)
-            elif isinstance(op, loop.ReduceOp | loop.SoftmaxReduceOp):
+            elif isinstance(op, loop.REDUCING_LOOPS):
                 # Per-row values are made where the loop IR puts them, before
                 # any inner loop that reads them.
                 self.value(op.results[0])
@@ -647,6 +647,9 @@ class KernelTranslator:
         assert isinstance(op, Operation), f"unbound loop index {v}"
         if isinstance(op, loop.SoftmaxReduceOp):
             self.softmax_reduce(op)  # binds both results
+            return self.value(v)
+        if isinstance(op, loop.WelfordReduceOp):
+            self.welford_reduce(op)  # binds all three
             return self.value(v)
         result = self.translate(op)
         self.bind(v, result)
@@ -1094,6 +1097,93 @@ class KernelTranslator:
         )
         self.bind(op.maximum, m_row)
         self.bind(op.sum_exp, across_lanes("sum", scaled))
+
+    def welford_reduce(self, op: loop.WelfordReduceOp) -> None:
+        """The mean, M2 and weight of the parts a row yields, in one pass over it.
+
+        The parts of a whole block combine exactly in two sweeps: W = sum(w),
+        mean = sum(w * m) / W, M2 = sum(m2 + w * (m - mean)**2). Rows held in
+        registers (one block, or unrolled chunks) do just that over their loaded
+        values (tile-cse shares the loads of the two sweeps). A looped row keeps
+        a running part in each lane, merged with each new element's by Chan's
+        formula, and a running sum, whose S / W is the mean a plain sum gives;
+        the lanes' parts combine at the end as a block's do.
+        """
+        element = op.mean.type
+        xb, rb = self.tiling.block
+        full = (xb, rb)
+        bounds = loop.int_list(op.bounds)
+        yielded = op.body.block.last_op.values  # type: ignore[union-attr]
+
+        def part() -> list[SSAValue]:
+            """This chunk's (mean, m2, weight), weight 0 where it is masked."""
+            for iv, v in zip(op.body.block.args, self.pending_rivs, strict=True):
+                self.bind(iv, v)
+            values = [self.value(v) for v in yielded]
+            mask = self.mask_for(full)
+            if mask is not None:
+                zero = self.const(0.0, element)
+                values = [self.apply("where", [mask, v, zero]) for v in values]
+            return [self.broadcast_to(v, full) for v in values]
+
+        def across_lanes(v: SSAValue) -> SSAValue:
+            red = self.add(
+                tile.ReduceOp.create(
+                    operands=[v],
+                    properties={"kind": StringAttr("sum"), "axis": IntegerAttr(1, i64)},
+                    result_types=[block_type(element, (xb,))],
+                )
+            )
+            return self.expand(red, 1)
+
+        def accumulate(carried: list[SSAValue], terms: list[SSAValue]) -> list[SSAValue]:
+            if not carried:
+                return terms
+            return [self.apply("add", [c, t]) for c, t in zip(carried, terms, strict=True)]
+
+        def deviations(m: SSAValue, m2: SSAValue, w: SSAValue, mean: SSAValue) -> SSAValue:
+            d = self.apply("sub", [m, mean])
+            return self.apply("add", [m2, self.apply("mul", [w, self.apply("mul", [d, d])])])
+
+        if rb >= numel(bounds) or self.tiling.unrolled:
+
+            def first_sweep(carried: list[SSAValue]) -> list[SSAValue]:
+                m, _, w = part()
+                return accumulate(carried, [w, self.apply("mul", [w, m])])
+
+            w_acc, s_acc = self.reduction_chunks(bounds, [], first_sweep)
+            weight = across_lanes(w_acc)
+            mean = self.apply("div", [across_lanes(s_acc), weight])
+
+            def second_sweep(carried: list[SSAValue]) -> list[SSAValue]:
+                m, m2, w = part()
+                return accumulate(carried, [deviations(m, m2, w, mean)])
+
+            (q_acc,) = self.reduction_chunks(bounds, [], second_sweep)
+        else:
+
+            def merge(carried: list[SSAValue]) -> list[SSAValue]:
+                m_a, q_a, w_a, s_a = carried
+                m_b, q_b, w_b = part()
+                w = self.apply("add", [w_a, w_b])
+                zero = self.const(0.0, element)
+                empty = self.apply("eq", [w, zero])
+                ratio = self.apply("where", [empty, zero, self.apply("div", [w_b, w])])
+                d = self.apply("sub", [m_b, m_a])
+                m = self.apply("add", [m_a, self.apply("mul", [d, ratio])])
+                grown = self.apply("mul", [self.apply("mul", [d, d]), self.apply("mul", [w_a, ratio])])
+                q = self.apply("add", [self.apply("add", [q_a, q_b]), grown])
+                s = self.apply("add", [s_a, self.apply("mul", [w_b, m_b])])
+                return [m, q, w, s]
+
+            inits = [self.full(FloatAttr(0.0, f64), element, full) for _ in range(4)]
+            m_acc, q_lanes, w_acc, s_acc = self.reduction_chunks(bounds, inits, merge)
+            weight = across_lanes(w_acc)
+            mean = self.apply("div", [across_lanes(s_acc), weight])
+            q_acc = deviations(m_acc, q_lanes, w_acc, mean)
+        self.bind(op.mean, mean)
+        self.bind(op.m2, across_lanes(q_acc))
+        self.bind(op.weight, weight)
 
     def const_attr(self, value: Attribute, element: Attribute) -> SSAValue:
         return self.add(tile.ConstantOp.create(properties={"value": value}, result_types=[element]))

@@ -28,6 +28,12 @@ def _graph_to_loop() -> type[ModulePass]:
     return GraphToLoopPass
 
 
+def _one_pass_variance() -> type[ModulePass]:
+    from irc.passes.one_pass_variance import OnePassVariancePass
+
+    return OnePassVariancePass
+
+
 def _split_reduction() -> type[ModulePass]:
     from irc.passes.split_reduction import SplitReductionPass
 
@@ -80,6 +86,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose": _decompose,
     "fuse": _fuse,
     "graph-to-loop": _graph_to_loop,
+    "one-pass-variance": _one_pass_variance,
     "split-reduction": _split_reduction,
     "tile": _tile,
     "online-softmax": _online_softmax,

@@ -82,10 +82,16 @@ def split_count(n: int, splits: int) -> int:
     return g
 
 
-def _reductions(kernel: loop.KernelOp) -> list[loop.ReduceOp]:
+Reduction = loop.ReduceOp | loop.WelfordReduceOp
+
+
+def _reductions(kernel: loop.KernelOp) -> list[Reduction]:
     """The kernel's own reductions (not a contraction's), in order."""
     return [
-        op for op in kernel.body.block.ops if isinstance(op, loop.ReduceOp) and op.contract is None
+        op
+        for op in kernel.body.block.ops
+        if isinstance(op, loop.WelfordReduceOp)
+        or isinstance(op, loop.ReduceOp) and op.contract is None
     ]
 
 
@@ -108,7 +114,7 @@ def _slice(ops: list[Operation], roots: list[Operation]) -> set[Operation]:
     return keep
 
 
-def _levels(kernel: loop.KernelOp) -> list[list[loop.ReduceOp]]:
+def _levels(kernel: loop.KernelOp) -> list[list[Reduction]]:
     """The reductions by dependence: level 0 reads none of the others, level k one of level k-1."""
     reductions = _reductions(kernel)
     ops = list(kernel.body.block.ops)
@@ -116,16 +122,17 @@ def _levels(kernel: loop.KernelOp) -> list[list[loop.ReduceOp]]:
     for red in reductions:
         needs = _slice(ops, [red]) - {red}
         level[red] = 1 + max((level[r] for r in needs if r in level), default=-1)
-    out: list[list[loop.ReduceOp]] = [[] for _ in range(1 + max(level.values(), default=-1))]
+    out: list[list[Reduction]] = [[] for _ in range(1 + max(level.values(), default=-1))]
     for red in reductions:
         out[level[red]].append(red)
     return out
 
 
 def _identity(kind: str, element: Attribute) -> Attribute:
-    """What a masked-off element of a ragged chunk contributes to a `kind` reduction."""
+    """What a masked-off element of a ragged chunk contributes to a `kind` reduction
+    (`welford`: each of its part's mean, m2 and weight)."""
     if element in FLOAT_TYPES:
-        value = {"sum": 0.0, "max": -math.inf, "min": math.inf}[kind]
+        value = {"sum": 0.0, "max": -math.inf, "min": math.inf, "welford": 0.0}[kind]
         return FloatAttr(value, f64)
     if element == I1:
         return IntegerAttr({"sum": 0, "max": 0, "min": 1}[kind], i64)
@@ -160,14 +167,17 @@ def _chunk_region(
         if kind is not None:
             yielded = block.last_op
             assert isinstance(yielded, loop.YieldOp)
-            value = yielded.values[0]
             valid = _apply(block, "lt", [flat, _index_const(block, n, first)], yielded, I1)
-            neutral = loop.ConstantOp.create(
-                properties={"value": _identity(kind, value.type)}, result_types=[value.type]
-            )
-            block.insert_op_before(neutral, yielded)
-            masked = _apply(block, "where", [valid, value, neutral.result], yielded, value.type)
-            yielded.operands = [masked]
+            masked = []
+            for value in yielded.values:
+                neutral = loop.ConstantOp.create(
+                    properties={"value": _identity(kind, value.type)}, result_types=[value.type]
+                )
+                block.insert_op_before(neutral, yielded)
+                masked.append(
+                    _apply(block, "where", [valid, value, neutral.result], yielded, value.type)
+                )
+            yielded.operands = masked
     stride = n
     for d, (old, size) in enumerate(zip(old_args, bounds, strict=True)):
         stride //= size
@@ -209,8 +219,14 @@ def _chunked_kernel(
     gi = body.args[0]
     for op in chunked:
         c = mapping[op]
-        assert isinstance(c, loop.ReduceOp | loop.ForeachOp)
-        kind = c.kind.data if isinstance(c, loop.ReduceOp) else None
+        assert isinstance(c, loop.ReduceOp | loop.WelfordReduceOp | loop.ForeachOp)
+        kind = (
+            c.kind.data
+            if isinstance(c, loop.ReduceOp)
+            else "welford"
+            if isinstance(c, loop.WelfordReduceOp)
+            else None
+        )
         _chunk_region(c.body.block, gi, chunk, loop.int_list(c.bounds), kind)
         c.bounds = int_array([chunk])
     stage = loop.KernelOp.create(
@@ -254,6 +270,54 @@ def _combine(kernel: loop.KernelOp, red: loop.ReduceOp, partials: SSAValue, g: i
     block.erase_op(red)
 
 
+def _combine_parts(
+    kernel: loop.KernelOp, red: loop.WelfordReduceOp, parts: list[SSAValue], g: int
+) -> None:
+    """Replaces `red` in `kernel` by the combination of its `g` chunks' parts (the
+    buffers `parts` of their means, M2s and weights)."""
+    combine = Block(arg_types=[INDEX])
+    loads = [
+        loop.LoadOp.create(
+            operands=[p, combine.args[0], *kernel.body.block.args], result_types=[r.type]
+        )
+        for p, r in zip(parts, red.results, strict=True)
+    ]
+    combine.add_ops(loads)
+    combine.add_op(loop.YieldOp.create(operands=[ld.result for ld in loads]))
+    final = loop.WelfordReduceOp.create(
+        properties={"bounds": int_array([g])},
+        result_types=[r.type for r in red.results],
+        regions=[Region(combine)],
+    )
+    block = red.parent_block()
+    assert block is not None
+    block.insert_op_before(final, red)
+    for old, new in zip(red.results, final.results, strict=True):
+        old.replace_all_uses_with(new)
+    block.erase_op(red)
+
+
+def _store_parts(
+    stage: loop.KernelOp, kernel: loop.KernelOp, red: loop.WelfordReduceOp, g: int
+) -> list[SSAValue]:
+    """Buffers for a split stage's `red` to store each chunk's part in (its mean, M2
+    and weight), allocated before `kernel`; the stores end `stage`."""
+    parent = kernel.parent_block()
+    assert parent is not None
+    g_index, *p_index = stage.body.block.args
+    parts = []
+    for result in red.results:
+        buffer = loop.AllocOp.create(
+            result_types=[MemRefType(result.type, [g, *kernel.parallel_bounds()])]
+        )
+        parent.insert_op_before(buffer, kernel)
+        stage.body.block.add_op(
+            loop.StoreOp.create(operands=[result, buffer.result, g_index, *p_index])
+        )
+        parts.append(buffer.result)
+    return parts
+
+
 def split_kernel(kernel: loop.KernelOp, g: int) -> None:
     """Splits the reduced space of `kernel` into `g` chunks, in place.
 
@@ -290,7 +354,11 @@ def split_kernel(kernel: loop.KernelOp, g: int) -> None:
         g_index, *p_index = body.args
         for red in level:
             copy = mapping[red]
-            assert isinstance(copy, loop.ReduceOp)
+            if isinstance(copy, loop.WelfordReduceOp):
+                assert isinstance(red, loop.WelfordReduceOp)
+                _combine_parts(kernel, red, _store_parts(stage, kernel, copy, g), g)
+                continue
+            assert isinstance(copy, loop.ReduceOp) and isinstance(red, loop.ReduceOp)
             acc = _partial_accumulator(red)
             partials = loop.AllocOp.create(result_types=[MemRefType(acc, [g, *parallel])])
             parent.insert_op_before(partials, kernel)

@@ -146,7 +146,7 @@ def column_extent(kernel: loop.KernelOp) -> tuple[int, int]:
     loops = [
         red
         for red in kernel.body.walk()
-        if isinstance(red, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp)
+        if isinstance(red, loop.LOOPS)
         and not (isinstance(red, loop.ReduceOp) and red.contract is not None)
     ]
     longest = max((numel(loop.int_list(red.bounds)) for red in loops), default=0)
@@ -184,7 +184,9 @@ def shared_bytes(kernel: loop.KernelOp) -> int:
     kept = set(kernel.body.block.args)
     shared: set[loop.LoadOp] = set()
     for red in kernel.body.walk():
-        if not isinstance(red, loop.ReduceOp) or red.contract is not None:
+        if not isinstance(red, loop.ReduceOp | loop.WelfordReduceOp) or getattr(
+            red, "contract", None
+        ):
             continue
         reduced = set(red.body.block.args)
         for op in red.body.walk():
@@ -259,7 +261,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
         spaces = [
             tuple(loop.int_list(op.bounds))
             for op in kernel.body.walk()
-            if isinstance(op, loop.ReduceOp | loop.SoftmaxReduceOp | loop.ForeachOp)
+            if isinstance(op, loop.LOOPS)
         ]
         if spaces:
             epilogue = any(isinstance(o, loop.ForeachOp) for o in kernel.body.walk())

@@ -202,7 +202,7 @@ class LoopIntervals:
         kind = type(owner)
         if kind is Block:
             parent = owner.parent_op()  # type: ignore[union-attr]
-            if type(parent) in (loop.KernelOp, loop.ReduceOp, loop.SoftmaxReduceOp, loop.ForeachOp):
+            if isinstance(parent, loop.KernelOp | loop.LOOPS):
                 bounds = _ints(parent.properties.get("bounds"))  # type: ignore[union-attr]
                 index = v.index  # type: ignore[attr-defined]
                 if bounds is not None and index < len(bounds):

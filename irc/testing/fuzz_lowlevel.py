@@ -235,9 +235,11 @@ PIPELINES: dict[str, str] = {
     "graph-fused": "decompose,fuse",
     "loop": "decompose,fuse,graph-to-loop",
     "loop-unfused": "decompose,graph-to-loop",
-    "loop-tiled": f"decompose,fuse,graph-to-loop,{SMALL_SPLIT},{SMALL_TILING}",
-    "tile": "decompose,fuse,graph-to-loop,split-reduction,tile,loop-to-tile",
-    "tile-small": f"decompose,fuse,graph-to-loop,{SMALL_SPLIT},{SMALL_TILING},loop-to-tile",
+    "loop-tiled": f"decompose,fuse,graph-to-loop,one-pass-variance,{SMALL_SPLIT},{SMALL_TILING}",
+    "tile": "decompose,fuse,graph-to-loop,one-pass-variance,split-reduction,tile,loop-to-tile",
+    "tile-small": (
+        f"decompose,fuse,graph-to-loop,one-pass-variance,{SMALL_SPLIT},{SMALL_TILING},loop-to-tile"
+    ),
 }
 """How seeds are lowered: the name says the level of the printed result (graph-fused: graph
 ops in hand-editable graph.fused groups, which lower as written)."""

@@ -835,7 +835,7 @@ class Failure:
 
 
 SMALL_TILES = (
-    "fuse,graph-to-loop,split-reduction{threshold=64 splits=16 min_chunk=4},"
+    "fuse,graph-to-loop,one-pass-variance,split-reduction{threshold=64 splits=16 min_chunk=4},"
     "tile{block=32 rblock=16 persistent-rblock=16}," + ",".join(AFTER_TILING)
 )
 """The third way a program is compiled: fused, with tiny blocks, so that small
