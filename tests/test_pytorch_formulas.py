@@ -195,3 +195,71 @@ def test_an_op_with_an_empty_result_runs_in_eager_and_says_why() -> None:
     for got, want in zip(module(x), fn(x), strict=True):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want)
+
+
+class PatchEmbedding(nn.Module):
+    """A ViT's stem: non-overlapping 4x4 patches, flattened to tokens, a position
+    embedding added and normalized (the conv is a GEMM, the rest its epilogue)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(3, 32, 4, stride=4)
+        self.pos = nn.Parameter(torch.randn(1, 12, 32))
+        self.norm = nn.LayerNorm(32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.proj(x).flatten(2).transpose(1, 2) + self.pos)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_patch_embedding_is_compiled_whole(dtype: torch.dtype) -> None:
+    m = PatchEmbedding().to(dtype)
+    x = torch.randn(2, 3, 17, 13, dtype=dtype)  # 4 x 3 patches; the ragged edge is dropped
+    got = compiled(m, x)
+    want = m.float()(x.float())
+    tol = 1e-5 if dtype == torch.float32 else 4e-2
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+    assert got.dtype == dtype
+
+
+@pytest.mark.parametrize(
+    ("conv", "shape"),
+    [
+        (nn.Conv2d(3, 16, 1), (2, 3, 5, 7)),
+        (nn.Conv2d(3, 16, 1, stride=2, padding=1), (2, 3, 5, 7)),  # a border of bias
+        (nn.Conv2d(3, 8, (1, 4), stride=(3, 4), padding=(0, 2)), (2, 3, 7, 10)),
+        (nn.Conv1d(4, 8, 4, stride=4, bias=False), (3, 4, 21)),
+        (nn.Conv3d(3, 8, (2, 4, 4), stride=(2, 4, 4)), (1, 3, 5, 9, 8)),
+        (nn.Conv2d(3, 8, 1, dilation=3), (1, 3, 4, 4)),
+    ],
+    ids=["1x1", "1x1-strided-padded", "mixed", "conv1d-patches", "conv3d-patches", "1x1-dilated"],
+)
+def test_convolutions_whose_windows_do_not_overlap_are_one_matmul(
+    conv: nn.Module, shape: tuple[int, ...]
+) -> None:
+    x = torch.randn(*shape)
+    module = irc.compile(conv, (x,))
+    assert module.report.eager_ops == {}, module.report
+    torch.testing.assert_close(module(x), conv(x), rtol=1e-5, atol=1e-5)
+    from irc.pytorch.export import export_text
+
+    assert export_text(conv, (x,)).count("graph.matmul") == 1
+
+
+@pytest.mark.parametrize(
+    ("conv", "why"),
+    [
+        (nn.Conv2d(3, 8, 3, padding=1), "windows overlap"),
+        (nn.Conv2d(3, 8, 2, stride=2, dilation=2), "windows overlap"),
+        (nn.Conv2d(4, 8, 1, groups=2), "grouped"),
+        (nn.ConvTranspose2d(3, 8, 2, stride=2), "transposed"),
+    ],
+)
+def test_other_convolutions_stay_with_cudnn_and_say_why(conv: nn.Module, why: str) -> None:
+    x = torch.randn(1, conv.in_channels, 6, 6)
+    module = irc.compile(conv, (x,))
+    assert list(module.report.eager_ops) == [
+        "aten.convolution.default"
+    ], module.report
+    assert why in str(module.report)
+    torch.testing.assert_close(module(x), conv(x))

@@ -31,7 +31,7 @@ from irc.pytorch.aten import (
     out_elem,
     out_shape,
 )
-from irc.pytorch.emitter import Emitter, Unsupported
+from irc.pytorch.emitter import Emitter, Unsupported, int_list
 from irc.pytorch.types import fake_of
 
 aten = torch.ops.aten
@@ -330,3 +330,67 @@ def _as_strided(e: Emitter, node: fx.Node) -> SSAValue:
         raise Unsupported("it reaches outside its source")
     flat = e.reshape(x, [source.numel()])
     return e.reshape(_slice(e, flat, 0, offset, offset + count), size)
+
+
+# --- convolutions whose windows do not overlap --------------------------------------
+
+
+def _window_kinds(kernel: list[int], stride: list[int], dilation: list[int]) -> str | None:
+    """Why a convolution's windows overlap (None when none do): every spatial dim
+    has a kernel of 1 (any stride) or a kernel equal to its stride, undilated."""
+    for k, s, d in zip(kernel, stride, dilation, strict=True):
+        if k != 1 and (k != s or d != 1):
+            return f"its windows overlap (kernel {kernel}, stride {stride}, dilation {dilation})"
+    return None
+
+
+@converts(aten.convolution.default)
+def _convolution(e: Emitter, node: fx.Node) -> SSAValue:
+    """A convolution whose windows do not overlap, as one GEMM over a view of its
+    input: a ViT's patch embedding (stride = kernel), a 1x1 convolution, strided
+    or not. Each output pixel's window is a contiguous block of the (padded,
+    cut) input, so `[N, C, L1, k1, ...]` transposed to `[N*P, C*K]` times the
+    weight `[C*K, O]` is the convolution, summed in another order.
+
+    Others stay with cuDNN (eager): as a GEMM over im2col copies of the input
+    they would move kernel-size times its bytes, which no fusion wins back.
+    """
+    x, w = e.arg(node.args[0]), e.arg(node.args[1])
+    stride, padding, dilation, transposed, _, groups = node.args[3:9]
+    if transposed:
+        raise Unsupported("it is a transposed convolution (cuDNN's)")
+    if groups != 1:
+        raise Unsupported(f"it is a grouped convolution of {groups} groups (cuDNN's)")
+    n, c, *spatial = shape_of(x.type)
+    o, _, *kernel = shape_of(w.type)
+    rank = len(spatial)
+    stride, padding, dilation = (list(v) * (rank // len(v)) for v in (stride, padding, dilation))
+    why = _window_kinds(kernel, stride, dilation)
+    if why is not None:
+        raise Unsupported(why)
+    sizes = [
+        (size + 2 * p - k) // s + 1
+        for size, k, s, p in zip(spatial, kernel, stride, padding, strict=True)
+    ]
+    if [n, o, *sizes] != out_shape(node):
+        raise Unsupported(f"its result {out_shape(node)} is not its windows' {[n, o, *sizes]}")
+    elem = element_of(x.type)
+    for i, (k, s, p, windows) in enumerate(zip(kernel, stride, padding, sizes, strict=True)):
+        dim = 2 + i
+        if p:
+            zeros = _filled(e, x, dim, p, 0, elem)
+            x = e.op(graph.ConcatOp, zeros, x, zeros, dim=IntegerAttr(dim, i64))  # type: ignore[arg-type]
+        # A 1x1 kernel takes every s-th element; a patch, the first `windows` patches.
+        x = _slice(e, x, dim, 0, (windows - 1) * s + 1, s) if k == 1 else _slice(e, x, dim, 0, windows * k)
+    x = e.reshape(x, [n, c, *(d for size, k in zip(sizes, kernel, strict=True) for d in (size, k))])
+    pixels = [2 + 2 * i for i in range(rank)]
+    offsets = [3 + 2 * i for i in range(rank)]
+    x = e.op(graph.TransposeOp, x, perm=int_list([0, *pixels, 1, *offsets]))
+    patch = c * math.prod(kernel)
+    cols = e.reshape(x, [n * math.prod(sizes), patch])
+    weights = e.op(graph.TransposeOp, e.reshape(w, [o, patch]), perm=int_list([1, 0]))
+    y = e.op(graph.MatmulOp, cols, weights)
+    if node.args[2] is not None:
+        y = e.op(graph.AddOp, y, e.cast(e.arg(node.args[2]), elem))
+    y = e.reshape(y, [n, *sizes, o])
+    return e.op(graph.TransposeOp, y, perm=int_list([0, rank + 1, *range(1, rank + 1)]))
