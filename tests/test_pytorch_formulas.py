@@ -134,6 +134,10 @@ LAYOUT = {
     "group_norm": lambda t: F.group_norm(t, 2),
     "instance_norm": F.instance_norm,
     "clamp_tensor": lambda t: t.clamp(min=t[0], max=t[1].abs()),
+    "roll": lambda t: torch.roll(t, (2, -1), (1, 2)) * 2,
+    "roll_flat": lambda t: torch.roll(t, 7) + 1,
+    "roll_whole_turns": lambda t: torch.roll(t, (-8, 12), (1, -1)) - 1,  # 4 and 6 wide: none
+    "roll_ints": lambda t: torch.roll((t * 4).long(), -13, -1),
 }
 
 
@@ -244,6 +248,23 @@ def test_convolutions_whose_windows_do_not_overlap_are_one_matmul(
     from irc.pytorch.export import export_text
 
     assert export_text(conv, (x,)).count("graph.matmul") == 1
+
+
+def test_a_shifted_window_attention_leaves_nothing_to_eager() -> None:
+    """Swin's shifted windows: the feature map rolled by half a window, cut into
+    windows, attended within each, put back together and rolled back."""
+
+    def shifted_windows(x: torch.Tensor) -> torch.Tensor:
+        b, h, w, c = x.shape
+        shifted = torch.roll(x, (-2, -2), (1, 2))
+        windows = shifted.view(b, h // 4, 4, w // 4, 4, c).permute(0, 1, 3, 2, 4, 5)
+        tokens = windows.reshape(-1, 16, c)
+        attended = F.scaled_dot_product_attention(tokens, tokens, tokens)
+        back = attended.view(b, h // 4, w // 4, 4, 4, c).permute(0, 1, 3, 2, 4, 5)
+        return torch.roll(back.reshape(b, h, w, c), (2, 2), (1, 2))
+
+    x = torch.randn(2, 8, 12, 16)
+    torch.testing.assert_close(compiled(shifted_windows, x), shifted_windows(x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -26,9 +26,12 @@ KEPT_WHOLE = (
     aten._log_softmax.default,
     aten.var_mean.correction,
     aten.addmm.default,
+    aten.roll.default,
 )
 """Core ATen ops irc converts itself (irc/pytorch/aten.py): addmm as matmul + add,
-var_mean and _log_softmax as short formulas over graph ops."""
+var_mean and _log_softmax as short formulas over graph ops, roll as two slices
+concatenated (irc/pytorch/formulas.py), where torch's decomposition indexes by
+an `fmod` of integers, which irc has no graph op for."""
 
 DECOMPOSED_TOO = (
     aten.native_group_norm.default,

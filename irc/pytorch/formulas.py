@@ -298,6 +298,25 @@ def _flip(e: Emitter, node: fx.Node) -> SSAValue:
     return x
 
 
+@converts(aten.roll.default)
+def _roll(e: Emitter, node: fx.Node) -> SSAValue:
+    """torch.roll: along each dim, the last `shift` elements, then the others (a
+    Swin block's shifted windows); with no dims, the flattened tensor's."""
+    x = e.arg(node.args[0])
+    shape = list(shape_of(x.type))
+    shifts, dims = list(node.args[1]), list(_arg(node, 2, "dims", []))
+    if not dims:
+        x, dims = e.reshape(x, [math.prod(shape)]), [0]
+    for shift, dim in zip(shifts, dims, strict=True):
+        dim %= len(shape_of(x.type))
+        n = shape_of(x.type)[dim]
+        cut = n - shift % n
+        if cut != n:
+            tail, head = _slice(e, x, dim, cut, n), _slice(e, x, dim, 0, cut)
+            x = e.op(graph.ConcatOp, tail, head, dim=IntegerAttr(dim, i64))
+    return e.reshape(x, shape)
+
+
 @converts(aten.repeat.default)
 def _repeat(e: Emitter, node: fx.Node) -> SSAValue:
     """x.repeat(r...): x broadcast along a new dimension before each, then merged."""
