@@ -284,3 +284,36 @@ def test_other_convolutions_stay_with_cudnn_and_say_why(conv: nn.Module, why: st
     ], module.report
     assert why in str(module.report)
     torch.testing.assert_close(module(x), conv(x))
+
+
+RUNNING_SUMS = {
+    # RoBERTa's position ids: a running count of the non-padding tokens.
+    "roberta_positions": (
+        lambda i: (i.ne(1).int().cumsum(1).type_as(i) * i.ne(1)).long() + 1,
+        lambda: torch.randint(0, 5, (3, 37)),
+    ),
+    "positions_from_mask": (lambda m: m.long().cumsum(-1) - 1, lambda: torch.rand(2, 50) > 0.3),
+    "f32_leading_dim": (lambda x: x.cumsum(0), lambda: torch.randn(33, 7)),
+    "bf16_middle_dim": (lambda x: x.cumsum(1), lambda: torch.randn(5, 40, 3).bfloat16()),
+    "f32_to_f64": (lambda x: torch.cumsum(x, -1, dtype=torch.float64), lambda: torch.randn(4, 9)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUNNING_SUMS))
+def test_running_sums_are_a_matmul_by_a_triangle(name: str) -> None:
+    fn, make = RUNNING_SUMS[name]
+    x = make()
+    got, want = compiled(fn, x), fn(x)
+    assert got.dtype == want.dtype
+    if not want.is_floating_point():
+        assert torch.equal(got, want)  # counts are exact in f32
+    else:
+        torch.testing.assert_close(got, want)  # the dtype's tolerances: summed in another order
+
+
+def test_integer_running_sums_that_may_pass_f32s_integers_stay_in_eager() -> None:
+    x = torch.randint(0, 100, (5,))  # int64 of unknown magnitude
+    module = irc.compile(Fn(lambda t: t.cumsum(0)), (x,))
+    assert list(module.report.eager_ops) == ["aten.cumsum.default"]
+    assert "2**24" in str(module.report)
+    assert torch.equal(module(x), x.cumsum(0))

@@ -413,3 +413,64 @@ def _convolution(e: Emitter, node: fx.Node) -> SSAValue:
         y = e.op(graph.AddOp, y, e.cast(e.arg(node.args[2]), elem))
     y = e.reshape(y, [n, *sizes, o])
     return e.op(graph.TransposeOp, y, perm=int_list([0, rank + 1, *range(1, rank + 1)]))
+
+
+# --- running sums -----------------------------------------------------------------
+
+EXACT_F32_INTEGERS = 2**24
+"""Integers up to here are exact in f32, and so are sums of them that stay below."""
+
+_INTEGER_BOUNDS = {torch.bool: 1, torch.uint8: 255, torch.int8: 128, torch.int16: 2**15}
+
+
+def _magnitude_bound(value: Any) -> int | None:
+    """A bound on |element| of an integer FX value known from where it comes from
+    (a bool mask, a narrow integer type, a copy of one), else None."""
+    fake = fake_of(value)
+    if fake is None:
+        return None
+    if fake.dtype in _INTEGER_BOUNDS:
+        return _INTEGER_BOUNDS[fake.dtype]
+    if isinstance(value, fx.Node) and value.target in (aten._to_copy.default, aten.clone.default):
+        return _magnitude_bound(value.args[0])
+    return None
+
+
+@converts(aten.cumsum.default)
+def _cumsum(e: Emitter, node: fx.Node) -> SSAValue:
+    """A running sum as a matmul by a triangle of ones (`y[k] = sum_j<=k x[j]`).
+
+    Floats sum in f32 (half types too, as torch's kernels accumulate), or in f64
+    where the input or the asked-for result is f64.
+    Integers sum in f32 where that is exact: a mask's running count (position
+    ids from an attention mask: `mask.long().cumsum(-1)`) or any values whose
+    source type bounds their sums below 2**24; other integer sums stay in eager.
+    The triangle is n x n: meant for sequence-long rows, not for huge ones.
+    """
+    x = e.arg(node.args[0])
+    shape = list(shape_of(x.type))
+    if not shape:
+        return e.cast(x, out_elem(node))
+    dim = node.args[1] % len(shape)
+    n = shape[dim]
+    source = element_of(x.type)
+    f64 = ELEMENT_TYPES["f64"]
+    if source in FLOAT_TYPES:
+        compute = f64 if f64 in (source, out_elem(node)) else ELEMENT_TYPES["f32"]
+    else:
+        bound = _magnitude_bound(node.args[0])
+        if bound is None or bound * n >= EXACT_F32_INTEGERS:
+            raise Unsupported("its integer running sums may pass 2**24, past f32's exact integers")
+        compute = ELEMENT_TYPES["f32"]
+    last = len(shape) - 1
+    perm = list(range(len(shape)))
+    perm[dim], perm[last] = last, dim
+    moved = x if dim == last else e.op(graph.TransposeOp, x, perm=int_list(perm))
+    moved_shape = list(shape_of(moved.type))
+    rows = e.reshape(e.cast(moved, compute), [math.prod(moved_shape[:-1]), n])
+    iota = [e.op(graph.IotaOp, result_type=tensor([n, n], INDEX), dim=IntegerAttr(d, i64)) for d in (0, 1)]
+    triangle = e.cast(e.op(graph.LeOp, *iota), compute)  # [j, k]: 1 where j <= k
+    sums = e.reshape(e.op(graph.MatmulOp, rows, triangle), moved_shape)
+    if dim != last:
+        sums = e.op(graph.TransposeOp, sums, perm=int_list(perm))
+    return e.cast(sums, out_elem(node))
