@@ -420,7 +420,8 @@ def _convolution(e: Emitter, node: fx.Node) -> SSAValue:
 EXACT_F32_INTEGERS = 2**24
 """Integers up to here are exact in f32, and so are sums of them that stay below."""
 
-_INTEGER_BOUNDS = {torch.bool: 1, torch.uint8: 255, torch.int8: 128, torch.int16: 2**15}
+_INTEGER_BOUNDS = {torch.bool: 1, torch.uint8: 255, torch.int8: 128}
+"""Types whose every value TF32 holds too (11 bits): `tf32=True` keeps such sums exact."""
 
 
 def _magnitude_bound(value: Any) -> int | None:
@@ -444,7 +445,8 @@ def _cumsum(e: Emitter, node: fx.Node) -> SSAValue:
     where the input or the asked-for result is f64.
     Integers sum in f32 where that is exact: a mask's running count (position
     ids from an attention mask: `mask.long().cumsum(-1)`) or any values whose
-    source type bounds their sums below 2**24; other integer sums stay in eager.
+    source type (bool, 8-bit) bounds their sums below 2**24; other integer sums
+    stay in eager.
     The triangle is n x n: meant for sequence-long rows, not for huge ones.
     """
     x = e.arg(node.args[0])
