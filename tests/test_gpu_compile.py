@@ -42,7 +42,11 @@ PROGRAMS = {
   %y = graph.mul %c, %inv : tensor<48374x338xf32>
   return %y : tensor<48374x338xf32>
 }""",
-    # a looped Welford row, and a held one
+    # a looped Welford row, unrolled ones, and rows held in one block
+    "layer_norm_unrolled_rows": """func @f(%x: tensor<2048x40000xf32>, %w: tensor<40000xf32>, %b: tensor<40000xf32>) -> tensor<2048x40000xf32> {
+  %y = graph.layer_norm %x, %w, %b {dims = [1]} : tensor<2048x40000xf32>
+  return %y : tensor<2048x40000xf32>
+}""",
     "layer_norm_long_rows": """func @f(%x: tensor<64x262144xf32>, %w: tensor<262144xf32>, %b: tensor<262144xf32>) -> tensor<64x262144xf32> {
   %y = graph.layer_norm %x, %w, %b {dims = [1]} : tensor<64x262144xf32>
   return %y : tensor<64x262144xf32>
