@@ -501,3 +501,36 @@ def test_pow_of_special_values_follows_torch(dtype: str) -> None:
     # pow(-inf, 2.5) was NaN (the non-integer rule hit -inf), pow(1, nan) and
     # pow(-1, inf) NaN instead of 1, pow(-0.0, -3) +inf instead of -inf.
     torch.testing.assert_close(got, torch.pow(a, b), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_tanh_near_zero_is_within_a_few_ulp(dtype: str) -> None:
+    # 1 - 2/(exp(2x)+1) cancelled: 1e-3 relative error at 1e-4, all of it at 1e-8 (f32).
+    n = 128
+    text = (
+        f"func @main(%x: tensor<{n}x{dtype}>) -> tensor<{n}x{dtype}> {{\n"
+        f"  %y = graph.tanh %x : tensor<{n}x{dtype}>\n"
+        f"  return %y : tensor<{n}x{dtype}>\n}}\n"
+    )
+    dt = {"f32": torch.float32, "f64": torch.float64}[dtype]
+    x = torch.logspace(-12, 0, n // 2, dtype=torch.float64)
+    x = torch.cat([x, -x]).to(dt)
+    got = irc.compile(irc.parse(text), device="cpu").main(x)
+    want = torch.tanh(x.double())
+    eps = torch.finfo(dt).eps
+    torch.testing.assert_close(got.double(), want, rtol=4 * eps, atol=0)
+
+
+def test_f32_pow_of_large_b_log2_a_is_within_an_ulp() -> None:
+    # pow(1e4, 9.0) ~ 1e36 was tens of ulp off through f32's exp2(b * log2|a|).
+    n = 64
+    text = (
+        f"func @main(%a: tensor<{n}xf32>, %b: tensor<{n}xf32>) -> tensor<{n}xf32> {{\n"
+        f"  %y = graph.pow %a, %b : tensor<{n}xf32>\n"
+        f"  return %y : tensor<{n}xf32>\n}}\n"
+    )
+    a = torch.logspace(0, 4, n).flip(0)
+    b = torch.linspace(-9, 9, n)
+    got = irc.compile(irc.parse(text), device="cpu").main(a, b)
+    want = torch.pow(a.double(), b.double())
+    torch.testing.assert_close(got.double(), want, rtol=2 * torch.finfo(torch.float32).eps, atol=0)

@@ -412,12 +412,13 @@ LUCKY = (30, 130, 151)
 
 
 def test_random_long_sums_raise_no_false_alarm() -> None:
-    """assert_close alone rejects about one output in six here."""
+    """assert_close alone rejects two of these 40 outputs (four while irc's tanh lost
+    up to 1e-3 relative near 0)."""
     results = [r for rs in _long_sum_verdicts(range(20)) for r in rs]
     bad = [v.line for v, _ in results if not v.ok]
     assert not bad, bad
     rescued = [v for v, close in results if not close]
-    assert len(rescued) >= 3  # the f64 leg was needed: without it this test fails
+    assert len(rescued) >= 2  # the f64 leg was needed: without it this test fails
     assert all("from f64, irc vs torch" in v.line for v in rescued)
 
 

@@ -9,6 +9,7 @@ tensors and stand-in kernels; a generated module runs on its own, as
 from __future__ import annotations
 
 import ast
+import math
 import os
 import subprocess
 import sys
@@ -196,6 +197,40 @@ def test_pow_of_special_values_matches_torch(kernels: ModuleType) -> None:
     torch.testing.assert_close(got, want, equal_nan=True)
     numbers = ~want.isnan()
     assert torch.equal(torch.signbit(got[numbers]), torch.signbit(want[numbers]))
+
+
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def test_tanh_is_accurate_to_a_few_ulp_near_zero(kernels: ModuleType) -> None:
+    # 1 - 2/(exp(2x)+1) cancelled near 0: 1e-3 relative error at 1e-4, 0 at 1e-8 (and
+    # 2-3 ulp for every x < 0); the polynomial below 0.6 and the form above it are
+    # within 2 ulp (measured on the interpreter, 3 estimated for the GPU's exp).
+    small = torch.logspace(-8, math.log10(0.5), 96, dtype=torch.float64)
+    near_cutoff = torch.linspace(0.55, 0.7, 16, dtype=torch.float64)
+    large = torch.logspace(0, 1, 12, dtype=torch.float64)
+    x = torch.cat([small, near_cutoff, large]).float()
+    x = torch.cat([torch.tensor([0.0, -0.0, INF, -INF, NAN, 0.3, 0.4, 0.5]), x, -x])  # 256
+    got = run(kernels, "tanh", x)
+    want = torch.tanh(x.double())  # correctly rounded to f32 but for ~1e-16
+    torch.testing.assert_close(got.double(), want, rtol=4 * EPS32, atol=0, equal_nan=True)
+    assert torch.equal(torch.signbit(got[:2]), torch.tensor([False, True]))
+
+
+def test_f32_pow_is_accurate_where_b_log2_a_is_large(kernels: ModuleType) -> None:
+    # exp2(b * log2|a|) in f32 was off by about |b log2 a| ulp: 70-120 ulp for results
+    # near 1e+-36. Computed in f64 and rounded once, it is within half an ulp.
+    g = torch.Generator().manual_seed(5)
+    bases = torch.logspace(0, 4, 128, dtype=torch.float64)
+    exponents = torch.rand(128, generator=g, dtype=torch.float64) * 18 - 9
+    exponents[:4] = torch.tensor([9.0, -9.0, 8.5, -8.5])
+    neg_bases = -torch.logspace(0, 4, 128, dtype=torch.float64)  # integer exponents: signs
+    int_exponents = torch.randint(-9, 10, (128,), generator=g).double()
+    a = torch.cat([bases.flip(0), neg_bases]).float()
+    b = torch.cat([exponents, int_exponents]).float()
+    got = run(kernels, "pow", a, b)
+    want = torch.pow(a.double(), b.double())  # exact enough for f32
+    torch.testing.assert_close(got.double(), want, rtol=2 * EPS32, atol=0)
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
