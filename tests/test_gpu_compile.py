@@ -72,6 +72,11 @@ PROGRAMS = {
   %y = graph.erf %t : tensor<1000x3xf32>
   return %y : tensor<1000x3xf32>
 }""",
+    "pow_tanh_f64": """func @f(%a: tensor<1000x3xf64>, %b: tensor<1000x3xf64>) -> tensor<1000x3xf64> {
+  %p = graph.pow %a, %b : tensor<1000x3xf64>
+  %y = graph.tanh %p : tensor<1000x3xf64>
+  return %y : tensor<1000x3xf64>
+}""",
     "causal_attention_bf16": """func @f(%q: tensor<8x256x64xbf16>, %k: tensor<8x256x64xbf16>, %v: tensor<8x256x64xbf16>) -> tensor<8x256x64xbf16> {
   %kt = graph.transpose %k {perm = [0, 2, 1]} : tensor<8x64x256xbf16>
   %s = graph.matmul %q, %kt : tensor<8x256x256xbf16>
