@@ -31,7 +31,7 @@ from xdsl.dialects.builtin import (
     TensorType,
 )
 from xdsl.dialects.utils.enum_attribute import EnumAttribute
-from xdsl.ir import Attribute, Dialect, SpacedOpaqueSyntaxAttribute, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, SpacedOpaqueSyntaxAttribute, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -66,12 +66,17 @@ from irc.ir.types import (
     F32,
     FLOAT_TYPES,
     I1,
+    INT_NAMES,
     MAX_ELEMENTS,
     SCALAR_TYPES,
     format_type,
 )
 
 REDUCE_KINDS = ("sum", "max", "min")
+MAX_INNER_TRIPS = 2**31 - 1
+"""The most iterations of a loop.reduce, loop.softmax_reduce or loop.foreach (a
+contraction's K included): loop-to-tile walks them in a tile.for of an i32 index."""
+INT_TYPES = frozenset(ELEMENT_TYPES[n] for n in INT_NAMES)
 
 
 def _apply_fns() -> dict[str, int]:
@@ -111,10 +116,13 @@ def _element(t: Attribute) -> Attribute:
     return t.element_type if isinstance(t, TensorType) else t
 
 
-def check_apply_types(op: IRDLOperation, fn: str, types: list[Attribute]) -> None:
+def check_apply_types(
+    op: IRDLOperation, fn: str, types: list[Attribute], result: Attribute
+) -> None:
     """The operands suit `fn`: no float mixed with an `index`, integer-only
     functions on integers, float-only ones on floats, and a `where` on an i1
-    condition (Triton refuses the rest)."""
+    condition (Triton refuses the rest); and the written result is the element
+    type `fn` computes (`apply_element`)."""
     elements = [_element(t) for t in types]
     values = elements[1:] if fn == "where" else elements
     if fn == "where" and elements[0] != I1:
@@ -127,6 +135,43 @@ def check_apply_types(op: IRDLOperation, fn: str, types: list[Attribute]) -> Non
         raise VerifyException(f"{op.name}: '{fn}' takes integer, index or i1 operands, not floats")
     if fn in FLOAT_FNS and any(e not in FLOAT_TYPES for e in elements):
         raise VerifyException(f"{op.name}: '{fn}' takes float operands, not integers or indices")
+    want = apply_element(op, fn, elements)
+    if want is not None and _element(result) != want:
+        raise VerifyException(
+            f"{op.name}: '{fn}' of {', '.join(format_type(e) for e in elements)} computes "
+            f"{format_type(want)}, but the result is {format_type(result)}"
+        )
+
+
+def apply_element(op: IRDLOperation, fn: str, elements: list[Attribute]) -> Attribute | None:
+    """The element type an apply of `fn` computes, as graph ops infer it (None for a
+    cast: the written type). The lowerings take the written type for the computed
+    one: loop-to-tile computes and rounds in it, and Triton's promotion of mixed
+    operands (f32 * f64 is f64) would make a value of another type than the IR says."""
+    if fn == "cast":
+        return None
+    if fn == "checked_index" and op.name == "loop.apply":
+        # A loaded integer as an index below the bound (an index): loop-to-tile
+        # expands it into comparisons against that bound.
+        if elements[0] not in (*INT_TYPES, IndexType()) or elements[1] != IndexType():
+            raise VerifyException(
+                f"{op.name}: 'checked_index' takes an integer and an index bound, got "
+                f"{', '.join(format_type(e) for e in elements)}"
+            )
+        return IndexType()
+    values = elements[1:] if fn == "where" else elements
+    if any(e != values[0] for e in values[1:]):
+        raise VerifyException(
+            f"{op.name}: '{fn}' takes operands of one element type, got "
+            f"{', '.join(format_type(e) for e in values)} (cast first)"
+        )
+    return I1 if fn in _predicate_fns() else values[0]
+
+
+def _predicate_fns() -> frozenset[str]:
+    from irc.dialects import graph
+
+    return graph.PREDICATE_FUNCTIONS
 
 
 APPLY_FNS: dict[str, int] = _apply_fns()
@@ -200,6 +245,12 @@ def _check_bounds(op: IRDLOperation, bounds: Attribute | None) -> None:
         raise VerifyException(
             f"{op.name}: bounds {int_list(bounds)} make {math.prod(int_list(bounds))} "
             "iterations, more than irc supports (2**48)"
+        )
+    trips = math.prod(int_list(bounds))
+    if not isinstance(op, KernelOp) and trips > MAX_INNER_TRIPS:
+        raise VerifyException(
+            f"{op.name}: bounds {int_list(bounds)} make {trips} iterations; a loop inside a "
+            "kernel makes at most 2**31 - 1 (loop-to-tile counts them in i32)"
         )
     block = op.regions[0].block
     if len(block.args) != len(bounds.data) or any(
@@ -482,6 +533,47 @@ class ReduceOp(IRDLOperation):
                 'bound of a float loop.apply "mul", in a loop.kernel of at least two '
                 "parallel dims (rows and columns)"
             )
+        if body_kind(kernel) == KernelKind.CONTRACTION and len(product.args) == 2:
+            self._check_factors(kernel, product.args[0], product.args[1])
+
+    def _check_factors(self, kernel: KernelOp, a: SSAValue, b: SSAValue) -> None:
+        """loop-to-tile computes the first factor as a [rows, K] tile and the second as a
+        [K, columns] one: a first factor that reads the column index (or the second the
+        row index) would make a tile of another shape, which fails to broadcast or, when
+        the block sizes agree, is silently multiplied as the wrong tile."""
+        *_, rows, cols = kernel.body.block.args
+        for which, factor, other in (("first", a, cols), ("second", b, rows)):
+            if other in _indices_read(factor, kernel):
+                raise VerifyException(
+                    f"loop.reduce: contract = true multiplies a factor of the rows "
+                    f"({_name(rows)}) and K by one of K and the columns ({_name(cols)}), in "
+                    f"that order; its {which} factor reads {_name(other)}"
+                )
+
+
+def _name(v: SSAValue) -> str:
+    return "%" + v.name_hint if v.name_hint else "its index"
+
+
+def _indices_read(value: SSAValue, kernel: KernelOp) -> set[SSAValue]:
+    """The kernel's parallel indices that `value` is computed from. The result of a
+    loop (a contraction) counts as reading them all: it is a whole output tile."""
+    ivs = set(kernel.body.block.args)
+    found: set[SSAValue] = set()
+    seen: set[SSAValue] = set()
+    stack = [value]
+    while stack:  # not recursive: an index chain may be thousands of ops long
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in ivs:
+            found.add(v)
+        elif isinstance(v.owner, Operation):
+            if v.owner.regions:
+                return ivs
+            stack.extend(v.owner.operands)
+    return found
 
 
 @irdl_op_definition
@@ -668,7 +760,7 @@ class ApplyOp(IRDLOperation):
                 raise VerifyException(
                     f"{self.name}: operands are scalars, got {format_type(a.type)}"
                 )
-        check_apply_types(self, self.fn.data, [a.type for a in self.args])
+        check_apply_types(self, self.fn.data, [a.type for a in self.args], self.result.type)
 
 
 @irdl_op_definition

@@ -119,7 +119,9 @@ def _check_result(op: Operation, shape: tuple[int, ...], element: Attribute | No
     """The written result type is the one the operands give (Triton would compute another)."""
     t = op.results[0].type
     if _shape(t) != shape or (element is not None and _element(t) != element):
-        want = f"{list(shape)} of {format_type(element)}" if element is not None else list(shape)
+        want: object = list(shape)
+        if element is not None:
+            want = f"{list(shape)} of {format_type(element)}" if shape else format_type(element)
         raise VerifyException(f"{op.name}: the result must be {want}, got {format_type(t)}")
 
 
@@ -319,6 +321,7 @@ class ProgramIdOp(IRDLOperation):
                     f"tile.program_id: axis {axis}, but the kernel's grid has "
                     f"{axes} ax{'i' if axes == 1 else 'e'}s"
                 )
+        _check_result(self, (), I32)  # tl.program_id is an i32
 
 
 @irdl_op_definition
@@ -337,6 +340,7 @@ class ArangeOp(IRDLOperation):
             raise VerifyException(
                 f"tile.arange: size {size} makes a block of shape [{size}], not {format_type(t)}"
             )
+        _check_result(self, (size,), I32)  # tl.arange makes i32 lanes
 
 
 @irdl_op_definition
@@ -393,7 +397,7 @@ class ApplyOp(IRDLOperation):
                     f"{self.name}: operands are blocks or scalars, not pointers "
                     f"({format_type(a.type)})"
                 )
-        check_apply_types(self, self.fn.data, [a.type for a in self.args])
+        check_apply_types(self, self.fn.data, [a.type for a in self.args], self.result.type)
         shape = _broadcast(self, [_shape(a.type) for a in self.args])
         if _shape(self.result.type) != shape:
             raise VerifyException(
