@@ -217,9 +217,10 @@ def test_too_large_to_allocate(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     path = write(tmp_path, text)
     rc, out, err = run_main(capsys, path)
     assert rc == 1 and out == ""
+    # Located at the function, as every error of the user's input is.
     assert re.fullmatch(
-        r"irc-run: error: @big needs about \S+ TiB of memory on cpu \(inputs 3\.6 TiB\), "
-        r"but only \S+ \S+ is available\n",
+        re.escape(path) + r":1:1: error: @big needs about \S+ TiB of memory on cpu "
+        r"\(inputs 3\.6 TiB\), but only \S+ \S+ is available\nfunc @big.*\n\^\n",
         err,
     )
 
@@ -230,8 +231,26 @@ def test_memory_is_checked_before_anything_runs(
     monkeypatch.setattr(run_cli, "available_host_bytes", lambda: 1000)
     rc, out, err = run_main(capsys, program)
     assert rc == 1 and out == ""
-    assert "@softmax needs about" in err and "but only 1000 B is available" in err
-    assert_one_line(err)
+    assert err.startswith(f"{program}:2:1: error: @softmax needs about")
+    assert "but only 1000 B is available\nfunc @softmax(" in err
+    assert "Traceback" not in err
+
+
+def test_input_too_large_for_the_host_is_located(
+    capsys: pytest.CaptureFixture[str], program: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--device cuda draws inputs on the host first: one larger than its free memory
+    is refused at the function, before anything runs (no GPU needed to get there)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        run_cli, "available_bytes", lambda d: 2**50 if d.type == "cuda" else 100
+    )
+    rc, out, err = run_main(capsys, program, "--device", "cuda")
+    assert rc == 1 and out == ""
+    assert err.startswith(
+        f"{program}:2:1: error: @softmax: an input of 512 B does not fit in the 100 B of "
+        "free host memory\nfunc @softmax("
+    )
 
 
 def test_out_of_memory_while_running(
@@ -243,9 +262,9 @@ def test_out_of_memory_while_running(
     monkeypatch.setattr(run_cli, "run_function", oom)
     rc, _, err = run_main(capsys, program)
     assert rc == 1
-    assert err == (
-        "irc-run: error: ran out of memory on cpu while running @softmax: "
-        "CUDA out of memory. Tried to allocate 2 GiB\n"
+    assert err.startswith(
+        f"{program}:2:1: error: ran out of memory on cpu while running @softmax: "
+        "CUDA out of memory. Tried to allocate 2 GiB\nfunc @softmax("
     )
 
 

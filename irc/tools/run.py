@@ -163,7 +163,7 @@ class Runner:
         return torch.device(self.args.device)
 
     def check_memory(self, fn: func.FuncOp, device: torch.device) -> None:
-        """Refuses, with one line, a function whose tensors cannot fit.
+        """Refuses, located at the function, a function whose tensors cannot fit.
 
         Allocating them anyway would end in a MemoryError at best and, on Linux,
         in the OOM killer at worst (no message at all).
@@ -174,7 +174,7 @@ class Runner:
             inputs = sum(value_bytes(a) for a in fn.body.block.args)
             raise IrcError(
                 Diagnostic(
-                    None,
+                    op_location(fn),
                     f"@{fn.sym_name.data} needs about {format_bytes(need)} of memory on "
                     f"{device.type} (inputs {format_bytes(inputs)}), but only "
                     f"{format_bytes(free)} is available",
@@ -187,7 +187,7 @@ class Runner:
             if largest > host * MEMORY_HEADROOM:
                 raise IrcError(
                     Diagnostic(
-                        None,
+                        op_location(fn),
                         f"@{fn.sym_name.data}: an input of {format_bytes(largest)} does not fit "
                         f"in the {format_bytes(host)} of free host memory",
                     )
@@ -277,7 +277,7 @@ class Runner:
                     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                     raise IrcError(
                         Diagnostic(
-                            None,
+                            op_location(fn),
                             f"ran out of memory on {device.type} while running "
                             f"@{fn.sym_name.data}: {first}",
                         )
