@@ -73,9 +73,6 @@ from irc.ir.types import (
 )
 
 REDUCE_KINDS = ("sum", "max", "min")
-MAX_INNER_TRIPS = 2**31 - 1
-"""The most iterations of a loop.reduce, loop.softmax_reduce or loop.foreach (a
-contraction's K included): loop-to-tile walks them in a tile.for of an i32 index."""
 INT_TYPES = frozenset(ELEMENT_TYPES[n] for n in INT_NAMES)
 
 
@@ -245,12 +242,6 @@ def _check_bounds(op: IRDLOperation, bounds: Attribute | None) -> None:
         raise VerifyException(
             f"{op.name}: bounds {int_list(bounds)} make {math.prod(int_list(bounds))} "
             "iterations, more than irc supports (2**48)"
-        )
-    trips = math.prod(int_list(bounds))
-    if not isinstance(op, KernelOp) and trips > MAX_INNER_TRIPS:
-        raise VerifyException(
-            f"{op.name}: bounds {int_list(bounds)} make {trips} iterations; a loop inside a "
-            "kernel makes at most 2**31 - 1 (loop-to-tile counts them in i32)"
         )
     block = op.regions[0].block
     if len(block.args) != len(bounds.data) or any(

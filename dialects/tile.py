@@ -635,6 +635,11 @@ class ForOp(IRDLOperation):
         bits = iv.width.data if isinstance(iv, IntegerType) else 64
         for name in ("lb", "ub"):
             check_int(self, name, getattr(self, name), -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        if self.ub.value.data + self.step.value.data - 1 > 2 ** (bits - 1) - 1:
+            raise VerifyException(
+                f"tile.for: an i{bits} index stepping by {self.step.value.data} past "
+                f"ub = {self.ub.value.data} would wrap around (and never stop): index in i64"
+            )
         last = block.last_op
         if not isinstance(last, YieldOp) or len(last.values) != len(self.inits):
             raise VerifyException(

@@ -31,13 +31,12 @@ from xdsl.ir import Block, SSAValue
 from irc.analysis.dot_operands import dot_factors, narrowed
 from irc.analysis.key_band import KeyBand, attention_parts, key_band
 from irc.dialects import loop, tile
-from irc.ir.types import ELEMENT_TYPES, F32, HALF_TYPES, numel
+from irc.ir.types import F32, HALF_TYPES, numel
 from irc.passes.tile import next_pow2
 
 if TYPE_CHECKING:
     from irc.lowering.loop_to_tile import KernelTranslator
 
-I32 = ELEMENT_TYPES["i32"]
 MINUS_INF = FloatAttr(-math.inf, f64)
 MAX_GRID_Y = 65535
 """CUDA's limit on a grid's second axis."""
@@ -237,7 +236,7 @@ class AttentionLayout:
     ) -> list[SSAValue]:
         """One stage of the key loop, from `lb` (or `start`) to `ub` (or `stop`)."""
         t = self.t
-        block = Block(arg_types=[I32, *(v.type for v in carried)])
+        block = t.loop_block(ub, self.bn, [v.type for v in carried])
         with t.scope(block=block):
             new = self.key_tile(block, masked)
             t.add(tile.YieldOp.create(operands=new))

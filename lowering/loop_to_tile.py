@@ -61,6 +61,7 @@ from irc.passes.tile import KernelShape, kernel_shape, tiling_of
 
 I32 = ELEMENT_TYPES["i32"]
 I64 = ELEMENT_TYPES["i64"]
+I32_MAX = 2**31 - 1
 INDEX = IndexType()
 
 
@@ -213,7 +214,9 @@ class KernelTranslator:
         self.streamed = streamed_buffers(kernel, self.shape)
         self.tf32 = tf32
         sizes = [numel(m.type.get_shape()) for m in self.memrefs]  # type: ignore[attr-defined]
-        self.index = I64 if wide_indices(sizes, numel(self.shape.parallel)) else I32
+        # A loop past i32 (a reduction or K of 2**31 elements or more) indexes in i64 too.
+        space = max(numel(self.shape.parallel), numel(self.shape.reduction))
+        self.index = I64 if wide_indices(sizes, space) else I32
         self.grid: list[int] = [1]
         self.tma = False  # TMA block loads/stores (persistent GEMMs)
         self.row_iv: SSAValue | None = None  # a contraction's output row and column indices
@@ -960,7 +963,7 @@ class KernelTranslator:
                     self.bind_reduction(rflat, bounds, xmask, r, rb, ragged=start + rb > r)
                     results = body(results)  # type: ignore[operator]
             return results
-        block = Block(arg_types=[I32, *(c.type for c in carried)])
+        block = self.loop_block(r, rb, [c.type for c in carried])
         with self.scope(block=block):
             roff = self.loop_index(block)
             if backwards:
@@ -972,10 +975,16 @@ class KernelTranslator:
             self.add(tile.YieldOp.create(operands=new))
         return self.for_loop(block, carried, r, rb)
 
+    def loop_block(self, ub: int, step: int, carried: Sequence[Attribute]) -> Block:
+        """The body of a tile.for up to `ub` by `step` carrying values of `carried`
+        types: its induction variable is i32, as Triton counts, or i64 where its last
+        step would pass i32's range (an i32 one would wrap, and never stop)."""
+        return Block(arg_types=[I32 if ub + step - 1 <= I32_MAX else I64, *carried])
+
     def loop_index(self, block: Block) -> SSAValue:
         """A tile.for body's induction variable, in the kernel's index type."""
         iv = block.args[0]
-        return iv if self.index == I32 else self.apply("cast", [iv], self.index)
+        return iv if iv.type == self.index else self.apply("cast", [iv], self.index)
 
     def for_loop(
         self, block: Block, inits: Sequence[SSAValue], ub: int, step: int, lb: int = 0
@@ -1207,7 +1216,7 @@ class KernelTranslator:
         element = op.result.type
         acc_type = F32 if element in HALF_TYPES or element == F32 else element
         init = self.full(FloatAttr(0.0, f64), acc_type, (bm, bn))
-        block = Block(arg_types=[I32, init.type])
+        block = self.loop_block(k, bk, [init.type])
         with self.scope(block=block):
             k0 = self.loop_index(block)
             kk = self.apply("add", [self.arange(bk), k0])

@@ -26,7 +26,15 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from irc.dialects import graph, loop, tile
 from irc.dialects.graph import Template
 from irc.ir.names import kernel_name_problem, quoted
-from irc.ir.types import ELEMENTS, FLOAT_NAMES, FLOAT_TYPES, I1, element_name, format_type
+from irc.ir.types import (
+    ELEMENT_TYPES,
+    ELEMENTS,
+    FLOAT_NAMES,
+    FLOAT_TYPES,
+    I1,
+    element_name,
+    format_type,
+)
 from irc.syntax.diagnostics import IrcError, op_location
 
 TL_DTYPE = {n: f"tl.{e.triton}" for n, e in ELEMENTS.items()}
@@ -320,6 +328,8 @@ class KernelPrinter:
             self.names[result] = self.name(arg)
             self.emit(depth, f"{self.name(arg)} = {self.name(init)}")
         lb, ub = str(_int(op.lb)), str(_int(op.ub))
+        if iv.type == ELEMENT_TYPES["i64"]:
+            lb = f"tl.full([], {lb}, tl.int64)"  # Triton counts in i32 where the bounds fit it
         stop = block.first_op
         if isinstance(stop, tile.ForStartOp):  # starts late, at max(lb, start)
             lb = f"tl.maximum({self.name(stop.start)}, {lb})"

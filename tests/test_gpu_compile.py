@@ -91,6 +91,15 @@ PROGRAMS = {
   %o = graph.matmul %p, %v : tensor<8x256x64xbf16>
   return %o : tensor<8x256x64xbf16>
 }""",
+    # loops past i32: a K of 2**40 and rows of 2**40 (tile.for counts in i64 there)
+    "matmul_k_past_i32": """func @f(%x: tensor<4x1099511627776xf32>, %w: tensor<1099511627776x4xf32>) -> tensor<4x4xf32> {
+  %s = graph.matmul %x, %w : tensor<4x4xf32>
+  return %s : tensor<4x4xf32>
+}""",
+    "softmax_rows_past_i32": """func @f(%x: tensor<2x1099511627776xf32>) -> tensor<2x1099511627776xf32> {
+  %s = graph.softmax %x {dim = 1} : tensor<2x1099511627776xf32>
+  return %s : tensor<2x1099511627776xf32>
+}""",
     "column_sum_and_transpose": """func @f(%x: tensor<3001x257xf32>, %z: tensor<257x3001xf32>) -> (tensor<257xf32>, tensor<3001x257xf32>) {
   %s = graph.reduce_sum %x {dims = [0]} : tensor<257xf32>
   %t = graph.transpose %z {perm = [1, 0]} : tensor<3001x257xf32>
