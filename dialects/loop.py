@@ -708,6 +708,14 @@ class StoreOp(IRDLOperation):
 
     def verify_(self) -> None:
         _check_access(self, self.buffer.type, len(self.indices), self.value.type)
+        parent = self.parent_op()
+        while parent is not None and not isinstance(parent, KernelOp):
+            if isinstance(parent, REDUCING_LOOPS):
+                raise VerifyException(
+                    f"loop.store inside a {parent.name}: a reduction's region yields a value "
+                    "and stores nothing (loop-to-tile would drop the store)"
+                )
+            parent = parent.parent_op()
 
 
 def _check_buffer_element(op: IRDLOperation, buffer: Attribute) -> None:
