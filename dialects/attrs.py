@@ -40,6 +40,8 @@ straight-line code, and a row longer than that stays a loop."""
 
 MAX_GRID = 2**31 - 1
 """Programs along one grid axis at most (CUDA's limit on the x axis)."""
+MAX_GRID_Y = 65535
+"""CUDA's limit on a grid's second and third axes."""
 
 
 def int_value(op: Operation, name: str, attr: Attribute | None) -> int:

@@ -64,6 +64,7 @@ from irc.dialects.attrs import (
     I32,
     MAX_BLOCK,
     MAX_GRID,
+    MAX_GRID_Y,
     MAX_STAGES,
     MAX_WARPS,
     check_choice,
@@ -224,6 +225,13 @@ class KernelOp(IRDLOperation):
     def _check_launch(self) -> None:
         """The launch parameters, as CUDA and Triton take them."""
         check_int_list(self, "grid", self.grid, 1, MAX_GRID, lengths=(1, 2, 3))
+        for axis, attr in enumerate(self.grid.data[1:], 1):
+            size = attr.value.data  # type: ignore[attr-defined]
+            if size > MAX_GRID_Y:
+                raise VerifyException(
+                    f"tile.kernel: grid axis {axis} has {size} programs; CUDA launches at most "
+                    f"{MAX_GRID_Y} along axes 1 and 2"
+                )
         if self.warps is not None:
             check_int(self, "warps", self.warps, 1, MAX_WARPS, power_of_two=True)
         if self.stages is not None:

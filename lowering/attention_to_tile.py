@@ -31,6 +31,7 @@ from xdsl.ir import Block, SSAValue
 from irc.analysis.dot_operands import dot_factors, narrowed
 from irc.analysis.key_band import KeyBand, attention_parts, key_band
 from irc.dialects import loop, tile
+from irc.dialects.attrs import MAX_GRID_Y
 from irc.ir.types import F32, HALF_TYPES, numel
 from irc.passes.tile import next_pow2
 
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
     from irc.lowering.loop_to_tile import KernelTranslator
 
 MINUS_INF = FloatAttr(-math.inf, f64)
-MAX_GRID_Y = 65535
-"""CUDA's limit on a grid's second axis."""
 ZERO = FloatAttr(0.0, f64)
 LOG2E = 1.4426950408889634
 
@@ -132,8 +131,7 @@ class AttentionLayout:
             row_program = t.apply("sub", [t.const(blocks - 1, t.index), t.program_id(1)])
             batch_program = t.program_id(0)
         else:
-            t.grid = [blocks, numel(self.batch)]
-            row_program, batch_program = t.program_id(0), t.program_id(1)
+            row_program, batch_program = t.grid_2d(blocks, numel(self.batch))
         row_start = t.iapply("mul", row_program, bm)
         rows = t.expand(t.apply("add", [row_start, t.arange(bm)]), 1)
         cols = t.expand(t.arange(self.be), 0)

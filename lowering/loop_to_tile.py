@@ -46,6 +46,7 @@ from xdsl.passes import ModulePass
 
 from irc.analysis.tma import tma_buffer, wide_indices
 from irc.dialects import graph, loop, tile
+from irc.dialects.attrs import MAX_GRID, MAX_GRID_Y
 from irc.ir.names import tile_kernel_name
 from irc.ir.types import (
     ELEMENT_TYPES,
@@ -58,6 +59,7 @@ from irc.ir.types import (
 )
 from irc.lowering.attention_to_tile import lay_out_attention
 from irc.passes.tile import KernelShape, kernel_shape, tiling_of
+from irc.syntax.diagnostics import IrcError, op_location
 
 I32 = ELEMENT_TYPES["i32"]
 I64 = ELEMENT_TYPES["i64"]
@@ -333,6 +335,17 @@ class KernelTranslator:
         )
         return pid if self.index == I32 else self.apply("cast", [pid], self.index)
 
+    def grid_2d(self, first: int, second: int) -> tuple[SSAValue, SSAValue]:
+        """Program ids along two axes of `first` and `second` programs: a 2-d grid,
+        or one axis of `first * second` where `second` passes CUDA's limit on a
+        grid's second axis (a batched matmul or an attention of 65,536 batches)."""
+        if second <= MAX_GRID_Y:
+            self.grid = [first, second]
+            return self.program_id(0), self.program_id(1)
+        self.grid = [first * second]
+        pid = self.program_id(0)
+        return self.iapply("mod", pid, first), self.iapply("floordiv", pid, first)
+
     def mask_below(self, v: SSAValue, bound: int, block: int) -> SSAValue | None:
         """`v < bound`, or None when every lane is in range by construction."""
         if bound % block == 0:
@@ -417,6 +430,13 @@ class KernelTranslator:
             else:
                 self.layout_contraction()
             self.statements(self.kernel.body.block)
+        if self.grid[0] > MAX_GRID:
+            raise IrcError.at(
+                op_location(self.kernel),
+                f"kernel {self.name} would launch {self.grid[0]} programs of block "
+                f"{list(self.tiling.block)}; a CUDA grid holds at most {MAX_GRID} (no GPU "
+                "holds a tensor this large)",
+            )
         props: dict[str, Attribute] = {
             "sym_name": StringAttr(self.name),
             "grid": int_array(self.grid),
@@ -536,8 +556,11 @@ class KernelTranslator:
         bm, bn, _ = self.tiling.block
         *batch, m, n = self.shape.parallel
         gm, gn = math.ceil(m / bm), math.ceil(n / bn)
-        self.grid = [gm * gn, numel(batch)]
-        tile_id = self.program_id(0) if tile_id is None else tile_id
+        if tile_id is None:
+            tile_id, batch_id = self.grid_2d(gm * gn, numel(batch))
+        else:  # persistent: one tile a step, no batch
+            self.grid = [gm * gn]
+            batch_id = None
         pid_m, pid_n = self.grouped_order(tile_id, gm, gn)
         self.row_start = self.iapply("mul", pid_m, bm)
         self.col_start = self.iapply("mul", pid_n, bn)
@@ -553,7 +576,7 @@ class KernelTranslator:
         self.scopes[-1].axis_masks = [self.row_mask, self.col_mask]
         ivs = list(self.kernel.body.block.args)
         self.row_iv, self.col_iv = ivs[-2], ivs[-1]
-        batch_ivs = self.unravel(self.program_id(1), batch) if batch else []
+        batch_ivs = self.unravel(batch_id, batch) if batch and batch_id is not None else []
         for iv, v in zip(ivs, [*batch_ivs, rm, rn], strict=True):
             self.bind(iv, v)
 

@@ -100,6 +100,11 @@ PROGRAMS = {
   %s = graph.softmax %x {dim = 1} : tensor<2x1099511627776xf32>
   return %s : tensor<2x1099511627776xf32>
 }""",
+    # 70,000 batches: past CUDA's 65,535 on axis 1, folded into axis 0
+    "bmm_many_batches": """func @f(%a: tensor<70000x2x16xf32>, %b: tensor<70000x16x3xf32>) -> tensor<70000x2x3xf32> {
+  %c = graph.matmul %a, %b : tensor<70000x2x3xf32>
+  return %c : tensor<70000x2x3xf32>
+}""",
     "column_sum_and_transpose": """func @f(%x: tensor<3001x257xf32>, %z: tensor<257x3001xf32>) -> (tensor<257xf32>, tensor<3001x257xf32>) {
   %s = graph.reduce_sum %x {dims = [0]} : tensor<257xf32>
   %t = graph.transpose %z {perm = [1, 0]} : tensor<3001x257xf32>
