@@ -354,7 +354,7 @@ def _as_strided(e: Emitter, node: fx.Node) -> SSAValue:
 # --- convolutions whose windows do not overlap --------------------------------------
 
 
-def _window_kinds(kernel: list[int], stride: list[int], dilation: list[int]) -> str | None:
+def _overlapping_windows(kernel: list[int], stride: list[int], dilation: list[int]) -> str | None:
     """Why a convolution's windows overlap (None when none do): every spatial dim
     has a kernel of 1 (any stride) or a kernel equal to its stride, undilated."""
     for k, s, d in zip(kernel, stride, dilation, strict=True):
@@ -384,7 +384,7 @@ def _convolution(e: Emitter, node: fx.Node) -> SSAValue:
     o, _, *kernel = shape_of(w.type)
     rank = len(spatial)
     stride, padding, dilation = (list(v) * (rank // len(v)) for v in (stride, padding, dilation))
-    why = _window_kinds(kernel, stride, dilation)
+    why = _overlapping_windows(kernel, stride, dilation)
     if why is not None:
         raise Unsupported(why)
     sizes = [
