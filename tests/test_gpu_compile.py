@@ -29,6 +29,14 @@ H100 = GPUTarget("cuda", 90, 32)
 POINTEE = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "f64": "fp64",
            "i32": "i32", "i64": "i64", "i1": "i1"}  # fmt: skip
 
+def layer_norm(rows: int, cols: int) -> str:
+    x, v = f"tensor<{rows}x{cols}xf32>", f"tensor<{cols}xf32>"
+    return f"""func @f(%x: {x}, %w: {v}, %b: {v}) -> {x} {{
+  %y = graph.layer_norm %x, %w, %b {{dims = [1]}} : {x}
+  return %y : {x}
+}}"""
+
+
 PROGRAMS = {
     # one-pass-variance: Welford parts in a split stage, combined where x is normalized
     "batch_norm_split": """func @f(%x: tensor<48374x338xf32>) -> tensor<48374x338xf32> {
@@ -42,19 +50,10 @@ PROGRAMS = {
   %y = graph.mul %c, %inv : tensor<48374x338xf32>
   return %y : tensor<48374x338xf32>
 }""",
-    # a looped Welford row, unrolled ones, and rows held in one block
-    "layer_norm_unrolled_rows": """func @f(%x: tensor<2048x40000xf32>, %w: tensor<40000xf32>, %b: tensor<40000xf32>) -> tensor<2048x40000xf32> {
-  %y = graph.layer_norm %x, %w, %b {dims = [1]} : tensor<2048x40000xf32>
-  return %y : tensor<2048x40000xf32>
-}""",
-    "layer_norm_long_rows": """func @f(%x: tensor<64x262144xf32>, %w: tensor<262144xf32>, %b: tensor<262144xf32>) -> tensor<64x262144xf32> {
-  %y = graph.layer_norm %x, %w, %b {dims = [1]} : tensor<64x262144xf32>
-  return %y : tensor<64x262144xf32>
-}""",
-    "layer_norm_rows": """func @f(%x: tensor<4096x768xf32>, %w: tensor<768xf32>, %b: tensor<768xf32>) -> tensor<4096x768xf32> {
-  %y = graph.layer_norm %x, %w, %b {dims = [1]} : tensor<4096x768xf32>
-  return %y : tensor<4096x768xf32>
-}""",
+    # Welford rows unrolled in registers, looped, and held in one block
+    "layer_norm_unrolled_rows": layer_norm(2048, 40000),
+    "layer_norm_long_rows": layer_norm(64, 262144),
+    "layer_norm_rows": layer_norm(4096, 768),
     "softmax_vocab_bf16": """func @f(%x: tensor<64x50257xbf16>) -> tensor<64x50257xbf16> {
   %y = graph.softmax %x {dim = 1} : tensor<64x50257xbf16>
   return %y : tensor<64x50257xbf16>
