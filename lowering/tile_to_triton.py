@@ -354,6 +354,11 @@ class KernelPrinter:
             if target in ("f16", "bf16") and _elem(op.args[0]) not in ("f32", "f16", "bf16"):
                 # Through f32, as torch converts (and the interpreter casts to bf16 only so).
                 return f"{args[0]}.to(tl.float32).to({TL_DTYPE[target]})"
+            if isinstance(op.args[0].owner, Block) and isinstance(
+                op.args[0].owner.parent_op(), tile.ForOp
+            ):
+                # A loop's index: the interpreter's is a Python int, which has no .to().
+                return f"tl.cast({args[0]}, {TL_DTYPE[target]})"
             return f"{args[0]}.to({TL_DTYPE[target]})"
         template = TEMPLATES.get(len(args), {}).get(fn)
         if template is not None:

@@ -156,3 +156,39 @@ def test_tanh_at_the_edges() -> None:
     (got,) = irc.compile(module, device=DEVICE).run("f", [x])
     torch.testing.assert_close(got, torch.tanh(x), equal_nan=True)
     assert torch.signbit(got[1]) and not torch.signbit(got[0])  # tanh(-0.0) is -0.0
+
+
+# A tile.for counting in i64 (as loop-to-tile makes one past i32), its index cast
+# for i32 arithmetic: the interpreter's index is a Python int, which has no .to().
+I64_LOOP = """tile.kernel {name = "k", grid = [2], warps = 4} (%x: ptr<f32>, %y: ptr<f32>) {
+  %n = tile.constant {value = 3000} : i32
+  %pid = tile.program_id {axis = 0} : i32
+  %r = tile.arange {size = 512} : tensor<512xi32>
+  %row = tile.apply %pid, %n {fn = "mul"} : i32
+  %zero = tile.constant {value = 0.0} : tensor<512xf32>
+  %acc = tile.for %zero {lb = 0, ub = 3000, step = 512} (%i: i64, %a: tensor<512xf32>) {
+    %i32 = tile.apply %i {fn = "cast"} : i32
+    %j = tile.apply %r, %i32 {fn = "add"} : tensor<512xi32>
+    %in = tile.apply %j, %n {fn = "lt"} : tensor<512xi1>
+    %at = tile.apply %row, %j {fn = "add"} : tensor<512xi32>
+    %v = tile.load %x, %at, %in {other = 0.0} : tensor<512xf32>
+    %s = tile.apply %a, %v {fn = "add"} : tensor<512xf32>
+    tile.yield %s
+  } : tensor<512xf32>
+  %t = tile.reduce %acc {kind = "sum", axis = 0} : f32
+  tile.store %y, %pid, %t
+}
+
+func @f(%x: memref<2x3000xf32>) -> memref<2xf32> {
+  %y = loop.alloc : memref<2xf32>
+  tile.launch %x, %y {kernel = @k}
+  return %y : memref<2xf32>
+}
+"""
+
+
+def test_a_loop_counting_in_i64_runs() -> None:
+    compiled = irc.compile(irc.parse(I64_LOOP, "i64.ir"), device=DEVICE)
+    assert "range(tl.full([], 0, tl.int64), 3000, 512)" in compiled.source
+    x = torch.randn(2, 3000, device=DEVICE)
+    torch.testing.assert_close(compiled.f(x), x.sum(1), rtol=1e-5, atol=1e-4)
