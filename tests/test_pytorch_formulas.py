@@ -317,3 +317,54 @@ def test_integer_running_sums_that_may_pass_f32s_integers_stay_in_eager() -> Non
     assert list(module.report.eager_ops) == ["aten.cumsum.default"]
     assert "2**24" in str(module.report)
     assert torch.equal(module(x), x.cumsum(0))
+
+
+def _pool_input() -> torch.Tensor:
+    x = torch.randn(2, 3, 9, 7)
+    x[0, 1, 2, 3] = float("nan")  # NaN wins its window, as in torch
+    x[1, 2, :4, :4] = 1.0  # ties: the first in the window wins
+    return x
+
+
+POOLS = {
+    "max": lambda t: F.max_pool2d(t, 2),
+    "max_indices": lambda t: F.max_pool2d(t, (2, 3), return_indices=True),
+    "max3d_indices": lambda t: F.max_pool3d(t, 2, return_indices=True),
+    "max_unbatched": lambda t: F.max_pool2d(t[0], 2, return_indices=True),
+    "max_bf16": lambda t: F.max_pool2d(t.bfloat16(), 3, return_indices=True),
+    "avg": lambda t: F.avg_pool2d(t, 3),
+    "avg_bf16": lambda t: F.avg_pool2d(t.bfloat16(), 2),
+    "avg3d": lambda t: F.avg_pool3d(t, (1, 2, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOLS))
+def test_pools_whose_windows_tile_the_input(name: str) -> None:
+    fn = POOLS[name]
+    x = _pool_input()
+    got, want = compiled(fn, x), fn(x)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if w.is_floating_point() and name.startswith("avg"):
+            torch.testing.assert_close(g, w, equal_nan=True)
+        else:
+            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)  # a selection: exact
+
+
+@pytest.mark.parametrize(
+    ("fn", "why"),
+    [
+        (lambda t: F.max_pool2d(t, 3, 2), "windows overlap"),
+        (lambda t: F.avg_pool2d(t, 2, padding=1), "pads its input"),
+        (lambda t: F.max_pool2d(t, 2, ceil_mode=True), "pads its input"),
+        (lambda t: F.max_pool2d(t, 2, dilation=2), "dilated"),
+    ],
+    ids=["overlapping", "padded", "ceil_mode", "dilated"],
+)
+def test_other_pools_run_in_eager_and_say_why(fn: Callable[..., torch.Tensor], why: str) -> None:
+    x = torch.randn(2, 3, 9, 7)
+    module = irc.compile(Fn(fn), (x,))
+    assert len(module.report.eager_ops) == 1 and why in str(module.report), module.report
+    torch.testing.assert_close(module(x), fn(x))

@@ -12,6 +12,7 @@ exact `exp` from the device.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import torch
@@ -476,3 +477,84 @@ def _cumsum(e: Emitter, node: fx.Node) -> SSAValue:
     if dim != last:
         sums = e.op(graph.TransposeOp, sums, perm=int_list(perm))
     return e.cast(sums, out_elem(node))
+
+
+# --- pooling over windows that do not overlap -------------------------------------
+
+
+def _pool_windows(
+    e: Emitter, node: fx.Node, rank: int, dilated: bool, result: list[int]
+) -> tuple[SSAValue, list[int], list[int]]:
+    """`x` as `[*lead, L1, ..., Lr, K]`: each output position's window (kernel =
+    stride, no padding) flattened last; with the pooled sizes and the kernel.
+    Arguments after the stride: padding, then dilation where `dilated`, ceil_mode."""
+    x = e.arg(node.args[0])
+    kernel = list(node.args[1])
+    kernel = kernel * (rank // len(kernel))
+    stride = list(_arg(node, 2, "stride", []) or kernel)
+    stride = stride * (rank // len(stride))
+    padding = _arg(node, 3, "padding", [0])
+    padding = [padding] if isinstance(padding, int) else list(padding)
+    if stride != kernel:
+        raise Unsupported(f"its windows overlap or skip (kernel {kernel}, stride {stride})")
+    if any(padding) or _arg(node, 5 if dilated else 4, "ceil_mode", False):
+        raise Unsupported("it pads its input (padding or ceil_mode)")
+    dilation = _arg(node, 4, "dilation", [1]) if dilated else [1]
+    if any(d != 1 for d in ([dilation] if isinstance(dilation, int) else dilation)):
+        raise Unsupported("its windows are dilated")
+    shape = list(shape_of(x.type))
+    lead, spatial = shape[: len(shape) - rank], shape[len(shape) - rank :]
+    sizes = [s // k for s, k in zip(spatial, kernel, strict=True)]
+    if [*lead, *sizes] != result or 0 in sizes:
+        raise Unsupported(f"its result {result} is not its windows' {[*lead, *sizes]}")
+    for i, (size, k) in enumerate(zip(sizes, kernel, strict=True)):
+        x = _slice(e, x, len(lead) + i, 0, size * k)
+    x = e.reshape(x, [*lead, *(d for size, k in zip(sizes, kernel, strict=True) for d in (size, k))])
+    n = len(lead)
+    perm = [*range(n), *(n + 2 * i for i in range(rank)), *(n + 2 * i + 1 for i in range(rank))]
+    x = e.op(graph.TransposeOp, x, perm=int_list(perm))
+    return e.reshape(x, [*lead, *sizes, math.prod(kernel)]), sizes, kernel
+
+
+@converts(aten.avg_pool2d.default, aten.avg_pool3d.default)
+def _avg_pool(e: Emitter, node: fx.Node) -> SSAValue:
+    """The mean of each window, where windows tile the input (kernel = stride, no
+    padding): VGG's and U-Net's 2x2 pools. Half types average in f32, as torch."""
+    rank = 2 if node.target == aten.avg_pool2d.default else 3
+    if _arg(node, 6, "divisor_override", None) is not None:
+        raise Unsupported("it divides by divisor_override")
+    windows, _, _ = _pool_windows(e, node, rank, False, out_shape(node))
+    elem = element_of(windows.type)
+    last = len(shape_of(windows.type)) - 1
+    return e.cast(_reduce(e, graph.ReduceMeanOp, _in_f32(e, windows), [last], False), elem)
+
+
+@converts(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
+def _max_pool(e: Emitter, node: fx.Node) -> list[SSAValue | None]:
+    """The max of each window (NaN first, then the first largest, as torch), where
+    windows tile the input; its indices (into each flattened input plane) only
+    where they are used."""
+    rank = 2 if node.target == aten.max_pool2d_with_indices.default else 3
+    result = list(node.meta["val"][0].shape)
+    windows, sizes, kernel = _pool_windows(e, node, rank, True, result)
+    last = len(shape_of(windows.type)) - 1
+    values, offset = _arg_extreme(e, windows, last, False, True)
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    if 1 not in used:
+        return [values, None]
+    # The window offset's digits (row-major over the kernel) place it in the plane.
+    spatial = list(shape_of(e.arg(node.args[0]).type))[-rank:]
+    out = list(shape_of(offset.type))
+    f32 = ELEMENT_TYPES["f32"]
+    rest = e.cast(offset, f32)
+    index = e.scalar(0, INDEX)
+    for i in range(rank):
+        inner = math.prod(kernel[i + 1 :])
+        digit = e.op(graph.FloorOp, e.op(graph.DivOp, rest, e.scalar(float(inner), f32)))
+        rest = e.op(graph.SubOp, rest, e.op(graph.MulOp, digit, e.scalar(float(inner), f32)))
+        position = e.op(graph.IotaOp, result_type=tensor(out, INDEX),
+                        dim=IntegerAttr(len(out) - rank + i, i64))  # fmt: skip
+        coordinate = e.op(graph.AddOp, e.op(graph.MulOp, position, e.scalar(kernel[i], INDEX)),
+                          e.cast(digit, INDEX))  # fmt: skip
+        index = e.op(graph.AddOp, e.op(graph.MulOp, index, e.scalar(spatial[i], INDEX)), coordinate)
+    return [values, index]
