@@ -524,8 +524,44 @@ class ReduceOp(IRDLOperation):
                 'bound of a float loop.apply "mul", in a loop.kernel of at least two '
                 "parallel dims (rows and columns)"
             )
-        if body_kind(kernel) == KernelKind.CONTRACTION and len(product.args) == 2:
+        if len(product.args) != 2:
+            return
+        kind = body_kind(kernel)
+        if kind == KernelKind.CONTRACTION:
             self._check_factors(kernel, product.args[0], product.args[1])
+        elif kind == KernelKind.ATTENTION:
+            self._check_attention_factors(kernel, product.args[0], product.args[1])
+
+    def _check_attention_factors(self, kernel: KernelOp, a: SSAValue, b: SSAValue) -> None:
+        """An attention's dots, as loop-to-tile lays them out: a scores dot (inside the
+        softmax's loop or the values loop, over the head dim) multiplies the rows' query
+        [rows, d] by the keys' [d, keys]; the values dot multiplies the probabilities
+        [rows, keys] by the values [keys, columns]. A factor reading the other side's
+        index made tiles of other shapes (an internal error of loop-to-tile); and the
+        softmax's sum is the divisor after the values loop, not an input of it."""
+        *_, rows, cols = kernel.body.block.args
+        parent = self.parent_op()
+        if isinstance(parent, SoftmaxReduceOp | ReduceOp):  # a scores dot, keys `key`
+            key = parent.body.block.args[0]
+            checks = (("first", a, (key, cols)), ("second", b, (rows, cols)))
+        else:
+            checks = (("first", a, (cols,)), ("second", b, (rows,)))
+            for softmax in kernel.body.walk():
+                if isinstance(softmax, SoftmaxReduceOp) and any(
+                    self.is_ancestor(use.operation) for use in softmax.sum_exp.uses
+                ):
+                    raise VerifyException(
+                        "loop.reduce: an attention's values loop reads the softmax's sum, "
+                        "which is only whole after it (divide by it after the loop)"
+                    )
+        for which, factor, others in checks:
+            read = _indices_read(factor, kernel, set(others), through_loops=False)
+            if read:
+                raise VerifyException(
+                    f"loop.reduce: an attention's dot multiplies [rows, K] by [K, columns] "
+                    f"(rows {_name(rows)}); its {which} factor reads "
+                    f"{', '.join(_name(v) for v in read)}"
+                )
 
     def _check_factors(self, kernel: KernelOp, a: SSAValue, b: SSAValue) -> None:
         """loop-to-tile computes the first factor as a [rows, K] tile and the second as a
@@ -546,10 +582,17 @@ def _name(v: SSAValue) -> str:
     return "%" + v.name_hint if v.name_hint else "its index"
 
 
-def _indices_read(value: SSAValue, kernel: KernelOp) -> set[SSAValue]:
-    """The kernel's parallel indices that `value` is computed from. The result of a
-    loop (a contraction) counts as reading them all: it is a whole output tile."""
-    ivs = set(kernel.body.block.args)
+def _indices_read(
+    value: SSAValue,
+    kernel: KernelOp,
+    indices: set[SSAValue] | None = None,
+    through_loops: bool = True,
+) -> set[SSAValue]:
+    """Which of `indices` (the kernel's parallel ones by default) `value` is computed
+    from. The result of a loop (a contraction) counts as reading them all, a whole
+    output tile, unless not `through_loops` (an attention's nested dots are checked
+    on their own)."""
+    ivs = set(kernel.body.block.args) if indices is None else indices
     found: set[SSAValue] = set()
     seen: set[SSAValue] = set()
     stack = [value]
@@ -562,7 +605,9 @@ def _indices_read(value: SSAValue, kernel: KernelOp) -> set[SSAValue]:
             found.add(v)
         elif isinstance(v.owner, Operation):
             if v.owner.regions:
-                return ivs
+                if through_loops:
+                    return ivs
+                continue
             stack.extend(v.owner.operands)
     return found
 
