@@ -517,7 +517,9 @@ class ReduceOp(IRDLOperation):
             # (a missing or unknown fn is the apply's own error)
             or (isinstance(fn := product.properties.get("fn"), ApplyFnAttr) and fn.data != "mul")
             or kernel is None
-            or len(kernel.bounds.data) < 2
+            # (a kernel without bounds is the kernel's own error)
+            or not isinstance(bounds := kernel.properties.get("bounds"), ArrayAttr)
+            or len(bounds.data) < 2
         ):
             raise VerifyException(
                 'loop.reduce: contract = true is a matrix product: kind "sum" over one '

@@ -282,3 +282,30 @@ def test_the_generated_code_check(programs: list[Program]) -> None:
     name = source[source.index("def ") + 4 : source.index("(", source.index("def "))]
     for bad, why in injected.items():
         assert why in str(check_generated(source.replace(name, bad, 1))), bad
+
+
+def test_no_verify_keeps_a_contraction_in_a_kernel_without_bounds_located(tmp_path: Path) -> None:
+    """Campaign 15, case 355: with `--no-verify` the contraction's own check read the
+    bounds its kernel lacks (a KeyError, 'internal error outside any pass')."""
+    path = tmp_path / "case.ir"
+    path.write_text("""func @f(%a: memref<4x16xf32>, %b: memref<16x4xf32>) -> memref<4x4xf32> {
+  %y = loop.alloc : memref<4x4xf32>
+  loop.kernel {name = "k"} (%i: index, %j: index) {
+    %s = loop.reduce {kind = "sum", bounds = [16], contract = true} (%k: index) {
+      %u = loop.load %a, %i, %k : f32
+      %v = loop.load %b, %k, %j : f32
+      %m = loop.apply %u, %v {fn = "mul"} : f32
+      loop.yield %m
+    } : f32
+    loop.store %s, %y, %i, %j
+  }
+  return %y : memref<4x4xf32>
+}
+""")
+    for extra in ([], ["--no-verify"]):
+        run = subprocess.run(
+            [sys.executable, "-m", "irc.tools.opt", str(path), "--emit", "triton", *extra],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert run.returncode == 1, run.stderr
+        assert "internal error" not in run.stderr and f"{path}:" in run.stderr, run.stderr
