@@ -368,3 +368,35 @@ def test_other_pools_run_in_eager_and_say_why(fn: Callable[..., torch.Tensor], w
     module = irc.compile(Fn(fn), (x,))
     assert len(module.report.eager_ops) == 1 and why in str(module.report), module.report
     torch.testing.assert_close(module(x), fn(x))
+
+
+def _assignments(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """In-place writes into slices, as models write them (`copy_`, `slice_scatter`,
+    `select_scatter` once functionalized), steps that end inside the tensor and
+    steps cut short by its end."""
+    z = x.clone()
+    z[:, 1:3] = y
+    z[:, 0] = 0.5
+    z[..., 2:7:2] *= 2
+    z[1] = y[0, 0]
+    z[:, -1, ::3] = 7.0
+    z[:, :, 5::4] = -1.0
+    z[2:, 1::2, 1:8:3] = y[2:, :1, :3] * 3
+    return z + 1
+
+
+def test_writes_into_slices_leave_nothing_to_eager() -> None:
+    x, y = torch.randn(4, 6, 8), torch.randn(4, 2, 8)
+    assert torch.equal(compiled(_assignments, x, y), _assignments(x, y))
+
+
+def test_a_kv_cache_written_in_place() -> None:
+    """A static KV cache: this step's keys written at their positions, then read whole."""
+
+    def step(cache: torch.Tensor, k: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        cache = cache.clone()
+        cache[:, :, 5:7] = k
+        return torch.softmax(q @ cache.transpose(-1, -2), -1) @ cache
+
+    cache, k, q = torch.randn(2, 3, 16, 8), torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8)
+    torch.testing.assert_close(compiled(step, cache, k, q), step(cache, k, q), rtol=1e-5, atol=1e-5)

@@ -318,6 +318,71 @@ def _roll(e: Emitter, node: fx.Node) -> SSAValue:
     return e.reshape(x, shape)
 
 
+@converts(aten.copy.default)
+def _copy(e: Emitter, node: fx.Node) -> SSAValue:
+    """`self.copy_(src)` functionalized: src in self's type, broadcast to its shape."""
+    src = e.cast(e.arg(node.args[1]), out_elem(node))
+    shape = out_shape(node)
+    if list(shape_of(src.type)) == shape:
+        return src
+    src = e.reshape(src, [1] * (len(shape) - len(shape_of(src.type))) + list(shape_of(src.type)))
+    return e.op(graph.BroadcastOp, src, result_type=tensor(shape, element_of(src.type)))
+
+
+def _replaced(e: Emitter, x: SSAValue, dim: int, start: int, stop: int, part: SSAValue) -> SSAValue:
+    """`x` with elements start:stop along `dim` replaced by `part` (as wide)."""
+    n = shape_of(x.type)[dim]
+    pieces = [_slice(e, x, dim, 0, start) if start > 0 else None, part,
+              _slice(e, x, dim, stop, n) if stop < n else None]  # fmt: skip
+    kept = [p for p in pieces if p is not None]
+    return kept[0] if len(kept) == 1 else e.op(graph.ConcatOp, *kept, dim=IntegerAttr(dim, i64))
+
+
+@converts(aten.slice_scatter.default)
+def _slice_scatter(e: Emitter, node: fx.Node) -> SSAValue:
+    """`x[..., start:end:step] = src` functionalized: x's other elements concatenated
+    around src; with a step, the run of x it covers is seen as [src's length, step]
+    and src takes the first of each step."""
+    x, src = e.arg(node.args[0]), e.cast(e.arg(node.args[1]), out_elem(node))
+    shape = list(shape_of(x.type))
+    dim = _arg(node, 2, "dim", 0) % len(shape)
+    start, _, step = slice(_arg(node, 3, "start", None), _arg(node, 4, "end", None),
+                           _arg(node, 5, "step", 1)).indices(shape[dim])  # fmt: skip
+    count = shape_of(src.type)[dim]
+    return _scattered(e, x, src, dim, start, step, count) if count else x
+
+
+def _scattered(
+    e: Emitter, x: SSAValue, src: SSAValue, dim: int, start: int, step: int, count: int
+) -> SSAValue:
+    """`x` with x[start::step][:count] along `dim` replaced by `src`."""
+    if step == 1:
+        return _replaced(e, x, dim, start, start + count, src)
+    shape = list(shape_of(x.type))
+    whole = min(count, (shape[dim] - start) // step)  # steps that end inside x
+    if whole:
+        stop = start + whole * step
+        run = e.reshape(_slice(e, x, dim, start, stop), [*shape[:dim], whole, step, *shape[dim + 1 :]])
+        part = e.reshape(_slice(e, src, dim, 0, whole), [*shape[:dim], whole, 1, *shape[dim + 1 :]])
+        run = e.reshape(_replaced(e, run, dim + 1, 0, 1, part), [*shape[:dim], whole * step, *shape[dim + 1 :]])
+        x = _replaced(e, x, dim, start, stop, run)
+    if whole < count:  # the last one, in a step cut short by the end of x
+        last = start + whole * step
+        x = _replaced(e, x, dim, last, last + 1, _slice(e, src, dim, whole, whole + 1))
+    return x
+
+
+@converts(aten.select_scatter.default)
+def _select_scatter(e: Emitter, node: fx.Node) -> SSAValue:
+    """`x[..., i, ...] = src` functionalized."""
+    x, src = e.arg(node.args[0]), e.cast(e.arg(node.args[1]), out_elem(node))
+    shape = list(shape_of(x.type))
+    dim = node.args[2] % len(shape)
+    index = node.args[3] % shape[dim]
+    part = e.reshape(src, [*shape[:dim], 1, *shape[dim + 1 :]])
+    return _replaced(e, x, dim, index, index + 1, part)
+
+
 @converts(aten.repeat.default)
 def _repeat(e: Emitter, node: fx.Node) -> SSAValue:
     """x.repeat(r...): x broadcast along a new dimension before each, then merged."""
