@@ -55,6 +55,8 @@ ACCURATE = {
     "log2": (torch.log2, torch.abs),
     "log10": (torch.log10, torch.abs),
     "exp2": (torch.exp2, lambda x: x.clamp(-20, 20)),
+    "sinh": (torch.sinh, lambda x: x.clamp(-20, 20)),
+    "cosh": (torch.cosh, lambda x: x.clamp(-20, 20)),
 }
 
 
@@ -335,6 +337,10 @@ POOLS = {
     "avg": lambda t: F.avg_pool2d(t, 3),
     "avg_bf16": lambda t: F.avg_pool2d(t.bfloat16(), 2),
     "avg3d": lambda t: F.avg_pool3d(t, (1, 2, 2)),
+    "adaptive_avg": lambda t: F.adaptive_avg_pool2d(t[..., :8, :6], (4, 2)),
+    "adaptive_avg_bf16": lambda t: F.adaptive_avg_pool2d(t.bfloat16(), (3, 1)),
+    "upsample_nearest_2x": lambda t: F.interpolate(t, scale_factor=2),
+    "upsample_nearest_size": lambda t: F.interpolate(t, size=(18, 21)),
 }
 
 
@@ -347,7 +353,7 @@ def test_pools_whose_windows_tile_the_input(name: str) -> None:
     want = want if isinstance(want, tuple) else (want,)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape
-        if w.is_floating_point() and name.startswith("avg"):
+        if w.is_floating_point() and "avg" in name:
             torch.testing.assert_close(g, w, equal_nan=True)
         else:
             torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)  # a selection: exact
@@ -360,8 +366,10 @@ def test_pools_whose_windows_tile_the_input(name: str) -> None:
         (lambda t: F.avg_pool2d(t, 2, padding=1), "pads its input"),
         (lambda t: F.max_pool2d(t, 2, ceil_mode=True), "pads its input"),
         (lambda t: F.max_pool2d(t, 2, dilation=2), "dilated"),
+        (lambda t: F.adaptive_avg_pool2d(t, 4), "does not divide"),
+        (lambda t: F.interpolate(t, scale_factor=1.5), "not a whole multiple"),
     ],
-    ids=["overlapping", "padded", "ceil_mode", "dilated"],
+    ids=["overlapping", "padded", "ceil_mode", "dilated", "adaptive", "upsample"],
 )
 def test_other_pools_run_in_eager_and_say_why(fn: Callable[..., torch.Tensor], why: str) -> None:
     x = torch.randn(2, 3, 9, 7)

@@ -568,17 +568,26 @@ def _pool_windows(
     if any(d != 1 for d in ([dilation] if isinstance(dilation, int) else dilation)):
         raise Unsupported("its windows are dilated")
     shape = list(shape_of(x.type))
-    lead, spatial = shape[: len(shape) - rank], shape[len(shape) - rank :]
-    sizes = [s // k for s, k in zip(spatial, kernel, strict=True)]
+    lead = shape[: len(shape) - rank]
+    sizes = [s // k for s, k in zip(shape[len(shape) - rank :], kernel, strict=True)]
     if [*lead, *sizes] != result or 0 in sizes:
         raise Unsupported(f"its result {result} is not its windows' {[*lead, *sizes]}")
+    return _windows(e, x, kernel), sizes, kernel
+
+
+def _windows(e: Emitter, x: SSAValue, kernel: list[int]) -> SSAValue:
+    """`x` as `[*lead, L1, ..., Lr, K]`: the windows of `kernel` that tile its last
+    r dims (a ragged edge cut off), each flattened last."""
+    rank = len(kernel)
+    shape = list(shape_of(x.type))
+    n = len(shape) - rank
+    lead, sizes = shape[:n], [s // k for s, k in zip(shape[n:], kernel, strict=True)]
     for i, (size, k) in enumerate(zip(sizes, kernel, strict=True)):
-        x = _slice(e, x, len(lead) + i, 0, size * k)
+        x = _slice(e, x, n + i, 0, size * k)
     x = e.reshape(x, [*lead, *(d for size, k in zip(sizes, kernel, strict=True) for d in (size, k))])
-    n = len(lead)
     perm = [*range(n), *(n + 2 * i for i in range(rank)), *(n + 2 * i + 1 for i in range(rank))]
     x = e.op(graph.TransposeOp, x, perm=int_list(perm))
-    return e.reshape(x, [*lead, *sizes, math.prod(kernel)]), sizes, kernel
+    return e.reshape(x, [*lead, *sizes, math.prod(kernel)])
 
 
 @converts(aten.avg_pool2d.default, aten.avg_pool3d.default)
@@ -592,6 +601,57 @@ def _avg_pool(e: Emitter, node: fx.Node) -> SSAValue:
     elem = element_of(windows.type)
     last = len(shape_of(windows.type)) - 1
     return e.cast(_reduce(e, graph.ReduceMeanOp, _in_f32(e, windows), [last], False), elem)
+
+
+@converts(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
+def _adaptive_avg_pool(e: Emitter, node: fx.Node) -> SSAValue:
+    """An adaptive average pool whose output divides its input: windows of in / out
+    that tile it, as torch's start = floor(i in / out), end = ceil((i + 1) in / out)."""
+    x = e.arg(node.args[0])
+    out = list(node.args[1])
+    spatial = list(shape_of(x.type))[-len(out) :]
+    if any(o <= 0 or s % o for s, o in zip(spatial, out, strict=True)):
+        raise Unsupported(f"its output {out} does not divide its input {spatial}")
+    windows = _windows(e, x, [s // o for s, o in zip(spatial, out, strict=True)])
+    last = len(shape_of(windows.type)) - 1
+    mean = _reduce(e, graph.ReduceMeanOp, _in_f32(e, windows), [last], False)
+    return e.cast(mean, element_of(x.type))
+
+
+@converts(aten.upsample_nearest2d.vec, aten.upsample_nearest3d.vec)
+def _upsample_nearest(e: Emitter, node: fx.Node) -> SSAValue:
+    """Nearest upsampling by whole factors (U-Net's and FPN's 2x): each element
+    repeated `s` times along each dim, a broadcast between reshapes. Torch's
+    source index, floor(dst * in / out), is dst // s there."""
+    x = e.arg(node.args[0])
+    result = out_shape(node)
+    rank = len(result) - 2
+    shape = list(shape_of(x.type))
+    spatial, wanted = shape[-rank:], result[-rank:]
+    if any(w % s for s, w in zip(spatial, wanted, strict=True)):
+        raise Unsupported(f"its size {wanted} is not a whole multiple of {spatial}")
+    factors = [w // s for s, w in zip(spatial, wanted, strict=True)]
+    scales = _arg(node, 2, "scale_factors", None)
+    if scales is not None and [float(s) for s in scales] != [float(f) for f in factors]:
+        raise Unsupported(f"its scale factors {list(scales)} are not whole numbers")
+    lead = shape[:-rank]
+    spread = [*lead, *(d for s in spatial for d in (s, 1))]
+    wide = [*lead, *(d for s, f in zip(spatial, factors, strict=True) for d in (s, f))]
+    x = e.op(graph.BroadcastOp, e.reshape(x, spread), result_type=tensor(wide, element_of(x.type)))
+    return e.reshape(x, result)
+
+
+@converts(aten.sinh.default, aten.cosh.default)
+def _hyperbolic(e: Emitter, node: fx.Node) -> SSAValue:
+    """sinh as (expm1(x) - expm1(-x)) / 2, which keeps its digits near 0 (the two
+    terms have opposite signs there), cosh as (e**x + e**-x) / 2."""
+    x, elem = _float_operand(e, node)
+    minus = e.op(graph.NegOp, x)
+    if node.target == aten.sinh.default:
+        out = e.op(graph.SubOp, expm1(e, x), expm1(e, minus))
+    else:
+        out = e.op(graph.AddOp, e.op(graph.ExpOp, x), e.op(graph.ExpOp, minus))
+    return e.cast(e.op(graph.MulOp, out, _num(e, 0.5, out)), elem)
 
 
 @converts(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
