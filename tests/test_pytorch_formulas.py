@@ -339,6 +339,14 @@ POOLS = {
     "avg3d": lambda t: F.avg_pool3d(t, (1, 2, 2)),
     "adaptive_avg": lambda t: F.adaptive_avg_pool2d(t[..., :8, :6], (4, 2)),
     "adaptive_avg_bf16": lambda t: F.adaptive_avg_pool2d(t.bfloat16(), (3, 1)),
+    "resnet_max": lambda t: F.max_pool2d(t, 3, 2, 1),  # overlapping, padded with -inf
+    "max_dilated": lambda t: F.max_pool2d(t, 2, dilation=2),
+    "max3d_overlapping": lambda t: F.max_pool3d(t[None], (1, 3, 3), (1, 2, 2), (0, 1, 1)),
+    "avg_overlapping": lambda t: F.avg_pool2d(t, 3, 2),
+    "avg_padded": lambda t: F.avg_pool2d(t, 3, 1, 1),
+    "avg_padded_bf16": lambda t: F.avg_pool2d(t.bfloat16(), 3, 2, 1),
+    "avg_padding_not_counted": lambda t: F.avg_pool2d(t, 3, 2, 1, count_include_pad=False),
+    "avg_divisor_override": lambda t: F.avg_pool2d(t, 2, divisor_override=3),
     "upsample_nearest_2x": lambda t: F.interpolate(t, scale_factor=2),
     "upsample_nearest_size": lambda t: F.interpolate(t, size=(18, 21)),
 }
@@ -362,14 +370,12 @@ def test_pools_whose_windows_tile_the_input(name: str) -> None:
 @pytest.mark.parametrize(
     ("fn", "why"),
     [
-        (lambda t: F.max_pool2d(t, 3, 2), "windows overlap"),
-        (lambda t: F.avg_pool2d(t, 2, padding=1), "pads its input"),
-        (lambda t: F.max_pool2d(t, 2, ceil_mode=True), "pads its input"),
-        (lambda t: F.max_pool2d(t, 2, dilation=2), "dilated"),
+        (lambda t: F.max_pool2d(t, 3, 2, return_indices=True)[1] * 2, "indices are read"),
+        (lambda t: F.max_pool2d(t, 2, ceil_mode=True), "ceil_mode"),
         (lambda t: F.adaptive_avg_pool2d(t, 4), "does not divide"),
         (lambda t: F.interpolate(t, scale_factor=1.5), "not a whole multiple"),
     ],
-    ids=["overlapping", "padded", "ceil_mode", "dilated", "adaptive", "upsample"],
+    ids=["overlapping_indices", "ceil_mode", "adaptive", "upsample"],
 )
 def test_other_pools_run_in_eager_and_say_why(fn: Callable[..., torch.Tensor], why: str) -> None:
     x = torch.randn(2, 3, 9, 7)

@@ -11,8 +11,11 @@ exact `exp` from the device.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import operator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -547,32 +550,72 @@ def _cumsum(e: Emitter, node: fx.Node) -> SSAValue:
 # --- pooling over windows that do not overlap -------------------------------------
 
 
-def _pool_windows(
-    e: Emitter, node: fx.Node, rank: int, dilated: bool, result: list[int]
-) -> tuple[SSAValue, list[int], list[int]]:
-    """`x` as `[*lead, L1, ..., Lr, K]`: each output position's window (kernel =
-    stride, no padding) flattened last; with the pooled sizes and the kernel.
-    Arguments after the stride: padding, then dilation where `dilated`, ceil_mode."""
-    x = e.arg(node.args[0])
-    kernel = list(node.args[1])
-    kernel = kernel * (rank // len(kernel))
-    stride = list(_arg(node, 2, "stride", []) or kernel)
-    stride = stride * (rank // len(stride))
-    padding = _arg(node, 3, "padding", [0])
-    padding = [padding] if isinstance(padding, int) else list(padding)
-    if stride != kernel:
-        raise Unsupported(f"its windows overlap or skip (kernel {kernel}, stride {stride})")
-    if any(padding) or _arg(node, 5 if dilated else 4, "ceil_mode", False):
-        raise Unsupported("it pads its input (padding or ceil_mode)")
-    dilation = _arg(node, 4, "dilation", [1]) if dilated else [1]
-    if any(d != 1 for d in ([dilation] if isinstance(dilation, int) else dilation)):
-        raise Unsupported("its windows are dilated")
-    shape = list(shape_of(x.type))
-    lead = shape[: len(shape) - rank]
-    sizes = [s // k for s, k in zip(shape[len(shape) - rank :], kernel, strict=True)]
-    if [*lead, *sizes] != result or 0 in sizes:
-        raise Unsupported(f"its result {result} is not its windows' {[*lead, *sizes]}")
-    return _windows(e, x, kernel), sizes, kernel
+@dataclass(frozen=True)
+class _Pool:
+    """A pool's window geometry, one entry a spatial dim."""
+
+    kernel: list[int]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+
+    @property
+    def tiles(self) -> bool:
+        """Whether the windows tile the input: each element in exactly one window."""
+        return self.stride == self.kernel and not any(self.padding) and set(self.dilation) <= {1}
+
+
+def _pool_args(node: fx.Node, rank: int, dilated: bool) -> _Pool:
+    """Arguments after the input: kernel, stride (the kernel when empty), padding,
+    then dilation where `dilated`, ceil_mode (refused)."""
+
+    def per_dim(value: Any) -> list[int]:
+        values = [value] if isinstance(value, int) else list(value)
+        return values * (rank // len(values))
+
+    kernel = per_dim(node.args[1])
+    stride = per_dim(_arg(node, 2, "stride", []) or kernel)
+    padding = per_dim(_arg(node, 3, "padding", [0]))
+    dilation = per_dim(_arg(node, 4, "dilation", [1]) if dilated else [1])
+    if _arg(node, 5 if dilated else 4, "ceil_mode", False):
+        raise Unsupported("its ceil_mode windows run past the padded input")
+    return _Pool(kernel, stride, padding, dilation)
+
+
+def _pool_sizes(x: SSAValue, pool: _Pool, result: list[int]) -> list[int]:
+    """The pooled sizes torch gives (and checks that they are `result`'s)."""
+    spatial = list(shape_of(x.type))[-len(pool.kernel) :]
+    sizes = [
+        (n + 2 * p - d * (k - 1) - 1) // s + 1
+        for n, k, s, p, d in zip(spatial, pool.kernel, pool.stride, pool.padding, pool.dilation,
+                                 strict=True)
+    ]  # fmt: skip
+    if result[-len(sizes) :] != sizes or min(sizes) <= 0:
+        raise Unsupported(f"its result {result} is not its windows' {sizes}")
+    return sizes
+
+
+def _shifted_views(
+    e: Emitter, x: SSAValue, pool: _Pool, sizes: list[int], fill: Any
+) -> list[SSAValue]:
+    """One strided view of the input (padded with `fill`) a kernel offset: element i
+    of the view for offset a is x[i * stride + a * dilation - padding], so that a
+    window's elements are the views' elements at one position."""
+    rank = len(pool.kernel)
+    n = len(shape_of(x.type)) - rank
+    elem = element_of(x.type)
+    for i, p in enumerate(pool.padding):
+        if p:
+            pad = _filled(e, x, n + i, p, fill, elem)
+            x = e.op(graph.ConcatOp, pad, x, pad, dim=IntegerAttr(n + i, i64))  # type: ignore[arg-type]
+    views = []
+    for offset in itertools.product(*(range(k) for k in pool.kernel)):
+        v = x
+        for i, (a, size) in enumerate(zip(offset, sizes, strict=True)):
+            first = a * pool.dilation[i]
+            v = _slice(e, v, n + i, first, first + (size - 1) * pool.stride[i] + 1, pool.stride[i])
+        views.append(v)
+    return views
 
 
 def _windows(e: Emitter, x: SSAValue, kernel: list[int]) -> SSAValue:
@@ -592,15 +635,36 @@ def _windows(e: Emitter, x: SSAValue, kernel: list[int]) -> SSAValue:
 
 @converts(aten.avg_pool2d.default, aten.avg_pool3d.default)
 def _avg_pool(e: Emitter, node: fx.Node) -> SSAValue:
-    """The mean of each window, where windows tile the input (kernel = stride, no
-    padding): VGG's and U-Net's 2x2 pools. Half types average in f32, as torch."""
+    """The mean of each window. Windows that tile the input (VGG's and U-Net's 2x2
+    pools) are a reduction over each; others (overlapping, padded) the sum of the
+    kernel's shifted views over the divisor torch takes: the kernel's size, the
+    window's elements inside the input (count_include_pad=False), or the override.
+    Half types average in f32, as torch."""
     rank = 2 if node.target == aten.avg_pool2d.default else 3
-    if _arg(node, 6, "divisor_override", None) is not None:
-        raise Unsupported("it divides by divisor_override")
-    windows, _, _ = _pool_windows(e, node, rank, False, out_shape(node))
-    elem = element_of(windows.type)
-    last = len(shape_of(windows.type)) - 1
-    return e.cast(_reduce(e, graph.ReduceMeanOp, _in_f32(e, windows), [last], False), elem)
+    x = e.arg(node.args[0])
+    pool = _pool_args(node, rank, False)
+    sizes = _pool_sizes(x, pool, out_shape(node))
+    elem = element_of(x.type)
+    if pool.tiles and _arg(node, 6, "divisor_override", None) is None:
+        windows = _windows(e, x, pool.kernel)
+        last = len(shape_of(windows.type)) - 1
+        return e.cast(_reduce(e, graph.ReduceMeanOp, _in_f32(e, windows), [last], False), elem)
+    wide = _in_f32(e, x)
+    total = functools.reduce(
+        lambda a, b: e.op(graph.AddOp, a, b), _shifted_views(e, wide, pool, sizes, 0.0)
+    )
+    override = _arg(node, 6, "divisor_override", None)
+    if override is not None:
+        divisor: SSAValue = _num(e, float(override), total)
+    elif _arg(node, 5, "count_include_pad", True) or not any(pool.padding):
+        divisor = _num(e, float(math.prod(pool.kernel)), total)
+    else:  # the window's elements inside the input: ones, padded with zeros, summed alike
+        spatial = list(shape_of(x.type))[-rank:]
+        ones = e.constant(1.0, tensor(spatial, element_of(total.type)))
+        divisor = functools.reduce(
+            lambda a, b: e.op(graph.AddOp, a, b), _shifted_views(e, ones, pool, sizes, 0.0)
+        )
+    return e.cast(e.op(graph.DivOp, total, divisor), elem)
 
 
 @converts(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
@@ -656,15 +720,27 @@ def _hyperbolic(e: Emitter, node: fx.Node) -> SSAValue:
 
 @converts(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
 def _max_pool(e: Emitter, node: fx.Node) -> list[SSAValue | None]:
-    """The max of each window (NaN first, then the first largest, as torch), where
-    windows tile the input; its indices (into each flattened input plane) only
-    where they are used."""
+    """The max of each window, NaN propagating (as torch). Windows that tile the
+    input are a reduction over each, with torch's indices (into each flattened input
+    plane; NaN first, then the first largest) where something reads them. Others
+    (ResNet's 3x3 stride-2 pool, padded with -inf) are the maximum of the kernel's
+    shifted views; their indices stay in eager."""
     rank = 2 if node.target == aten.max_pool2d_with_indices.default else 3
-    result = list(node.meta["val"][0].shape)
-    windows, sizes, kernel = _pool_windows(e, node, rank, True, result)
+    x = e.arg(node.args[0])
+    pool = _pool_args(node, rank, True)
+    sizes = _pool_sizes(x, pool, list(node.meta["val"][0].shape))
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    if not pool.tiles:
+        if 1 in used:
+            raise Unsupported("its windows overlap or are padded, and its indices are read")
+        if element_of(x.type) not in FLOAT_TYPES and any(pool.padding):
+            raise Unsupported("it pads integers (with -inf)")
+        views = _shifted_views(e, x, pool, sizes, -math.inf)
+        return [functools.reduce(lambda a, b: e.op(graph.MaximumOp, a, b), views), None]
+    kernel = pool.kernel
+    windows = _windows(e, x, kernel)
     last = len(shape_of(windows.type)) - 1
     values, offset = _arg_extreme(e, windows, last, False, True)
-    used = {u.args[1] for u in node.users if u.target is operator.getitem}
     if 1 not in used:
         return [values, None]
     # The window offset's digits (row-major over the kernel) place it in the plane.
