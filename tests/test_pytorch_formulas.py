@@ -5,6 +5,7 @@ obvious `log(1 + x)` and `exp(x) - 1` lose every digit."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -275,6 +276,7 @@ def test_a_shifted_window_attention_leaves_nothing_to_eager() -> None:
         (nn.Conv2d(3, 8, 3, padding=1), "windows overlap"),
         (nn.Conv2d(3, 8, 2, stride=2, dilation=2), "windows overlap"),
         (nn.Conv2d(4, 8, 1, groups=2), "grouped"),
+        (nn.Conv2d(4, 8, 3, padding=1, groups=4), "grouped"),  # depthwise, 2 filters a channel
         (nn.ConvTranspose2d(3, 8, 2, stride=2), "transposed"),
     ],
 )
@@ -414,3 +416,28 @@ def test_a_kv_cache_written_in_place() -> None:
 
     cache, k, q = torch.randn(2, 3, 16, 8), torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8)
     torch.testing.assert_close(compiled(step, cache, k, q), step(cache, k, q), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("conv", "shape", "dtype"),
+    [
+        (nn.Conv2d(8, 8, 7, padding=3, groups=8), (2, 8, 9, 11), torch.float32),  # ConvNeXt
+        (nn.Conv2d(8, 8, 7, padding=3, groups=8), (2, 8, 9, 11), torch.bfloat16),
+        (nn.Conv1d(6, 6, 4, padding=3, groups=6), (2, 6, 13), torch.float32),  # Mamba's
+        (nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False), (2, 8, 9, 11), torch.float32),
+        (nn.Conv2d(8, 8, 3, dilation=2, padding=2, groups=8), (1, 8, 9, 9), torch.float32),
+    ],
+    ids=["convnext_7x7", "convnext_bf16", "mamba_conv1d", "strided", "dilated"],
+)
+def test_depthwise_convolutions_are_sums_of_shifted_views(
+    conv: nn.Module, shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    conv = conv.to(dtype)
+    x = torch.randn(*shape, dtype=dtype)
+    module = irc.compile(conv, (x,))
+    assert module.report.eager_ops == {}, module.report
+    got, want = module(x), conv(x)
+    assert got.dtype == want.dtype
+    exact = copy.deepcopy(conv).double()(x.double())
+    mine, theirs = (got.double() - exact).abs().max(), (want.double() - exact).abs().max()
+    assert mine <= 4 * theirs + 1e-6, (mine, theirs)

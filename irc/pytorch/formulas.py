@@ -447,12 +447,14 @@ def _convolution(e: Emitter, node: fx.Node) -> SSAValue:
     stride, padding, dilation, transposed, _, groups = node.args[3:9]
     if transposed:
         raise Unsupported("it is a transposed convolution (cuDNN's)")
-    if groups != 1:
-        raise Unsupported(f"it is a grouped convolution of {groups} groups (cuDNN's)")
     n, c, *spatial = shape_of(x.type)
-    o, _, *kernel = shape_of(w.type)
+    o, per_group, *kernel = shape_of(w.type)
     rank = len(spatial)
     stride, padding, dilation = (list(v) * (rank // len(v)) for v in (stride, padding, dilation))
+    if groups == c == o and per_group == 1:
+        return _depthwise(e, node, _Pool(kernel, stride, padding, dilation))
+    if groups != 1:
+        raise Unsupported(f"it is a grouped convolution of {groups} groups (cuDNN's)")
     why = _overlapping_windows(kernel, stride, dilation)
     if why is not None:
         raise Unsupported(why)
@@ -482,6 +484,29 @@ def _convolution(e: Emitter, node: fx.Node) -> SSAValue:
         y = e.op(graph.AddOp, y, e.cast(e.arg(node.args[2]), elem))
     y = e.reshape(y, [n, *sizes, o])
     return e.op(graph.TransposeOp, y, perm=int_list([0, rank + 1, *range(1, rank + 1)]))
+
+
+def _depthwise(e: Emitter, node: fx.Node, pool: _Pool) -> SSAValue:
+    """A depthwise convolution (one filter a channel: ConvNeXt's 7x7, MobileNet's,
+    Mamba's causal conv1d) as the sum of the kernel's shifted views of the input,
+    each times its weight a channel: element-wise work that fuses, in f32 for
+    half types, where a GEMM would be a batch of 1 x K products."""
+    x, w = e.arg(node.args[0]), e.arg(node.args[1])
+    elem = element_of(x.type)
+    c, rank = shape_of(x.type)[1], len(pool.kernel)
+    sizes = _pool_sizes(x, pool, out_shape(node))
+    views = _shifted_views(e, _in_f32(e, x), pool, sizes, 0.0)
+    taps = e.reshape(_in_f32(e, w), [c, len(views)])
+    total: SSAValue | None = None
+    for t, view in enumerate(views):
+        tap = e.reshape(_slice(e, taps, 1, t, t + 1), [c, *([1] * rank)])
+        term = e.op(graph.MulOp, view, tap)
+        total = term if total is None else e.op(graph.AddOp, total, term)
+    assert total is not None
+    if node.args[2] is not None:
+        bias = e.reshape(_in_f32(e, e.arg(node.args[2])), [c, *([1] * rank)])
+        total = e.op(graph.AddOp, total, bias)
+    return e.cast(total, elem)
 
 
 # --- running sums -----------------------------------------------------------------
