@@ -760,11 +760,15 @@ def _op_label(g: FusionGraph, op: Operation) -> str:
 
 # --- the greedy search ---------------------------------------------------------------
 
+MAX_OPS = 64
+"""Ops one kernel takes at most by default (`fuse{max-ops=...}`): past that, the
+kernel's live values would spill registers."""
+
 
 def fuse_function(
     fn: func.FuncOp,
     counter: list[int],
-    max_ops: int = 64,
+    max_ops: int = MAX_OPS,
     recompute_rounds: int = 1,
     labels: dict[Operation, str] | None = None,
 ) -> FusionReport:
@@ -1580,7 +1584,7 @@ def materialize(
     return fused
 
 
-def fuse_module(module: ModuleOp, max_ops: int = 64) -> list[FusionReport]:
+def fuse_module(module: ModuleOp, max_ops: int = MAX_OPS) -> list[FusionReport]:
     """Decomposes composites, unrolls small reductions that feed another reduction
     (`unroll_small_reductions`), nests reductions over several dims in the row
     reductions their inputs are made from (`nest_reductions`), then fuses every
@@ -1616,7 +1620,7 @@ class FusePass(ModulePass):
     name = "fuse"
     levels = ("graph",)
 
-    max_ops: int = 64
+    max_ops: int = MAX_OPS
     report: str = ""
 
     def __post_init__(self) -> None:

@@ -277,6 +277,7 @@ def test_a_shifted_window_attention_leaves_nothing_to_eager() -> None:
         (nn.Conv2d(3, 8, 2, stride=2, dilation=2), "windows overlap"),
         (nn.Conv2d(4, 8, 1, groups=2), "grouped"),
         (nn.Conv2d(4, 8, 3, padding=1, groups=4), "grouped"),  # depthwise, 2 filters a channel
+        (nn.Conv2d(4, 4, 7, padding=3, groups=4), "taps pass"),  # ConvNeXt's: 3 kernels
         (nn.ConvTranspose2d(3, 8, 2, stride=2), "transposed"),
     ],
 )
@@ -421,13 +422,13 @@ def test_a_kv_cache_written_in_place() -> None:
 @pytest.mark.parametrize(
     ("conv", "shape", "dtype"),
     [
-        (nn.Conv2d(8, 8, 7, padding=3, groups=8), (2, 8, 9, 11), torch.float32),  # ConvNeXt
-        (nn.Conv2d(8, 8, 7, padding=3, groups=8), (2, 8, 9, 11), torch.bfloat16),
+        (nn.Conv2d(8, 8, 3, padding=1, groups=8), (2, 8, 9, 11), torch.float32),  # MobileNet
+        (nn.Conv2d(8, 8, 5, padding=2, groups=8), (2, 8, 9, 11), torch.bfloat16),
         (nn.Conv1d(6, 6, 4, padding=3, groups=6), (2, 6, 13), torch.float32),  # Mamba's
         (nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False), (2, 8, 9, 11), torch.float32),
         (nn.Conv2d(8, 8, 3, dilation=2, padding=2, groups=8), (1, 8, 9, 9), torch.float32),
     ],
-    ids=["convnext_7x7", "convnext_bf16", "mamba_conv1d", "strided", "dilated"],
+    ids=["mobilenet_3x3", "5x5_bf16", "mamba_conv1d", "strided", "dilated"],
 )
 def test_depthwise_convolutions_are_sums_of_shifted_views(
     conv: nn.Module, shape: tuple[int, ...], dtype: torch.dtype

@@ -25,6 +25,7 @@ from xdsl.ir import SSAValue
 
 from irc.dialects import graph
 from irc.ir.types import ELEMENT_TYPES, FLOAT_TYPES, I1, element_of, shape_of, tensor
+from irc.passes.fuse import MAX_OPS
 from irc.pytorch.aten import (
     _arg,
     _dims,
@@ -487,19 +488,26 @@ def _convolution(e: Emitter, node: fx.Node) -> SSAValue:
 
 
 def _depthwise(e: Emitter, node: fx.Node, pool: _Pool) -> SSAValue:
-    """A depthwise convolution (one filter a channel: ConvNeXt's 7x7, MobileNet's,
-    Mamba's causal conv1d) as the sum of the kernel's shifted views of the input,
-    each times its weight a channel: element-wise work that fuses, in f32 for
-    half types, where a GEMM would be a batch of 1 x K products."""
+    """A depthwise convolution (one filter a channel: MobileNet's 3x3, Mamba's causal
+    conv1d) as the sum of the kernel's shifted views of the input, each times its
+    weight a channel: element-wise work that fuses with what follows, in f32 for
+    half types, where a GEMM would be a batch of 1 x K products. Up to the taps
+    one kernel's ops hold (5x5); ConvNeXt's 7x7 would split into kernels that
+    write the padded input and a partial sum, and stays with cuDNN."""
+    taps = math.prod(pool.kernel)
+    if 2 * taps + 2 > MAX_OPS:
+        raise Unsupported(
+            f"its {taps} taps pass the ops one kernel takes ({MAX_OPS}): cuDNN's in one kernel"
+        )
     x, w = e.arg(node.args[0]), e.arg(node.args[1])
     elem = element_of(x.type)
     c, rank = shape_of(x.type)[1], len(pool.kernel)
     sizes = _pool_sizes(x, pool, out_shape(node))
     views = _shifted_views(e, _in_f32(e, x), pool, sizes, 0.0)
-    taps = e.reshape(_in_f32(e, w), [c, len(views)])
+    weights = e.reshape(_in_f32(e, w), [c, len(views)])
     total: SSAValue | None = None
     for t, view in enumerate(views):
-        tap = e.reshape(_slice(e, taps, 1, t, t + 1), [c, *([1] * rank)])
+        tap = e.reshape(_slice(e, weights, 1, t, t + 1), [c, *([1] * rank)])
         term = e.op(graph.MulOp, view, tap)
         total = term if total is None else e.op(graph.AddOp, total, term)
     assert total is not None
