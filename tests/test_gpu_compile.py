@@ -14,6 +14,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -143,3 +144,30 @@ def test_generated_kernels_build_for_an_h100(name: str, tmp_path: Path) -> None:
         compiled = triton.compile(ASTSource(fn, sig), target=H100)
         assert ".entry " + kernel_name in compiled.asm["ptx"]
         assert compiled.asm["cubin"]  # ptxas accepted it
+
+
+class SmallCNN(torch.nn.Module):
+    """The PyTorch formulas' kernels: a patch embedding (a matmul over a view), a
+    depthwise 3x3 (shifted strided views of a padded input), an overlapping max
+    pool, a 2x nearest upsample, an adaptive average pool and a running sum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = torch.nn.Conv2d(3, 16, 2, stride=2)
+        self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.depthwise(self.patch(x)))
+        y = torch.nn.functional.max_pool2d(y, 3, 2, 1)
+        y = torch.nn.functional.interpolate(y, scale_factor=2)
+        return torch.nn.functional.adaptive_avg_pool2d(y, 2).cumsum(1)
+
+
+def test_the_pytorch_formulas_kernels_build_for_an_h100(tmp_path: Path) -> None:
+    from irc.pytorch.export import export_text
+
+    text = export_text(SmallCNN(), (torch.randn(2, 3, 32, 32),))
+    assert text.count("func @") == 1  # one irc island: nothing left to eager
+    for kernel_name, fn, sig in kernels_for_the_gpu(text, tmp_path):
+        compiled = triton.compile(ASTSource(fn, sig), target=H100)
+        assert ".entry " + kernel_name in compiled.asm["ptx"]
