@@ -141,6 +141,9 @@ LAYOUT = {
     "roll_flat": lambda t: torch.roll(t, 7) + 1,
     "roll_whole_turns": lambda t: torch.roll(t, (-8, 12), (1, -1)) - 1,  # 4 and 6 wide: none
     "roll_ints": lambda t: torch.roll((t * 4).long(), -13, -1),
+    "unfold_overlapping_frames": lambda t: t.unfold(-1, 3, 2) * 2,
+    "unfold_patches": lambda t: t.unfold(1, 2, 2),
+    "unfold_whole": lambda t: t.unfold(2, 6, 1) + 1,
 }
 
 

@@ -387,6 +387,30 @@ def _select_scatter(e: Emitter, node: fx.Node) -> SSAValue:
     return _replaced(e, x, dim, index, index + 1, part)
 
 
+@converts(aten.unfold.default)
+def _unfold(e: Emitter, node: fx.Node) -> SSAValue:
+    """`x.unfold(dim, size, step)` (audio frames, hand-made patches): window i's
+    element j is x[i * step + j] along `dim`, gathered by an index of two iotas,
+    the window dim in place and its elements last."""
+    x = e.arg(node.args[0])
+    shape = list(shape_of(x.type))
+    if not shape:
+        return e.reshape(x, out_shape(node))
+    dim, size, step = node.args[1] % len(shape), node.args[2], node.args[3]
+    windows = (shape[dim] - size) // step + 1
+    if windows <= 0 or out_shape(node) != [*shape[:dim], windows, *shape[dim + 1 :], size]:
+        raise Unsupported(f"its result {out_shape(node)} is not its windows'")
+    starts = e.op(graph.IotaOp, result_type=tensor([windows, size], INDEX), dim=IntegerAttr(0, i64))
+    offsets = e.op(graph.IotaOp, result_type=tensor([windows, size], INDEX), dim=IntegerAttr(1, i64))
+    index = e.op(graph.AddOp, e.op(graph.MulOp, starts, e.scalar(step, INDEX)), offsets)
+    flat = e.reshape(index, [windows * size])
+    x = e.op(graph.IndexSelectOp, x, flat, dim=IntegerAttr(dim, i64))
+    x = e.reshape(x, [*shape[:dim], windows, size, *shape[dim + 1 :]])
+    rank = len(shape) + 1
+    perm = [*range(dim + 1), *range(dim + 2, rank), dim + 1]
+    return x if perm == list(range(rank)) else e.op(graph.TransposeOp, x, perm=int_list(perm))
+
+
 @converts(aten.repeat.default)
 def _repeat(e: Emitter, node: fx.Node) -> SSAValue:
     """x.repeat(r...): x broadcast along a new dimension before each, then merged."""
