@@ -637,23 +637,29 @@ class SoftmaxReduceOp(IRDLOperation):
     body = region_def("single_block")
 
     def verify_(self) -> None:
-        _check_bounds(self, self.bounds)
-        last = self.body.block.last_op
-        if not isinstance(last, YieldOp) or len(last.values) != 1:
+        _check_one_pass_reduction(self, 1, "one value")
+
+
+def _check_one_pass_reduction(op: IRDLOperation, count: int, yields: str) -> None:
+    """A reduction that makes several results in one pass (softmax_reduce,
+    welford_reduce): its region ends in loop.yield of `count` values (`yields`), all
+    f32 or all f64 (its combining arithmetic is float and unrounded), and so are its
+    results."""
+    _check_bounds(op, op.properties["bounds"])
+    last = op.regions[0].block.last_op
+    if not isinstance(last, YieldOp) or len(last.values) != count:
+        raise VerifyException(f"{op.name}: the region must end in loop.yield of {yields}")
+    t = last.values[0].type
+    if t not in (F32, ELEMENT_TYPES["f64"]):
+        noun = "value" if count == 1 else "values"
+        raise VerifyException(
+            f"{op.name}: the yielded {noun} must be f32 or f64, got {format_type(t)}"
+        )
+    for v in [*last.values, *op.results]:
+        if v.type != t:
             raise VerifyException(
-                "loop.softmax_reduce: the region must end in loop.yield of one value"
+                f"{op.name} yields {format_type(t)} but produces {format_type(v.type)}"
             )
-        t = last.values[0].type
-        if t not in (F32, ELEMENT_TYPES["f64"]):
-            raise VerifyException(
-                f"loop.softmax_reduce: the yielded value must be f32 or f64, got {format_type(t)}"
-            )
-        for r in (self.maximum, self.sum_exp):
-            if r.type != t:
-                raise VerifyException(
-                    f"loop.softmax_reduce yields {format_type(t)} but produces "
-                    f"{format_type(r.type)}"
-                )
 
 
 @irdl_op_definition
@@ -684,24 +690,7 @@ class WelfordReduceOp(IRDLOperation):
     body = region_def("single_block")
 
     def verify_(self) -> None:
-        _check_bounds(self, self.bounds)
-        last = self.body.block.last_op
-        if not isinstance(last, YieldOp) or len(last.values) != 3:
-            raise VerifyException(
-                "loop.welford_reduce: the region must end in loop.yield of three values "
-                "(mean, m2, weight)"
-            )
-        t = last.values[0].type
-        if t not in (F32, ELEMENT_TYPES["f64"]):
-            raise VerifyException(
-                f"loop.welford_reduce: the yielded values must be f32 or f64, got {format_type(t)}"
-            )
-        for v in [*last.values, *self.results]:
-            if v.type != t:
-                raise VerifyException(
-                    f"loop.welford_reduce: its yielded values and results are all "
-                    f"{format_type(t)}, got {format_type(v.type)}"
-                )
+        _check_one_pass_reduction(self, 3, "three values (mean, m2, weight)")
 
 
 @irdl_op_definition
@@ -823,6 +812,11 @@ class ConstantOp(IRDLOperation):
         if isinstance(self.result.type, TensorType):
             raise VerifyException("loop.constant: the type must be a scalar, got a tensor")
         check_number(self, "value", self.value, self.result.type)
+
+
+def is_contraction(op: Operation) -> bool:
+    """Whether `op` is a `loop.reduce {contract = true}`: a dot, not a loop of its kernel."""
+    return isinstance(op, ReduceOp) and op.contract is not None
 
 
 REDUCING_LOOPS = ReduceOp | SoftmaxReduceOp | WelfordReduceOp

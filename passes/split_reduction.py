@@ -90,8 +90,7 @@ def _reductions(kernel: loop.KernelOp) -> list[Reduction]:
     return [
         op
         for op in kernel.body.block.ops
-        if isinstance(op, loop.WelfordReduceOp)
-        or isinstance(op, loop.ReduceOp) and op.contract is None
+        if isinstance(op, Reduction) and not loop.is_contraction(op)
     ]
 
 
@@ -220,13 +219,11 @@ def _chunked_kernel(
     for op in chunked:
         c = mapping[op]
         assert isinstance(c, loop.ReduceOp | loop.WelfordReduceOp | loop.ForeachOp)
-        kind = (
-            c.kind.data
-            if isinstance(c, loop.ReduceOp)
-            else "welford"
-            if isinstance(c, loop.WelfordReduceOp)
-            else None
-        )
+        kind = None  # a foreach: no identity to yield past the end
+        if isinstance(c, loop.ReduceOp):
+            kind = c.kind.data
+        elif isinstance(c, loop.WelfordReduceOp):
+            kind = "welford"
         _chunk_region(c.body.block, gi, chunk, loop.int_list(c.bounds), kind)
         c.bounds = int_array([chunk])
     stage = loop.KernelOp.create(

@@ -146,8 +146,7 @@ def column_extent(kernel: loop.KernelOp) -> tuple[int, int]:
     loops = [
         red
         for red in kernel.body.walk()
-        if isinstance(red, loop.LOOPS)
-        and not (isinstance(red, loop.ReduceOp) and red.contract is not None)
+        if isinstance(red, loop.LOOPS) and not loop.is_contraction(red)
     ]
     longest = max((numel(loop.int_list(red.bounds)) for red in loops), default=0)
     for red in loops:
@@ -184,9 +183,7 @@ def shared_bytes(kernel: loop.KernelOp) -> int:
     kept = set(kernel.body.block.args)
     shared: set[loop.LoadOp] = set()
     for red in kernel.body.walk():
-        if not isinstance(red, loop.ReduceOp | loop.WelfordReduceOp) or getattr(
-            red, "contract", None
-        ):
+        if not isinstance(red, loop.ReduceOp | loop.WelfordReduceOp) or loop.is_contraction(red):
             continue
         reduced = set(red.body.block.args)
         for op in red.body.walk():
