@@ -47,6 +47,7 @@ from xdsl.passes import ModulePass
 from irc.analysis.tma import tma_buffer, wide_indices
 from irc.dialects import graph, loop, tile
 from irc.dialects.attrs import MAX_GRID, MAX_GRID_Y
+from irc.dialects.tile import I32_MAX
 from irc.ir.names import tile_kernel_name
 from irc.ir.types import (
     ELEMENT_TYPES,
@@ -63,7 +64,6 @@ from irc.syntax.diagnostics import IrcError, op_location
 
 I32 = ELEMENT_TYPES["i32"]
 I64 = ELEMENT_TYPES["i64"]
-I32_MAX = 2**31 - 1
 INDEX = IndexType()
 
 
@@ -1068,14 +1068,19 @@ class KernelTranslator:
         else:
             init = self.full(neutral, element, (xb, rb))
             (acc,) = self.reduction_chunks(loop.int_list(op.bounds), [init], body)
+        return self.round_to(self.across_lanes(kind, acc), op.result.type)
+
+    def across_lanes(self, kind: str, v: SSAValue) -> SSAValue:
+        """A reduction's `[X, R]` lanes reduced along R with `kind`, as `[X, 1]`."""
+        xb = shape_of(v)[0]
         red = self.add(
             tile.ReduceOp.create(
-                operands=[acc],
+                operands=[v],
                 properties={"kind": StringAttr(kind), "axis": IntegerAttr(1, i64)},
-                result_types=[block_type(element, (xb,))],
+                result_types=[block_type(element_of(v), (xb,))],
             )
         )
-        return self.round_to(self.expand(red, 1), op.result.type)
+        return self.expand(red, 1)
 
     def softmax_reduce(self, op: loop.SoftmaxReduceOp) -> None:
         """max(x) and sum(exp(x - max(x))) in one pass over the row (online softmax).
@@ -1112,23 +1117,12 @@ class KernelTranslator:
 
         inits = [self.full(minus_inf, element, full), self.full(FloatAttr(0.0, f64), element, full)]
         m_acc, s_acc = self.reduction_chunks(loop.int_list(op.bounds), inits, body)
-
-        def across_lanes(kind: str, v: SSAValue) -> SSAValue:
-            red = self.add(
-                tile.ReduceOp.create(
-                    operands=[v],
-                    properties={"kind": StringAttr(kind), "axis": IntegerAttr(1, i64)},
-                    result_types=[block_type(element, (xb,))],
-                )
-            )
-            return self.expand(red, 1)
-
-        m_row = across_lanes("max", m_acc)
+        m_row = self.across_lanes("max", m_acc)
         scaled = self.apply(
             "mul", [s_acc, self.apply("exp", [self.apply("sub", [m_acc, finite(m_row)])])]
         )
         self.bind(op.maximum, m_row)
-        self.bind(op.sum_exp, across_lanes("sum", scaled))
+        self.bind(op.sum_exp, self.across_lanes("sum", scaled))
 
     def welford_reduce(self, op: loop.WelfordReduceOp) -> None:
         """The mean, M2 and weight of the parts a row yields, in one pass over it.
@@ -1158,16 +1152,6 @@ class KernelTranslator:
                 values = [self.apply("where", [mask, v, zero]) for v in values]
             return [self.broadcast_to(v, full) for v in values]
 
-        def across_lanes(v: SSAValue) -> SSAValue:
-            red = self.add(
-                tile.ReduceOp.create(
-                    operands=[v],
-                    properties={"kind": StringAttr("sum"), "axis": IntegerAttr(1, i64)},
-                    result_types=[block_type(element, (xb,))],
-                )
-            )
-            return self.expand(red, 1)
-
         def accumulate(carried: list[SSAValue], terms: list[SSAValue]) -> list[SSAValue]:
             if not carried:
                 return terms
@@ -1184,8 +1168,8 @@ class KernelTranslator:
                 return accumulate(carried, [w, self.apply("mul", [w, m])])
 
             w_acc, s_acc = self.reduction_chunks(bounds, [], first_sweep)
-            weight = across_lanes(w_acc)
-            mean = self.apply("div", [across_lanes(s_acc), weight])
+            weight = self.across_lanes("sum", w_acc)
+            mean = self.apply("div", [self.across_lanes("sum", s_acc), weight])
 
             def second_sweep(carried: list[SSAValue]) -> list[SSAValue]:
                 m, m2, w = part()
@@ -1210,11 +1194,11 @@ class KernelTranslator:
 
             inits = [self.full(FloatAttr(0.0, f64), element, full) for _ in range(4)]
             m_acc, q_lanes, w_acc, s_acc = self.reduction_chunks(bounds, inits, merge)
-            weight = across_lanes(w_acc)
-            mean = self.apply("div", [across_lanes(s_acc), weight])
+            weight = self.across_lanes("sum", w_acc)
+            mean = self.apply("div", [self.across_lanes("sum", s_acc), weight])
             q_acc = deviations(m_acc, q_lanes, w_acc, mean)
         self.bind(op.mean, mean)
-        self.bind(op.m2, across_lanes(q_acc))
+        self.bind(op.m2, self.across_lanes("sum", q_acc))
         self.bind(op.weight, weight)
 
     def const_attr(self, value: Attribute, element: Attribute) -> SSAValue:
