@@ -483,24 +483,16 @@ def _convolution(e: Emitter, node: fx.Node) -> SSAValue:
     why = _overlapping_windows(kernel, stride, dilation)
     if why is not None:
         raise Unsupported(why)
-    sizes = [
-        (size + 2 * p - k) // s + 1
-        for size, k, s, p in zip(spatial, kernel, stride, padding, strict=True)
-    ]
-    if [n, o, *sizes] != out_shape(node):
-        raise Unsupported(f"its result {out_shape(node)} is not its windows' {[n, o, *sizes]}")
+    sizes = _pool_sizes(x, _Pool(kernel, stride, padding, dilation), out_shape(node))
+    if out_shape(node)[:2] != [n, o]:
+        raise Unsupported(f"its result {out_shape(node)} is not [{n}, {o}, ...]")
     elem = element_of(x.type)
-    for i, (k, s, p, windows) in enumerate(zip(kernel, stride, padding, sizes, strict=True)):
-        dim = 2 + i
-        if p:
-            zeros = _filled(e, x, dim, p, 0, elem)
-            x = e.op(graph.ConcatOp, zeros, x, zeros, dim=IntegerAttr(dim, i64))  # type: ignore[arg-type]
-        # A 1x1 kernel takes every s-th element; a patch, the first `windows` patches.
-        x = _slice(e, x, dim, 0, (windows - 1) * s + 1, s) if k == 1 else _slice(e, x, dim, 0, windows * k)
-    x = e.reshape(x, [n, c, *(d for size, k in zip(sizes, kernel, strict=True) for d in (size, k))])
-    pixels = [2 + 2 * i for i in range(rank)]
-    offsets = [3 + 2 * i for i in range(rank)]
-    x = e.op(graph.TransposeOp, x, perm=int_list([0, *pixels, 1, *offsets]))
+    x = _padded(e, x, padding, 0)
+    for i, (k, s, size) in enumerate(zip(kernel, stride, sizes, strict=True)):
+        if k == 1:  # every s-th element; a patch's dim is cut by _windows
+            x = _slice(e, x, 2 + i, 0, (size - 1) * s + 1, s)
+    # [N, C, L1.., K] -> [N, L1.., C, K]: a row of C * K a pixel
+    x = e.op(graph.TransposeOp, _windows(e, x, kernel), perm=int_list([0, *range(2, rank + 2), 1, rank + 2]))
     patch = c * math.prod(kernel)
     cols = e.reshape(x, [n * math.prod(sizes), patch])
     weights = e.op(graph.TransposeOp, e.reshape(w, [o, patch]), perm=int_list([1, 0]))
@@ -529,12 +521,8 @@ def _depthwise(e: Emitter, node: fx.Node, pool: _Pool) -> SSAValue:
     sizes = _pool_sizes(x, pool, out_shape(node))
     views = _shifted_views(e, _in_f32(e, x), pool, sizes, 0.0)
     weights = e.reshape(_in_f32(e, w), [c, len(views)])
-    total: SSAValue | None = None
-    for t, view in enumerate(views):
-        tap = e.reshape(_slice(e, weights, 1, t, t + 1), [c, *([1] * rank)])
-        term = e.op(graph.MulOp, view, tap)
-        total = term if total is None else e.op(graph.AddOp, total, term)
-    assert total is not None
+    filters = [e.reshape(_slice(e, weights, 1, t, t + 1), [c, *([1] * rank)]) for t in range(taps)]
+    total = _fold(e, graph.AddOp, [e.op(graph.MulOp, v, f) for v, f in zip(views, filters, strict=True)])
     if node.args[2] is not None:
         bias = e.reshape(_in_f32(e, e.arg(node.args[2])), [c, *([1] * rank)])
         total = e.op(graph.AddOp, total, bias)
@@ -658,13 +646,8 @@ def _shifted_views(
     """One strided view of the input (padded with `fill`) a kernel offset: element i
     of the view for offset a is x[i * stride + a * dilation - padding], so that a
     window's elements are the views' elements at one position."""
-    rank = len(pool.kernel)
-    n = len(shape_of(x.type)) - rank
-    elem = element_of(x.type)
-    for i, p in enumerate(pool.padding):
-        if p:
-            pad = _filled(e, x, n + i, p, fill, elem)
-            x = e.op(graph.ConcatOp, pad, x, pad, dim=IntegerAttr(n + i, i64))  # type: ignore[arg-type]
+    n = len(shape_of(x.type)) - len(pool.kernel)
+    x = _padded(e, x, pool.padding, fill)
     views = []
     for offset in itertools.product(*(range(k) for k in pool.kernel)):
         v = x
@@ -673,6 +656,22 @@ def _shifted_views(
             v = _slice(e, v, n + i, first, first + (size - 1) * pool.stride[i] + 1, pool.stride[i])
         views.append(v)
     return views
+
+
+def _padded(e: Emitter, x: SSAValue, padding: list[int], fill: Any) -> SSAValue:
+    """`x` with `padding[i]` elements of `fill` on both sides of the i-th of its last
+    len(padding) dims."""
+    n = len(shape_of(x.type)) - len(padding)
+    for i, p in enumerate(padding):
+        if p:
+            pad = _filled(e, x, n + i, p, fill, element_of(x.type))
+            x = e.op(graph.ConcatOp, pad, x, pad, dim=IntegerAttr(n + i, i64))  # type: ignore[arg-type]
+    return x
+
+
+def _fold(e: Emitter, cls: type[graph.GraphOp], values: list[SSAValue]) -> SSAValue:
+    """values[0] cls values[1] cls ..., left to right (a sum or max of views)."""
+    return functools.reduce(lambda a, b: e.op(cls, a, b), values)
 
 
 def _windows(e: Emitter, x: SSAValue, kernel: list[int]) -> SSAValue:
@@ -707,9 +706,7 @@ def _avg_pool(e: Emitter, node: fx.Node) -> SSAValue:
         last = len(shape_of(windows.type)) - 1
         return e.cast(_reduce(e, graph.ReduceMeanOp, _in_f32(e, windows), [last], False), elem)
     wide = _in_f32(e, x)
-    total = functools.reduce(
-        lambda a, b: e.op(graph.AddOp, a, b), _shifted_views(e, wide, pool, sizes, 0.0)
-    )
+    total = _fold(e, graph.AddOp, _shifted_views(e, wide, pool, sizes, 0.0))
     override = _arg(node, 6, "divisor_override", None)
     if override is not None:
         divisor: SSAValue = _num(e, float(override), total)
@@ -718,9 +715,7 @@ def _avg_pool(e: Emitter, node: fx.Node) -> SSAValue:
     else:  # the window's elements inside the input: ones, padded with zeros, summed alike
         spatial = list(shape_of(x.type))[-rank:]
         ones = e.constant(1.0, tensor(spatial, element_of(total.type)))
-        divisor = functools.reduce(
-            lambda a, b: e.op(graph.AddOp, a, b), _shifted_views(e, ones, pool, sizes, 0.0)
-        )
+        divisor = _fold(e, graph.AddOp, _shifted_views(e, ones, pool, sizes, 0.0))
     return e.cast(e.op(graph.DivOp, total, divisor), elem)
 
 
@@ -793,7 +788,7 @@ def _max_pool(e: Emitter, node: fx.Node) -> list[SSAValue | None]:
         if element_of(x.type) not in FLOAT_TYPES and any(pool.padding):
             raise Unsupported("it pads integers (with -inf)")
         views = _shifted_views(e, x, pool, sizes, -math.inf)
-        return [functools.reduce(lambda a, b: e.op(graph.MaximumOp, a, b), views), None]
+        return [_fold(e, graph.MaximumOp, views), None]
     kernel = pool.kernel
     windows = _windows(e, x, kernel)
     last = len(shape_of(windows.type)) - 1
