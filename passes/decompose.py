@@ -240,7 +240,9 @@ MAX_UNROLLED_CHAIN = 8
 
 def unroll_small_reductions(block: Block) -> list[str]:
     """Rewrites a reduction over at most `UNROLL_LIMIT` elements that feeds another
-    reduction over other dims into element-wise ops, one term an element.
+    reduction over other dims into element-wise ops, one term an element; and a
+    reduction over one element (its dims all of size 1) wherever it is, since it is
+    its input reshaped and would otherwise be a kernel of its own.
 
     Two reductions over different dims are two kernels, the first writing its
     whole result for the second (Inductor's test_neighbor, `((a - b)**2).sum(-1)
@@ -257,22 +259,26 @@ def unroll_small_reductions(block: Block) -> list[str]:
         dims = op.reduced_dims()
         shape = shape_of(op.input.type)
         count = prod(shape[d] for d in dims)
-        if not 2 <= count <= UNROLL_LIMIT:
+        if count > UNROLL_LIMIT:
             continue
         fed = _reduction_fed(op)
-        if fed is None:
+        if fed is None and count > 1:
             continue
         name = op.result.name_hint
         result = _unroll(op, dims, block)
         if name is not None:
             set_value_name(result, name)
         label = f"{op.name.removeprefix('graph.')} %{name}" if name else op.name
-        fed_name = fed.result.name_hint
-        fed_label = f"{fed.name.removeprefix('graph.')}" + (f" %{fed_name}" if fed_name else "")
-        notes.append(
-            f"{label} over {count} elements unrolled into element-wise ops: it feeds "
-            f"{fed_label}, over other dims, and one kernel computes both"
-        )
+        if fed is None:
+            notes.append(f"{label} over dims of size 1 is its input reshaped: no reduction left")
+        else:
+            fed_name = fed.result.name_hint
+            fed_label = fed.name.removeprefix("graph.") + (f" %{fed_name}" if fed_name else "")
+            notes.append(
+                f"{label} over {count} element{'s' if count > 1 else ''} unrolled into "
+                f"element-wise ops: it feeds {fed_label}, over other dims, and one kernel "
+                "computes both"
+            )
         chain = _chain(op.input)
         op.result.replace_all_uses_with(result)
         block.erase_op(op)
@@ -369,7 +375,7 @@ def _unroll(op: graph.ReduceOp, dims: list[int], block: Block) -> SSAValue:
         terms.append(mapping[op.input] if op.input in mapping else sliced(op.input, at))
     element = element_of(op.result.type)
     combine = op.COMBINER
-    widen = combine is graph.AddOp and element in HALF_TYPES
+    widen = combine is graph.AddOp and element in HALF_TYPES and len(terms) > 1
     if widen:
         terms = [
             emit(graph.CastOp.make(t, result_type=tensor(shape_of(t.type), F32))) for t in terms
@@ -382,7 +388,7 @@ def _unroll(op: graph.ReduceOp, dims: list[int], block: Block) -> SSAValue:
             total = emit(graph.WhereOp.make(total, *((total, t) if is_max else (t, total))))
         else:
             total = emit(combine.make(total, t))
-    if isinstance(op, graph.ReduceMeanOp):
+    if isinstance(op, graph.ReduceMeanOp) and len(terms) > 1:
         count = emit(
             graph.ConstantOp.make(
                 result_type=tensor([], element_of(total.type)),

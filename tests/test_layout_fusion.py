@@ -45,17 +45,24 @@ def moved_elements(text: str) -> tuple[int, int]:
 
 
 def run_against_torch(
-    text: str, name: str, torch_fn: Callable[..., Any], *shapes: tuple[int, ...]
+    text: str,
+    name: str,
+    torch_fn: Callable[..., Any],
+    *shapes: tuple[int, ...],
+    dtype: torch.dtype = torch.float32,
 ) -> None:
     torch.manual_seed(0)
-    args = [torch.randn(*s) for s in shapes]
+    args = [torch.randn(*s, dtype=dtype) for s in shapes]
     got = _compile(text).run(name, args)
     want = torch_fn(*args)
     want = list(want) if isinstance(want, tuple) else [want]
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape
-        assert_close(g, w, rtol=1e-5, atol=1e-5)
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if w.dtype == torch.float32:
+            assert_close(g, w, rtol=1e-5, atol=1e-5)
+        else:
+            assert_close(g, w)
 
 
 # --- views are free -------------------------------------------------------------------
@@ -375,3 +382,36 @@ def test_a_small_reduction_read_by_no_other_reduction_stays_a_reduction() -> Non
 }
 """
     assert _report(text).unrolled == [] and moved_elements(text) == (1, 50)
+
+
+OVER_SIZE_ONE = """func @f(%a: tensor<10x1x1xbf16>, %b: tensor<1x10x1xbf16>) -> (tensor<10xbf16>, tensor<10x1x1xf32>) {
+  %d = graph.sub %a, %b : tensor<10x10x1xbf16>
+  %s = graph.mul %d, %d
+  %r = graph.reduce_sum %s {dims = [2]} : tensor<10x10xbf16>
+  %m = graph.reduce_max %r {dims = [1]} : tensor<10xbf16>
+  %f = graph.cast %a : tensor<10x1x1xf32>
+  %e = graph.exp %f
+  %n = graph.reduce_mean %e {dims = [1, 2], keepdim = true} : tensor<10x1x1xf32>
+  return %m, %n : tensor<10xbf16>, tensor<10x1x1xf32>
+}
+"""
+
+
+def test_a_reduction_over_dims_of_size_one_is_a_reshape() -> None:
+    """test_neighbor at k = 1 (Inductor: one kernel): the sum over a dim of size 1 is
+    its input, whether or not another reduction reads it; the mean divides by nothing."""
+    report = _report(OVER_SIZE_ONE)
+    assert report.unrolled == [
+        "reduce_sum %r over 1 element unrolled into element-wise ops: it feeds "
+        "reduce_max %m, over other dims, and one kernel computes both",
+        "reduce_mean %n over dims of size 1 is its input reshaped: no reduction left",
+    ]
+    assert moved_elements(OVER_SIZE_ONE)[0] == 2  # the max's kernel and the exp's
+    fused = irc.parse(OVER_SIZE_ONE, "<test>")
+    irc.run_pipeline(fused, "fuse")
+    assert "graph.div" not in str(fused) and "graph.reduce_mean" not in str(fused)
+
+    def want(a: Any, b: Any) -> Any:
+        return ((a - b) ** 2).sum(-1).amax(1), a.float().exp().mean((1, 2), keepdim=True)
+
+    run_against_torch(OVER_SIZE_ONE, "f", want, (10, 1, 1), (1, 10, 1), dtype=torch.bfloat16)
