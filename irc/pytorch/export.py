@@ -62,9 +62,13 @@ def capture(
     return ep.run_decompositions(irc_decompositions())
 
 
-def _state(module: torch.nn.Module, ep: torch.export.ExportedProgram) -> list[Callable[[], Any]]:
+def _state(
+    module: torch.nn.Module, ep: torch.export.ExportedProgram, device: str
+) -> list[Callable[[], Any]]:
     """Readers of the graph's non-user inputs, by their place in the signature: the live
-    parameters and buffers (a weight updated in place or reassigned is seen at once)."""
+    parameters and buffers (a weight updated in place or reassigned is seen at once),
+    and the lifted constants, a 0-dim one moved to `device` once (`x[:, 0] = 0.5`
+    exports 0.5 as a CPU tensor, which eager takes beside CUDA tensors as a scalar)."""
     from torch.export.graph_signature import InputKind
 
     readers: list[Callable[[], Any]] = []
@@ -75,7 +79,10 @@ def _state(module: torch.nn.Module, ep: torch.export.ExportedProgram) -> list[Ca
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             readers.append(lambda t=target: _live_tensor(module, t))
         elif spec.kind == InputKind.CONSTANT_TENSOR:
-            readers.append(lambda t=target: ep.constants[t])
+            constant = ep.constants[target]
+            if isinstance(constant, torch.Tensor) and constant.dim() == 0:
+                constant = constant.to(device)
+            readers.append(lambda c=constant: c)
         else:
             raise Unsupported(f"input {spec.arg.name} of kind {spec.kind.name}")
     return readers
@@ -98,6 +105,7 @@ class CompiledTorchModule:
         ep: torch.export.ExportedProgram,
         graph_module: fx.GraphModule,
         report: EagerReport,
+        device: str,
     ):
         from torch.export.graph_signature import InputKind, OutputKind
 
@@ -105,7 +113,7 @@ class CompiledTorchModule:
         self.exported = ep
         self.graph_module = graph_module
         self.report = report
-        self._state = _state(module, ep)
+        self._state = _state(module, ep, device)
         self._in_spec = ep.call_spec.in_spec
         self._out_spec = ep.call_spec.out_spec
         placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
@@ -176,7 +184,7 @@ def compile_torch(
     gm = fx.GraphModule(ep.graph_module, ep.graph_module.graph)
     fused, report = partition_and_compile(gm, compile_module, device, _stem(module_or_fn))
     log_report(report)
-    return CompiledTorchModule(module, ep, fused, report)
+    return CompiledTorchModule(module, ep, fused, report, device)
 
 
 def _device_of(example_inputs: Any) -> str:

@@ -82,15 +82,28 @@ class _IrcSupport(OperatorSupportBase):
 class Island(torch.nn.Module):
     """One irc-compiled island, called where its nodes were (inputs made contiguous)."""
 
-    def __init__(self, fn: Callable[..., Any], tuple_out: bool, name: str, kernels: int):
+    def __init__(
+        self, fn: Callable[..., Any], tuple_out: bool, name: str, kernels: int, device: str
+    ):
         super().__init__()
         self.fn = fn
         self.tuple_out = tuple_out
         self.island_name = name
         self.kernels = kernels
+        self.device = torch.device(device)
+
+    def _argument(self, a: Any) -> Any:
+        """A tensor as the island's kernels read it: contiguous, and a 0-dim CPU tensor
+        on the island's device (eager takes one beside CUDA tensors as a scalar:
+        `x[:, 0] = 0.5` exports as a CPU constant)."""
+        if not isinstance(a, torch.Tensor):
+            return a
+        if a.dim() == 0 and a.device.type != self.device.type:
+            a = a.to(self.device)
+        return a.contiguous()
 
     def forward(self, *args: Any) -> Any:
-        out = self.fn(*(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args))
+        out = self.fn(*(self._argument(a) for a in args))
         if self.tuple_out:
             return tuple(out) if isinstance(out, tuple | list) else (out,)
         return out
@@ -137,7 +150,7 @@ def partition_and_compile(
             fn = next(iter(compiled.functions.values()))
             out = next(n for n in sub.graph.nodes if n.op == "output")
             island = Island(fn, isinstance(out.args[0], tuple | list), module.ops.first.sym_name.data,
-                            compiled.kernel_count)  # fmt: skip
+                            compiled.kernel_count, device)  # fmt: skip
             setattr(fused, str(node.target), island)
             report.islands += 1
             report.kernels += compiled.kernel_count
