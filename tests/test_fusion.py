@@ -483,3 +483,17 @@ def test_max_ops_1_leaves_every_op_alone(tmp_path: Path) -> None:
 def test_fuse_pass_defaults() -> None:
     p = FusePass()
     assert p.name == "fuse" and p.max_ops == 64 and p.report == ""
+
+
+def test_fusion_report_before_the_input_file_takes_the_file_as_input(tmp_path: Path) -> None:
+    """`irc-opt --fuse --fusion-report f.ir`: the optional form would swallow the
+    file; it is the input, and the report the default text on stderr."""
+    path = tmp_path / "f.ir"
+    path.write_text(CANONICAL["softmax_small"][0])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = irc_opt(["--fuse", "--fusion-report", str(path)], stdout=out)
+    assert status == 0 and "graph.fused" in out.getvalue()
+    assert err.getvalue().startswith("fusion report for @softmax_small")
+    with contextlib.redirect_stderr(err):  # a form written out stays a form
+        assert irc_opt(["--fuse", f"--fusion-report={path}"], stdout=out) == 1

@@ -103,13 +103,36 @@ class ReportSpec:
     path: str | None = None
 
 
-def report_spec(value: str) -> ReportSpec:
+@dataclass(frozen=True)
+class NotAReportForm:
+    """What followed `--fusion-report` when it is no form: the input file, when no
+    other was given (`irc-opt --fuse --fusion-report f.ir`), else a usage error."""
+
+    value: str
+
+
+def report_spec(value: str) -> ReportSpec | NotAReportForm:
     mode, eq, path = value.partition("=")
     if mode not in ("text", "json") or (eq and not path):
-        raise argparse.ArgumentTypeError(
-            f"expected text, json, text=FILE or json=FILE, got '{value}'"
-        )
+        return NotAReportForm(value)
     return ReportSpec(mode, path or None)
+
+
+def settle_report_form(
+    ap: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str]
+) -> None:
+    """`--fusion-report` takes an optional form, so argparse gives it the input file
+    that follows it; that file is the input, and the report the default text."""
+    stray = getattr(args, "fusion_report", None)
+    if not isinstance(stray, NotAReportForm):
+        return
+    written_as_form = any(a.startswith("--fusion-report=") for a in argv)
+    if written_as_form or args.input != "-" or stray.value.startswith("-"):
+        ap.error(
+            "argument --fusion-report: expected text, json, text=FILE or json=FILE, "
+            f"got '{stray.value}'"
+        )
+    args.input, args.fusion_report = stray.value, ReportSpec("text")
 
 
 def make_arg_parser() -> argparse.ArgumentParser:
@@ -576,6 +599,7 @@ def run(argv: Sequence[str] | None = None, stdout: Any = None) -> int:
     ap = make_arg_parser()
     try:
         args = ap.parse_args(argv)
+        settle_report_form(ap, args, sys.argv[1:] if argv is None else argv)
     except SystemExit as e:  # --help, --version, or a usage error (exit 1)
         return e.code if isinstance(e.code, int) else 1
     out_stream = stdout or sys.stdout
