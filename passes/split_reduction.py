@@ -27,6 +27,7 @@ program summing all the partials, then costs more than they save
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from xdsl.context import Context
@@ -46,6 +47,7 @@ from xdsl.passes import ModulePass
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import ELEMENT_TYPES, F32, FLOAT_TYPES, HALF_TYPES, I1, int_array, numel
+from irc.passes.online_softmax import fuse_pair, softmax_partner
 from irc.passes.options import check_option
 from irc.passes.tile import (
     COLUMN_PROGRAMS_PER_SM,
@@ -82,7 +84,7 @@ def split_count(n: int, splits: int) -> int:
     return g
 
 
-Reduction = loop.ReduceOp | loop.WelfordReduceOp
+Reduction = loop.ReduceOp | loop.SoftmaxReduceOp | loop.WelfordReduceOp
 
 
 def _reductions(kernel: loop.KernelOp) -> list[Reduction]:
@@ -218,12 +220,14 @@ def _chunked_kernel(
     gi = body.args[0]
     for op in chunked:
         c = mapping[op]
-        assert isinstance(c, loop.ReduceOp | loop.WelfordReduceOp | loop.ForeachOp)
+        assert isinstance(c, Reduction | loop.ForeachOp)
         kind = None  # a foreach: no identity to yield past the end
         if isinstance(c, loop.ReduceOp):
             kind = c.kind.data
         elif isinstance(c, loop.WelfordReduceOp):
             kind = "welford"
+        elif isinstance(c, loop.SoftmaxReduceOp):
+            kind = "max"  # -inf: a max it does not raise, and exp(-inf - m) = 0 to the sum
         _chunk_region(c.body.block, gi, chunk, loop.int_list(c.bounds), kind)
         c.bounds = int_array([chunk])
     stage = loop.KernelOp.create(
@@ -294,11 +298,72 @@ def _combine_parts(
     block.erase_op(red)
 
 
+def _combine_softmax_parts(
+    kernel: loop.KernelOp, red: loop.SoftmaxReduceOp, parts: list[SSAValue], g: int
+) -> None:
+    """Replaces `red` in `kernel` by the combination of its `g` chunks' maxima m_i and
+    sums s_i of exp(x - m_i): M = max(m_i), S = sum(s_i * exp(m_i - M)), with M
+    taken as 0 where it is -inf (every chunk empty of finite values: each s_i is 0,
+    and exp(-inf - -inf) would be NaN)."""
+    m_parts, s_parts = parts
+    element = red.maximum.type
+    block = red.parent_block()
+    assert block is not None
+    kept = kernel.body.block.args
+
+    def reduce(kind: str, make: Callable[[Block], SSAValue]) -> SSAValue:
+        body = Block(arg_types=[INDEX])
+        body.add_op(loop.YieldOp.create(operands=[make(body)]))
+        final = loop.ReduceOp.create(
+            properties={"kind": StringAttr(kind), "bounds": int_array([g])},
+            result_types=[element],
+            regions=[Region(body)],
+        )
+        block.insert_op_before(final, red)
+        return final.result
+
+    def load(body: Block, buffer: SSAValue) -> SSAValue:
+        op = loop.LoadOp.create(operands=[buffer, body.args[0], *kept], result_types=[element])
+        body.add_op(op)
+        return op.result
+
+    def constant(value: float) -> SSAValue:
+        c = loop.ConstantOp.create(
+            properties={"value": FloatAttr(value, f64)}, result_types=[element]
+        )
+        block.insert_op_before(c, red)
+        return c.result
+
+    maximum = reduce("max", lambda body: load(body, m_parts))
+    empty = _apply(block, "eq", [maximum, constant(-math.inf)], red, I1)
+    base = _apply(block, "where", [empty, constant(0.0), maximum], red, element)
+
+    def append(body: Block, fn: str, args: list[SSAValue]) -> SSAValue:
+        op = loop.ApplyOp.create(
+            operands=args, result_types=[element], properties={"fn": loop.apply_fn(fn)}
+        )
+        body.add_op(op)
+        return op.result
+
+    def rescaled(body: Block) -> SSAValue:
+        m, s = load(body, m_parts), load(body, s_parts)
+        return append(body, "mul", [s, append(body, "exp", [append(body, "sub", [m, base])])])
+
+    sum_exp = reduce("sum", rescaled)
+    red.maximum.replace_all_uses_with(maximum)
+    red.sum_exp.replace_all_uses_with(sum_exp)
+    block.erase_op(red)
+
+
 def _store_parts(
-    stage: loop.KernelOp, kernel: loop.KernelOp, red: loop.WelfordReduceOp, g: int
+    stage: loop.KernelOp,
+    kernel: loop.KernelOp,
+    red: loop.WelfordReduceOp | loop.SoftmaxReduceOp,
+    g: int,
 ) -> list[SSAValue]:
-    """Buffers for a split stage's `red` to store each chunk's part in (its mean, M2
-    and weight), allocated before `kernel`; the stores end `stage`."""
+    """Buffers for a split stage's `red` to store each chunk's part in (a welford's
+    mean, M2 and weight; a softmax's max and sum of exps), allocated before `kernel`;
+    the stores end `stage`."""
     parent = kernel.parent_block()
     assert parent is not None
     g_index, *p_index = stage.body.block.args
@@ -355,6 +420,10 @@ def split_kernel(kernel: loop.KernelOp, g: int) -> None:
                 assert isinstance(red, loop.WelfordReduceOp)
                 _combine_parts(kernel, red, _store_parts(stage, kernel, copy, g), g)
                 continue
+            if isinstance(copy, loop.SoftmaxReduceOp):
+                assert isinstance(red, loop.SoftmaxReduceOp)
+                _combine_softmax_parts(kernel, red, _store_parts(stage, kernel, copy, g), g)
+                continue
             assert isinstance(copy, loop.ReduceOp) and isinstance(red, loop.ReduceOp)
             acc = _partial_accumulator(red)
             partials = loop.AllocOp.create(result_types=[MemRefType(acc, [g, *parallel])])
@@ -388,6 +457,19 @@ def split_kernel(kernel: loop.KernelOp, g: int) -> None:
         final, _ = _chunked_kernel(kernel, rest, loops, g, chunk, base)
         parent.insert_op_before(final, kernel)
         parent.erase_op(kernel)
+
+
+def fuse_softmax_pairs(kernel: loop.KernelOp) -> None:
+    """A softmax's max and sum of exp(x - max) over the split space become one
+    `loop.softmax_reduce` (as `online-softmax` makes for looped rows): each chunk
+    stores its max and its sum rescaled to it, and the two combine in one step, so
+    a split softmax reads x twice (statistics, output) where it read it three times
+    and launched a stage for each statistic."""
+    for op in list(kernel.body.block.ops):
+        if isinstance(op, loop.ReduceOp):
+            partner = softmax_partner(op)
+            if partner is not None and partner.parent_op() is kernel:
+                fuse_pair(op, partner)
 
 
 def _drop_unused_top(kernel: loop.KernelOp) -> None:
@@ -548,4 +630,5 @@ class SplitReductionPass(ModulePass):
         for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
             g = split_chunks(kernel, self.threshold, self.splits, self.min_chunk, self.sms)
             if g > 1:
+                fuse_softmax_pairs(kernel)
                 split_kernel(kernel, g)

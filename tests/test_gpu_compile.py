@@ -51,6 +51,11 @@ PROGRAMS = {
   %y = graph.mul %c, %inv : tensor<48374x338xf32>
   return %y : tensor<48374x338xf32>
 }""",
+    # split-reduction: a softmax's chunk maxima and sums of exps in one stage
+    "softmax_columns_split": """func @f(%x: tensor<12554x1422xf32>) -> tensor<12554x1422xf32> {
+  %y = graph.softmax %x {dim = 0} : tensor<12554x1422xf32>
+  return %y : tensor<12554x1422xf32>
+}""",
     # Welford rows unrolled in registers, looped, and held in one block
     "layer_norm_unrolled_rows": layer_norm(2048, 40000),
     "layer_norm_long_rows": layer_norm(64, 262144),

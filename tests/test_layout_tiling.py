@@ -10,6 +10,7 @@ rules still split, with random inputs).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 
@@ -536,3 +537,56 @@ def test_autotune_candidates_of_new_shapes_verify_and_match_torch(text: str) -> 
         assert tk.warps.value.data == option.warps
         compiled = irc.compile(copy, device=DEVICE)
         assert_close(compiled.f(*inputs), want)
+
+
+def softmax(shape: tuple[int, ...], dim: int, el: str = "f32") -> str:
+    x = t(shape, el)
+    return f"""func @f(%x: {x}) -> {x} {{
+  %y = graph.softmax %x {{dim = {dim}}} : {x}
+  return %y : {x}
+}}
+"""
+
+
+def test_a_split_softmax_takes_max_and_sum_of_exps_in_one_stage() -> None:
+    """Softmax over the rows of each column (Inductor's test_softmax_outer): the
+    split stage stores each chunk's max and its sum of exps rescaled to it (one
+    `loop.softmax_reduce`), the output kernel combines them; x is read twice, in
+    2 kernels, where a stage for each statistic read it three times in 3."""
+    module = irc.parse(softmax((12554, 1422), 0), "t.ir")
+    run_pipeline(module, "fuse,graph-to-loop,one-pass-variance,split-reduction")
+    kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    assert len(kernels) == 2
+    stage, output = kernels
+    assert [type(op) for op in stage.walk() if isinstance(op, loop.REDUCING_LOOPS)] == [
+        loop.SoftmaxReduceOp
+    ]
+    assert not any(isinstance(op, loop.SoftmaxReduceOp) for op in output.walk())
+    assert_grids_fill_the_gpu(tiled(softmax((12554, 1422), 0)))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [softmax((3001, 45), 0), softmax((4096, 40), 0, "bf16"), softmax((37, 2053, 9), 1)],
+    ids=["ragged", "bf16", "middle-dim"],
+)
+def test_split_softmax_matches_torch(text: str) -> None:
+    assert len(launches(tiled(text))) == 2
+    check(text, expect_kernels=2)
+
+
+def test_split_softmax_of_columns_with_infinities_matches_torch() -> None:
+    """A column of -inf but for one element, a column all -inf (NaN, as torch), a
+    +inf (NaN) and a chunk of -inf beside finite ones: the chunks' maxima combine
+    to what one pass gives."""
+    text = softmax((3001, 45), 0)
+    x = torch.randn(3001, 45) * 4
+    x[:, 1] = -math.inf
+    x[1234, 1] = 2.0
+    x[:, 2] = -math.inf
+    x[7, 3] = math.inf
+    x[:1500, 4] = -math.inf
+    compiled = irc.compile(irc.parse(text, "t.ir"), device=DEVICE)
+    assert compiled.kernel_count == 2
+    got = compiled.f(x.to(DEVICE)).cpu()
+    assert_close(got, torch.softmax(x, 0), equal_nan=True)
