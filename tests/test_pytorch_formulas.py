@@ -72,7 +72,17 @@ ACCURATE = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(ACCURATE))
+GPU_EXP = pytest.mark.xfail(
+    DEVICE == "cuda",
+    reason="on the GPU, Triton's f32 exp is ex2.approx of x * log2(e), whose rounding "
+    "costs |x| * 2**-24 relative: 3e-6 at x = 50 (docs/lowering.md, numerics)",
+    strict=True,
+)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=GPU_EXP) if n == "expm1" else n for n in sorted(ACCURATE)]
+)
 def test_relative_accuracy_at_every_magnitude(name: str) -> None:
     """Within a few times torch's own relative error from f64, from 1e-10 up."""
     fn, domain = ACCURATE[name]
@@ -263,7 +273,9 @@ def test_convolutions_whose_windows_do_not_overlap_are_one_matmul(
     x = torch.randn(*shape)
     module = irc.compile(conv, (x,))
     assert module.report.eager_ops == {}, module.report
-    torch.testing.assert_close(module(x), conv(x), rtol=1e-5, atol=1e-5)
+    got, want = module(x), conv(x)  # cuDNN's convolutions may take TF32: weighed against f64
+    verdict = judge(got, want, Yardstick(copy.deepcopy(conv).double()(x.double())))
+    assert verdict.ok, verdict.line
     from irc.pytorch.export import export_text
 
     assert export_text(conv, (x,)).count("graph.matmul") == 1
