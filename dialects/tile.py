@@ -83,8 +83,9 @@ from irc.dialects.loop import (
 from irc.ir.names import check_kernel_name, quoted
 from irc.ir.types import ELEMENT_TYPES, F32, HALF_TYPES, element_bytes, format_type
 
-DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
-"""Triton's `input_precision` values for f32 dots."""
+DOT_PRECISIONS = ("ieee", "tf32", "tf32x3", "split-tf32")
+"""Triton's `input_precision` values for f32 dots, and irc's `split-tf32`: three
+TF32 products of operands split into truncated parts (`_irc_dot_split_tf32`)."""
 MIN_DOT_K = 16
 """The smallest K of a dot Triton compiles for NVIDIA GPUs (16- and 32-bit operands);
 its interpreter takes any, so a smaller one would fail on the GPU only."""
@@ -618,6 +619,11 @@ class DotOp(IRDLOperation):
                 f"{self.name}: the operands are f16, bf16, f32 or f64 tiles of one type, "
                 f"accumulated in f32 (f64 for f64); got {format_type(self.a.type)} @ "
                 f"{format_type(self.b.type)} + {format_type(self.acc.type)}"
+            )
+        if self.precision is not None and self.precision.data != "ieee" and element != F32:
+            raise VerifyException(
+                f"{self.name}: precision {quoted(self.precision.data)} is for f32 operands; "
+                f"got {format_type(self.a.type)}"
             )
         _check_result(self, acc, acc_element)
 

@@ -287,8 +287,9 @@ def compile(
     """Compiles a `.ir` file (path) or a parsed module (copied, not changed).
 
     `autotune` measures block sizes, warps and stages of every kernel on the GPU
-    (cached on disk); it needs `device="cuda"`. `tf32` lets f32 matmuls use TF32
-    tensor cores; by default they compute in full f32, as torch does.
+    (cached on disk); it needs `device="cuda"`. `tf32` makes f32 GEMMs one TF32
+    tensor-core product (10 bits of mantissa); by default they are three TF32
+    products of split operands, to f32's accuracy as torch's are (docs/lowering.md).
     `cuda_graphs` replays each function as one CUDA graph (see `GraphedFunction`:
     outputs are reused by the next call with the same inputs).
     `device` is "cpu", "cuda" or a torch.device of either (default: CUDA when

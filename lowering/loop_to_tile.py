@@ -1253,8 +1253,9 @@ class KernelTranslator:
                     ]
                     self.bind(kiv, kcol)
                     bv = self.dot_operand(b, (bk, bn), element)
-            # f32 products in full f32 as torch does by default; tf32 only when asked.
-            precision = "tf32" if self.tf32 and element == F32 else "ieee"
+            # f32 products to f32's accuracy on tensor cores (three TF32 products of
+            # split operands); one TF32 product only when asked; f64 on FMA units.
+            precision = ("tf32" if self.tf32 else "split-tf32") if element == F32 else "ieee"
             props = {"precision": StringAttr(precision)} if element not in HALF_TYPES else {}
             acc = self.add(
                 tile.DotOp.create(
@@ -1365,7 +1366,8 @@ class LoopToTilePass(ModulePass):
     levels = ("loop",)
 
     tf32: bool = False
-    """Let f32 matmuls use TF32 tensor cores (faster, about 10 bits of mantissa)."""
+    """f32 GEMMs as one TF32 product (about 10 bits of mantissa) instead of three of
+    split operands (`split-tf32`, f32's accuracy)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         lower_module(op, self.tf32)

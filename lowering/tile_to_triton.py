@@ -52,8 +52,8 @@ import triton
 import triton.language as tl
 
 from irc.runtime.helpers import (  # the @triton.jit helpers the kernels call
-    _irc_dot_bf16, _irc_from_bf16, _irc_max, _irc_min, _irc_pow, _irc_tanh, _irc_to_bf16,
-    _irc_wait_for_previous_kernel,
+    _irc_dot_bf16, _irc_dot_split_tf32, _irc_from_bf16, _irc_max, _irc_min, _irc_pow, _irc_tanh,
+    _irc_tf32_parts, _irc_to_bf16, _irc_wait_for_previous_kernel,
 )
 from irc.runtime.launch import host_functions
 
@@ -287,6 +287,8 @@ class KernelPrinter:
                 self.assign(op, depth, f"tl.sum({n(op.input)}, {axis})")
             else:
                 self.assign(op, depth, f"tl.reduce({n(op.input)}, {axis}, {combine})")
+        elif isinstance(op, tile.DotOp) and op.precision and op.precision.data == "split-tf32":
+            self.assign(op, depth, f"_irc_dot_split_tf32({n(op.a)}, {n(op.b)}, {n(op.acc)})")
         elif isinstance(op, tile.DotOp):
             precision = f", input_precision={op.precision.data!r}" if op.precision else ""
             if _elem(op.acc) == "f64":

@@ -587,6 +587,12 @@ TENSOR_CORE_TILES = (GemmTile(128, 256, 3, 8, 1.0, deeper=4), GemmTile(128, 128,
 in 55 us for 8.7 rounds: a 128x128 program does 0.88 of a 128x256 one's output
 elements a second (it reads more operand bytes per product)."""
 
+SPLIT_TF32_SMALL_RATE = 0.89
+"""f32 GEMMs (split-tf32): 64x64x32 programs (4 warps, 2 stages) against 128x128x32
+(8 warps, 3 stages), measured on an H200 (8192 x 768 @ 768 x 2304: 442 us against
+395; 128x128x32 took 0.55-0.67 of cuBLAS's FFMA SGEMM on GPT-2's four GEMM shapes,
+where FMA dots of 64x64x32 took 1.01-1.07 on an H100)."""
+
 SMALL_TILE_RATE = 0.47
 """64x64x32 programs, 4 warps, 2 stages, against 128x256 on the same GEMM (101 us)."""
 
@@ -618,8 +624,9 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     tiles (K steps of 64 unless shared memory only holds a shorter one beside the
     epilogue's tiles) against the small tiling: 8192x768 outputs take 128x128
     (384 tiles, 2.9 rounds) rather than 128x256 (192 tiles, 1.45 rounds, half of
-    the second round idle). f32 products (FMA units, `ieee`) keep 64x64x32, which
-    runs as fast as cuBLAS's FFMA kernels on an H100. Unbatched tensor-core GEMMs
+    the second round idle). f32 products (three TF32 tensor-core products,
+    `split-tf32`) take 128x128x32 unless 64x64x32 tiles fill the rounds enough
+    better (`SPLIT_TF32_SMALL_RATE`); f64 ones (FMA units) keep 64x64x32. Unbatched tensor-core GEMMs
     are persistent (one program an SM walks the tiles), unless their epilogue
     computes transcendental functions or stages bytes that outweigh the K loop
     (`EPILOGUE_K`, `EPILOGUE_BYTE_K`)
@@ -633,13 +640,23 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     (k,) = shape.reduction
     bm, bn = (min(64, max(16, next_pow2(x))) for x in (m, n))
     small = Tiling((bm, bn, min(32, max(16, next_pow2(k)))), 4, 2)
-    if not shape.half:
-        return small
     count = numel(batch)
 
     def cost(bm: int, bn: int, rate: float) -> float:
         tiles = count * -(-m // bm) * -(-n // bn)
         return -(-tiles // sms) * bm * bn / rate
+
+    if not shape.half:
+        if shape.element_bytes != 4:  # f64: FMA units
+            return small
+        # f32: TF32 tensor-core products of split operands (loop-to-tile's split-tf32)
+        lm, ln = (min(128, max(16, next_pow2(x))) for x in (m, n))
+        large = Tiling((lm, ln, small.block[2]), 8 if lm * ln >= 128 * 128 else 4, 3)
+        if not gemm_fits(large, shape, shared_bytes) or cost(
+            bm, bn, SPLIT_TF32_SMALL_RATE
+        ) < cost(large.block[0], large.block[1], 1.0):
+            return small
+        return large
 
     best, best_cost = small, cost(small.block[0], small.block[1], SMALL_TILE_RATE)
     extra_bytes = max(0, shape.epilogue_bytes - 2)

@@ -1,4 +1,5 @@
-"""f32 kernels on FMA units (`ieee` products, torch's default): the tiles they get."""
+"""f32 kernels: attention on FMA units (`ieee` products), GEMMs on tensor cores
+(`split-tf32`), f64 GEMMs on FMA units: the tiles they get."""
 
 from __future__ import annotations
 
@@ -18,9 +19,17 @@ def test_f32_attention_takes_32_query_rows_a_program() -> None:
     assert choose_tiling(KernelShape("attention", (4, 8, 16), (8, 16), False)).block == (16, 16)
 
 
-def test_f32_gemms_keep_64x64_tiles_whatever_the_sms() -> None:
-    """64x64x32 `ieee` runs at 1.01-1.07x cuBLAS's FFMA kernels on the GPT-2 block's
-    GEMMs on an H100; wave quantization is for the tensor-core tiles."""
+def test_f32_gemms_take_tensor_core_tiles_and_f64_ones_keep_64x64() -> None:
+    """split-tf32 at 128x128x32 took 0.55-0.67 of cuBLAS's FFMA SGEMM on the GPT-2
+    block's GEMMs on an H200; 64x64x32 (rate 0.89 of it) only where the larger
+    tiles leave most of a round idle. f64 (FMA units) keeps 64x64x32."""
+    gpt2 = KernelShape("contraction", (8192, 768), (3072,), False)
+    assert choose_tiling(gpt2, sms=132) == Tiling((128, 128, 32), 8, 3)
+    # 4 tiles of 128x128 on 132 SMs against 16 of 64x64: one round either way.
+    assert choose_tiling(KernelShape("contraction", (256, 256), (64,), False)).block == (64, 64, 32)
+    # Small matrices: the next powers of two (16 at least), a K step of K.
+    small = choose_tiling(KernelShape("contraction", (8, 40, 24), (16,), False))
+    assert small.block == (64, 32, 16)
     for sms in (132, 16):
-        t = choose_tiling(KernelShape("contraction", (8192, 768), (3072,), False), sms=sms)
-        assert t == Tiling((64, 64, 32), 4, 2)
+        f64 = KernelShape("contraction", (8192, 768), (3072,), False, element_bytes=8)
+        assert choose_tiling(f64, sms=sms) == Tiling((64, 64, 32), 4, 2)

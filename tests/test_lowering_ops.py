@@ -772,8 +772,9 @@ def test_matmul(shapes: tuple[Shape, Shape], el: str) -> None:
     check(one_op("matmul", [(a, el), (b, el)], (out, el)), torch.matmul, kernels=1)
 
 
-def test_matmul_f32_is_full_precision() -> None:
-    """f32 dots are `input_precision='ieee'` (torch's default: no tf32), half ones are not."""
+def test_matmul_f32_is_to_f32_accuracy() -> None:
+    """f32 dots are three TF32 products of split operands (`_irc_dot_split_tf32`: f32's
+    accuracy, torch's default, on tensor cores), half ones plain dots."""
 
     def dots(el: str) -> list[str]:
         text = one_op("matmul", [((37, 29), el), ((29, 45), el)], ((37, 45), el))
@@ -781,11 +782,11 @@ def test_matmul_f32_is_full_precision() -> None:
         return re.findall(r"(?:tl\.dot|_irc_dot\w*)\(.*\)", kernels)
 
     f32 = dots("f32")
-    assert f32 and all("input_precision='ieee'" in d for d in f32)
+    assert f32 and all(d.startswith("_irc_dot_split_tf32(") for d in f32)
     f16 = dots("f16")
     assert f16 and not any("tf32" in d or "ieee" in d for d in f16)
-    # Values whose low mantissa bits matter (tf32 keeps 10): on a GPU a tf32 dot fails
-    # this (the CPU interpreter computes f32 dots in full precision whatever is asked).
+    # Values whose low mantissa bits matter (tf32 keeps 10): on a GPU a single tf32 dot
+    # fails this (the CPU interpreter computes f32 dots in full precision whatever is asked).
     text = one_op("matmul", [((16, 16), "f32"), ((16, 16), "f32")], ((16, 16), "f32"))
 
     def prepare(a: Tensor, b: Tensor) -> list[Tensor]:

@@ -36,8 +36,8 @@ import triton
 import triton.language as tl
 
 from irc.runtime.helpers import (
-    _irc_dot_bf16, _irc_from_bf16, _irc_max, _irc_min, _irc_pow, _irc_tanh, _irc_to_bf16,
-    _irc_wait_for_previous_kernel,
+    _irc_dot_bf16, _irc_dot_split_tf32, _irc_from_bf16, _irc_max, _irc_min, _irc_pow, _irc_tanh,
+    _irc_tf32_parts, _irc_to_bf16, _irc_wait_for_previous_kernel,
 )
 
 
@@ -94,6 +94,23 @@ def dot_bf16(a, b, c, out, N: tl.constexpr):
 
 
 @triton.jit
+def tf32_parts(x, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    head, tail = _irc_tf32_parts(tl.load(x + i))
+    tl.store(out + i, head)
+    tl.store(out + N + i, tail)
+
+
+@triton.jit
+def dot_split_tf32(a, b, c, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    at = tl.load(a + i[:, None] * N + i[None, :])
+    bt = tl.load(b + i[:, None] * N + i[None, :])
+    ct = tl.load(c + i[:, None] * N + i[None, :])
+    tl.store(out + i[:, None] * N + i[None, :], _irc_dot_split_tf32(at, bt, ct))
+
+
+@triton.jit
 def copy_after_wait(x, out, N: tl.constexpr):
     _irc_wait_for_previous_kernel()
     i = tl.arange(0, N)
@@ -107,6 +124,12 @@ def one_block(kernel, inputs, dtype=None, rows=1):
     return out
 
 
+def both_parts(x):
+    out = torch.empty(2 * x.shape[0], dtype=x.dtype, device=x.device)
+    tf32_parts[(1,)](x, out, x.shape[0])
+    return out
+
+
 FUNCTIONS = {
     "max": lambda x, y: one_block(maximum, (x, y)),
     "min": lambda x, y: one_block(minimum, (x, y)),
@@ -116,6 +139,8 @@ FUNCTIONS = {
     "to_bf16": lambda x: one_block(to_bf16, (x,), torch.bfloat16),
     "from_bf16": lambda x: one_block(from_bf16, (x,), torch.float32),
     "dot_bf16": lambda a, b, c: one_block(dot_bf16, (a, b, c), torch.float32),
+    "tf32_parts": lambda x: both_parts(x),
+    "dot_split_tf32": lambda a, b, c: one_block(dot_split_tf32, (a, b, c), torch.float32),
     "copy_after_wait": lambda x: one_block(copy_after_wait, (x,)),
 }
 """
@@ -184,6 +209,41 @@ def test_tanh_matches_torch_and_keeps_the_sign_of_zero(kernels: ModuleType) -> N
     got = run(kernels, "tanh", x)
     torch.testing.assert_close(got, torch.tanh(x), equal_nan=True)
     assert torch.signbit(got[1]) and not torch.signbit(got[0])
+
+
+def test_tf32_parts_are_exact_in_tf32_and_sum_to_the_value(kernels: ModuleType) -> None:
+    """head + tail is x to 2**-22 (the tail rounded to TF32's 11 bits); the head is
+    never rounded past the largest f32; an infinity's tail is 0, a NaN's head NaN."""
+    big = 3.4028234663852886e38
+    x = padded([INF, -INF, NAN, big, -big, 1e-40, -0.0, 1.0 + 2**-20, 3.0000002], 64)
+    out = run(kernels, "tf32_parts", x)
+    head, tail = out[: x.shape[0]], out[x.shape[0] :]
+    for part in (head, tail):
+        finite = part[part.isfinite()]
+        assert torch.all(finite.view(torch.int32) & 0x1FFF == 0)  # 10 mantissa bits
+    assert head[0] == INF and head[1] == -INF and head[2].isnan()
+    assert tail[0] == 0 and tail[1] == 0
+    assert head[3].isfinite() and head[4].isfinite() and tail[3] != 0
+    # Normal values: to 2**-22. A subnormal's parts keep its bits down to 2**-136,
+    # no more (docs/lowering.md).
+    values, summed = x.double(), head.double() + tail.double()
+    normal = values.isfinite() & (values.abs() >= 2.0**-126)
+    assert torch.all((summed - values)[normal].abs() <= values[normal].abs() * 2.0**-22)
+    assert abs(summed[5] - values[5]) <= 2.0**-137
+
+
+def test_split_tf32_dot_keeps_infinities_of_operands_exact_in_tf32(kernels: ModuleType) -> None:
+    """inf times a weight whose tail is 0 (0.5, exact in TF32) is inf, as torch's."""
+    a = torch.randn(16, 16)
+    a[0, 0], a[1, 1], a[2, 2] = INF, -INF, NAN
+    b = torch.full((16, 16), 0.5)
+    b[:, 3] = 1.0 + 2**-20
+    c = torch.zeros(16, 16)
+    got = run(kernels, "dot_split_tf32", a, b, c)
+    want = a @ b
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    finite = want.isfinite()
+    torch.testing.assert_close(got[finite], want[finite])
 
 
 def test_pow_of_special_values_matches_torch(kernels: ModuleType) -> None:

@@ -1,4 +1,5 @@
-"""f32 matmuls compute in full f32 by default; TF32 only when asked."""
+"""f32 matmuls compute to f32's accuracy by default (three TF32 tensor-core products
+of split operands, `split-tf32`); one TF32 product only when asked; f64 in full."""
 
 from __future__ import annotations
 
@@ -20,10 +21,51 @@ func @mm(%a: tensor<33x20xf32>, %b: tensor<20x17xf32>) -> tensor<33x17xf32> {
 """
 
 
-def test_default_is_full_precision() -> None:
+def test_default_is_three_tf32_products_of_split_operands() -> None:
     source = triton_source(irc.parse(PROGRAM))
-    assert "input_precision='ieee'" in source
-    assert "tf32" not in source
+    assert "_irc_dot_split_tf32(" in source
+    assert "input_precision" not in source.split("def fn0")[0]  # no single TF32 dot
+    f64 = triton_source(irc.parse(PROGRAM.replace("f32", "f64")))
+    assert "input_precision='ieee'" in f64 and "split_tf32(" not in f64
+
+
+def _relative_error(got: torch.Tensor, exact: torch.Tensor) -> float:
+    return ((got.double() - exact).abs().max() / exact.abs().max()).item()
+
+
+def test_split_operands_keep_f32_accuracy() -> None:
+    """Operands with all 24 bits of mantissa, K = 300: a single TF32 product (11
+    bits) errs by about 1e-4 of the result; the split by about f32's own error.
+    The parts are exact in TF32, so the interpreter's f32 dots give what the GPU's
+    TF32 ones do, but for the order of the sums."""
+    torch.manual_seed(0)
+    a = torch.randn(33, 300, device=DEVICE) * 1.2345678
+    b = torch.randn(300, 17, device=DEVICE) * 0.9876543
+    text = PROGRAM.replace("33x20", "33x300").replace("20x17", "300x17")
+    got = irc.compile(irc.parse(text), device=DEVICE).mm(a, b)
+    exact = a.double() @ b.double()
+    assert _relative_error(got, exact) <= 4 * max(_relative_error(a @ b, exact), 1e-7)
+
+
+def test_split_operands_keep_torchs_infinities_and_the_largest_floats() -> None:
+    """An inf times a weight exact in TF32 (tail 0) is inf, not inf * 0 = NaN; a
+    NaN stays NaN; an operand within an ulp of the largest f32 is split (its head
+    truncated, not rounded up to inf), so a product that fits stays finite."""
+    a = torch.ones(33, 20, device=DEVICE)
+    a[0, 0] = float("inf")
+    a[1, 1] = -float("inf")
+    a[2, 2] = float("nan")
+    a[3, :] = 0.0
+    a[3, 0] = 3.4028234e38
+    b = torch.full((20, 17), 0.5, device=DEVICE)
+    b[:, 1] = 1.0 + 2**-20  # a tail in every row
+    b[:, 2] = -0.25
+    got = irc.compile(irc.parse(PROGRAM), device=DEVICE).mm(a, b)
+    want = a @ b
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    torch.testing.assert_close(got[finite], want[finite])
 
 
 def test_tf32_when_asked() -> None:

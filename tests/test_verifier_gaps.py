@@ -202,7 +202,8 @@ TILE_CASES = [
     Case("for-step", TILE, "step = 4", "step = 0", "13:3",
          "tile.for: 'step' must be an integer of at least 1, got 0"),
     Case("dot-precision", TILE, 'precision = "ieee"', 'precision = "fast"', "12:3",
-         "tile.dot: 'precision' must be one of \"ieee\", \"tf32\", \"tf32x3\", got \"fast\""),
+         "tile.dot: 'precision' must be one of \"ieee\", \"tf32\", \"tf32x3\", \"split-tf32\", "
+         "got \"fast\""),
     Case("kernel-grid-zero", TILE, "grid = [2]", "grid = [0]", "1:1",
          "tile.kernel: 'grid[0]' must be an integer from 1 to 2147483647, got 0"),
     Case("kernel-grid-4d", TILE, "grid = [2]", "grid = [1, 1, 1, 1]", "1:1",

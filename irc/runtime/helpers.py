@@ -26,11 +26,13 @@ from irc.runtime.interpreter import interpreted_form, register_jit_module, trito
 
 __all__ = [
     "_irc_dot_bf16",
+    "_irc_dot_split_tf32",
     "_irc_from_bf16",
     "_irc_max",
     "_irc_min",
     "_irc_pow",
     "_irc_tanh",
+    "_irc_tf32_parts",
     "_irc_to_bf16",
     "_irc_wait_for_previous_kernel",
 ]
@@ -58,6 +60,43 @@ def _irc_wait_for_previous_kernel():
 @_helper
 def _irc_dot_bf16(a, b, acc):
     return tl.dot(a, b, acc)
+
+
+@_helper
+def _irc_tf32_parts(x):
+    # x as head + tail, each exact in TF32 (10 explicit mantissa bits), each
+    # rounded to nearest (ties away from zero) on its bits: |tail| is at most half
+    # an ulp of the head, 2**-11 of x. A head that would round past the largest f32
+    # is truncated instead; the tail of an infinity is 0, not inf - inf; a NaN stays
+    # in the head (truncated, a payload only in its low bits would read as inf).
+    bits = x.to(tl.int32, bitcast=True)
+    head = ((bits + 4096) & -8192).to(tl.float32, bitcast=True)
+    head = tl.where(tl.abs(head) > 3.4028234663852886e38, (bits & -8192).to(tl.float32, bitcast=True), head)
+    head = tl.where(x != x, x, head)
+    tail = x - head
+    tail = tl.where(tail != tail, 0.0, tail)
+    tail = ((tail.to(tl.int32, bitcast=True) + 4096) & -8192).to(tl.float32, bitcast=True)
+    return head, tail
+
+
+@_helper
+def _irc_dot_split_tf32(a, b, acc):
+    # acc + a @ b from three TF32 tensor-core products of the parts (the tails'
+    # product, at most 2**-22 of the whole, dropped; a tail's own rounding costs at
+    # most 2**-23 of its operand). The heads in the products with tails are finite
+    # (0 for an inf or NaN, which the heads' product carries): inf * 0, for a tail
+    # that is 0, would be NaN where torch's product is inf. A tensor core sums
+    # into its accumulator without rounding to nearest (it truncates), an error
+    # that grows with K; each step's products are summed from zero and added to
+    # `acc` in f32 here, as an FMA GEMM adds them.
+    a_head, a_tail = _irc_tf32_parts(a)
+    b_head, b_tail = _irc_tf32_parts(b)
+    a_finite = tl.where(a_head - a_head == 0.0, a_head, 0.0)
+    b_finite = tl.where(b_head - b_head == 0.0, b_head, 0.0)
+    small = tl.dot(a_tail, b_finite, input_precision="tf32")
+    small = tl.dot(a_finite, b_tail, small, input_precision="tf32")
+    big = tl.dot(a_head, b_head, input_precision="tf32")
+    return acc + (big + small)
 
 
 @_helper
