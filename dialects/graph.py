@@ -449,10 +449,12 @@ AbsOp = _unary(
     exact=True, rounding_commutes=True, numpy="numpy.abs",
 )
 ExpOp = _unary(
-    "exp", "e**x", reference="torch.exp", triton="tl.exp({0})", cost=TRANSCENDENTAL,
+    "exp", "e**x", reference="torch.exp", triton="_irc_exp({0})", cost=TRANSCENDENTAL,
     fuzz=Fuzz(domain="bounded", bound=3.0, scale="exp"),
     # 2**x: an attention's probabilities in log2 units (lowering/attention_to_tile.py).
-    extra_fns={"exp2": "tl.math.exp2({0})"},
+    # fast_exp: ex2.approx of x * log2(e), |x| 2**-24 off, where only sums of the
+    # values are kept (a softmax's statistics, an attention's probabilities).
+    extra_fns={"exp2": "tl.math.exp2({0})", "fast_exp": "tl.exp({0})"},
 )
 LogOp = _unary(
     "log", "natural logarithm", reference="torch.log", triton="tl.log({0})",
@@ -485,7 +487,8 @@ TanhOp = _unary(
     cost=TRANSCENDENTAL, fuzz=Fuzz(scale="unit", activation=True),
 )
 SigmoidOp = _unary(
-    "sigmoid", "1 / (1 + e**-x)", reference="torch.sigmoid", triton="tl.sigmoid({0})",
+    "sigmoid", "1 / (1 + e**-x)", reference="torch.sigmoid",
+    triton="1.0 / (1.0 + _irc_exp(-{0}))",
     cost=TRANSCENDENTAL, fuzz=Fuzz(scale="unit", activation=True),
 )
 ReluOp = _unary(
@@ -536,7 +539,7 @@ class GeluOp(UnaryOp):
         return "gelu_tanh" if self.mode() == "tanh" else "gelu"
 SiluOp = _unary(
     "silu", "x * sigmoid(x)", reference="torch.nn.functional.silu",
-    triton="{0} * tl.sigmoid({0})", cost=TRANSCENDENTAL, fuzz=Fuzz(activation=True),
+    triton="{0} / (1.0 + _irc_exp(-{0}))", cost=TRANSCENDENTAL, fuzz=Fuzz(activation=True),
 )
 ReciprocalOp = _unary(
     "reciprocal", "1 / x", reference="torch.reciprocal", triton="1.0 / {0}",

@@ -64,6 +64,9 @@ class AttentionLayout:
         self.be, self.bd = max(16, next_pow2(self.e)), max(16, next_pow2(self.head))
         self.element = self.values.result.type
         self.exp_op = self.log2_probabilities()
+        # The probabilities are only summed (into l and P V): the fast exp, as
+        # FlashAttention's, where they are not computed in log2 units.
+        t.fast_fns["exp"] = "fast_exp"
 
     def log2_probabilities(self) -> loop.ApplyOp | None:
         """The values body's `exp(x - max)`, where the kernel may compute it as
@@ -282,7 +285,7 @@ class AttentionLayout:
         # exp(-inf - -inf) is NaN: a row that has seen only -inf measures from 0.
         empty = t.apply("eq", [m_new, t.const_attr(MINUS_INF, F32)])
         base = t.apply("where", [empty, t.const(0.0, F32), m_new])
-        exp = "exp" if self.exp_op is None else "exp2"
+        exp = "fast_exp" if self.exp_op is None else "exp2"
         alpha = t.apply(exp, [t.apply("sub", [m_old, base])])
         if self.exp_op is not None:
             # One multiply (the scale and log2(e) in one factor) and a subtraction a

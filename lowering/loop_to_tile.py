@@ -215,6 +215,9 @@ class KernelTranslator:
         self.tiling = tiling_of(kernel)
         self.streamed = streamed_buffers(kernel, self.shape)
         self.tf32 = tf32
+        self.fast_fns: dict[str, str] = {}
+        """Functions of the loop IR emitted as faster, less accurate ones (an
+        attention's exp as `fast_exp`: its probabilities are only summed)."""
         sizes = [numel(m.type.get_shape()) for m in self.memrefs]  # type: ignore[attr-defined]
         # A loop past i32 (a reduction or K of 2**31 elements or more) indexes in i64 too.
         space = max(numel(self.shape.parallel), numel(self.shape.reduction))
@@ -735,6 +738,7 @@ class KernelTranslator:
         elif fn in EXACT:
             # floor(x) of a half value is a half value: there is nothing to round.
             return self.apply(fn, args, compute_type(result))
+        fn = self.fast_fns.get(fn, fn)
         return self.round_to(self.apply(fn, args, compute_type(result)), result)
 
     def checked_index(self, op: loop.ApplyOp, args: list[SSAValue]) -> SSAValue:
@@ -1111,15 +1115,17 @@ class KernelTranslator:
             x = self.broadcast_to(x, full)
             m_new = self.apply("maximum", [m_acc, x])
             base = finite(m_new)
-            scale = self.apply("exp", [self.apply("sub", [m_acc, base])])
-            p = self.apply("exp", [self.apply("sub", [x, base])])
+            # The statistics keep only sums of exps: the fast exp (`graph.ExpOp`), whose
+            # error grows with |x - max|, the size of the terms shrinks with it.
+            scale = self.apply("fast_exp", [self.apply("sub", [m_acc, base])])
+            p = self.apply("fast_exp", [self.apply("sub", [x, base])])
             return [m_new, self.apply("add", [self.apply("mul", [s_acc, scale]), p])]
 
         inits = [self.full(minus_inf, element, full), self.full(FloatAttr(0.0, f64), element, full)]
         m_acc, s_acc = self.reduction_chunks(loop.int_list(op.bounds), inits, body)
         m_row = self.across_lanes("max", m_acc)
         scaled = self.apply(
-            "mul", [s_acc, self.apply("exp", [self.apply("sub", [m_acc, finite(m_row)])])]
+            "mul", [s_acc, self.apply("fast_exp", [self.apply("sub", [m_acc, finite(m_row)])])]
         )
         self.bind(op.maximum, m_row)
         self.bind(op.sum_exp, self.across_lanes("sum", scaled))

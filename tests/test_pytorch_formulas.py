@@ -72,17 +72,7 @@ ACCURATE = {
 }
 
 
-GPU_EXP = pytest.mark.xfail(
-    DEVICE == "cuda",
-    reason="on the GPU, Triton's f32 exp is ex2.approx of x * log2(e), whose rounding "
-    "costs |x| * 2**-24 relative: 3e-6 at x = 50 (docs/lowering.md, numerics)",
-    strict=True,
-)
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=GPU_EXP) if n == "expm1" else n for n in sorted(ACCURATE)]
-)
+@pytest.mark.parametrize("name", sorted(ACCURATE))
 def test_relative_accuracy_at_every_magnitude(name: str) -> None:
     """Within a few times torch's own relative error from f64, from 1e-10 up."""
     fn, domain = ACCURATE[name]

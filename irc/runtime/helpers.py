@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
+from triton.language.extra.cuda import gdc_wait, libdevice
 from triton.language.target_info import cuda_capability_geq
 from triton.runtime.jit import JITFunction
 
@@ -27,6 +27,7 @@ from irc.runtime.interpreter import interpreted_form, register_jit_module, trito
 __all__ = [
     "_irc_dot_bf16",
     "_irc_dot_split_tf32",
+    "_irc_exp",
     "_irc_from_bf16",
     "_irc_max",
     "_irc_min",
@@ -55,6 +56,14 @@ def _irc_wait_for_previous_kernel():
     # the one before it finished, hiding its launch, and waits for its results here.
     if cuda_capability_geq(9):
         gdc_wait()
+
+
+@_helper
+def _irc_exp(x):
+    # CUDA's expf (2 ulp: its argument reduced by ln 2 in two parts first), as
+    # torch's. tl.exp is ex2.approx of x * log2(e), whose rounding costs |x| 2**-24
+    # of relative error: 64 ulp at x = 88 on an H200.
+    return libdevice.exp(x)
 
 
 @_helper

@@ -77,6 +77,11 @@ def _irc_dot_bf16(a, b, acc):
     return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
 
 
+def _irc_exp(x):
+    # Triton's interpreter has no libdevice; its tl.exp is NumPy's, accurate.
+    return tl.exp(x)
+
+
 def _irc_wait_for_previous_kernel():
     # Triton's interpreter has no programmatic dependent launch (and no gdc_wait):
     # its programs run one after another.
@@ -85,7 +90,7 @@ def _irc_wait_for_previous_kernel():
 
 INTERPRETED_FORMS: dict[str, Callable[..., Any]] = {
     f.__name__: f
-    for f in (_irc_to_bf16, _irc_from_bf16, _irc_dot_bf16, _irc_wait_for_previous_kernel)
+    for f in (_irc_to_bf16, _irc_from_bf16, _irc_dot_bf16, _irc_exp, _irc_wait_for_previous_kernel)
 }
 """irc helper name -> the Python function the interpreter runs in its place."""
 
