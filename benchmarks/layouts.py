@@ -11,7 +11,9 @@ reshapes of a kernel's output, a GEMM with a bias and exact GELU, causal
 attention written out, and the byte-count cases of Inductor's
 test/inductor/test_perf.py (test_neighbor, test_partitioning_keops,
 test_reduction_pointwise_multi_level_reduction, cos -> reshape -> cos).
-`--write-ir DIR` writes the programs out (one file a row).
+`--write-ir DIR` writes the programs out (one file a row). `--unseen SEED`
+perturbs every shape at random (each dim by 0.25-1.6, f32 or bf16): the
+families at sizes the suite never had.
 
 A row is one shape: eager, torch.compile and irc times (medians of
 `triton.testing.do_bench` taken in turns, as benchmarks/bench.py does), the
@@ -33,6 +35,7 @@ import argparse
 import json
 import math
 import platform
+import random
 import sys
 import tempfile
 import time
@@ -687,8 +690,21 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def perturbed(shape: Shape, rng: random.Random) -> Shape:
+    """`shape` at a size the suite never had: each dim times a random factor of
+    0.25-1.6 (odd sizes included), f32 or bf16 at random (f16 kept), so that a rule
+    tuned to the suite's own shapes shows (issue 16's acceptance is measured so)."""
+    dims = {k: max(1, int(v * rng.uniform(0.25, 1.6))) for k, v in shape.dims.items()}
+    dtype = shape.dtype if shape.dtype == "f16" else rng.choice(["f32", "bf16"])
+    return Shape(dims, dtype)
+
+
 def run(
-    only: list[str] | None, smoke: bool, with_compile: bool, ir_dir: Path
+    only: list[str] | None,
+    smoke: bool,
+    with_compile: bool,
+    ir_dir: Path,
+    unseen: int | None = None,
 ) -> dict[str, Any]:
     import torch
     import triton
@@ -696,10 +712,14 @@ def run(
     device = "cpu" if smoke else "cuda"
     bw = None if smoke else bench.copy_bandwidth()
     rows: list[dict[str, Any]] = []
+    rng = random.Random(unseen)
     for w in _workloads():
         if only and w.name not in only:
             continue
-        for shape in [w.smoke] if smoke else w.shapes:
+        shapes = [w.smoke] if smoke else w.shapes
+        if unseen is not None:
+            shapes = [perturbed(s, rng) for s in shapes]
+        for shape in shapes:
             try:
                 row = measure(w, shape, device, bw, ir_dir, with_compile)
             except Exception as e:  # one failing row must not hide the others
@@ -731,6 +751,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", help="also write the table as Markdown here")
     ap.add_argument("--json", help="also write the raw results as JSON here")
     ap.add_argument("--write-ir", help="keep the generated .ir programs in this folder")
+    ap.add_argument(
+        "--unseen", type=int, metavar="SEED",
+        help="every shape perturbed at random (seeded): sizes and types the suite never had",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -745,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
     ir_dir = Path(args.write_ir) if args.write_ir else Path(tempfile.mkdtemp(prefix="irc-layouts-"))
     ir_dir.mkdir(parents=True, exist_ok=True)
     print(HEADER, flush=True)
-    result = run(args.only, args.smoke, args.compile or not args.smoke, ir_dir)
+    result = run(args.only, args.smoke, args.compile or not args.smoke, ir_dir, args.unseen)
     ok_rows = [r for r in result["rows"] if "failed" not in r]
     if args.markdown:
         body = {**result, "rows": ok_rows}

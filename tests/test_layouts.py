@@ -111,3 +111,30 @@ def test_smoke_command_writes_the_table(tmp_path: Path, capsys: pytest.CaptureFi
 def test_unknown_workload_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert layouts.main(["--smoke", "--only", "nope"]) == 1
     assert "unknown workloads ['nope']" in capsys.readouterr().err
+
+
+def test_unseen_shapes_are_seeded_perturbations(tmp_path: Path) -> None:
+    """--unseen SEED: the same sizes for the same seed, other ones for another; every
+    dim positive, f16 kept, the rest f32 or bf16; a smoke row at such a shape runs."""
+    import random
+
+    base = [s for w in WORKLOADS for s in w.shapes]
+
+    def draw(seed: int) -> list[Any]:
+        rng = random.Random(seed)
+        return [layouts.perturbed(s, rng) for s in base]
+
+    assert draw(8) == draw(8) and draw(8) != draw(9)
+    rng = random.Random(9)
+    shapes = [layouts.perturbed(s, rng) for s in base]
+    assert shapes != base
+    for old, new in zip(base, shapes, strict=True):
+        assert set(new.dims) == set(old.dims) and all(v >= 1 for v in new.dims.values())
+        assert all(int(0.25 * o) <= v <= max(1, int(1.6 * o)) for o, v in
+                   zip(old.dims.values(), new.dims.values(), strict=True))  # fmt: skip
+        assert new.dtype == "f16" if old.dtype == "f16" else new.dtype in ("f32", "bf16")
+    js = tmp_path / "t.json"
+    assert layouts.main(["--smoke", "--only", "column_sum", "--unseen", "3", "--json", str(js)]) == 0
+    (row,) = json.loads(js.read_text())["rows"]
+    smoke = next(w.smoke for w in WORKLOADS if w.name == "column_sum")
+    assert row["correct"] and row["shape"] != smoke.label
