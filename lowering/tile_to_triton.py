@@ -174,8 +174,13 @@ class KernelPrinter:
         return text
 
     def block(self, block: Block, depth: int) -> None:
+        """The block's statements; `pass` where none are left (a kernel or loop whose
+        ops all fed nothing it stores, which dce removed), so the Python parses."""
+        emitted = len(self.lines)
         for op in block.ops:
             self.op(op, depth)
+        if len(self.lines) == emitted:
+            self.emit(depth, "pass")
 
     def descriptors(self) -> None:
         """One TMA descriptor per buffer and box that block loads or stores use, made once."""

@@ -48,7 +48,6 @@ GRAPHS = 6
 
 KNOWN: dict[str, str] = {
     "F21": r"Both operands must be same dtype",
-    "F22": r"expected an indented block",
     "F26": r"'SymbolRefAttr' object has no attribute 'data'",
 }
 """Open findings (ids of /tmp/team/fuzz_findings.md, tests/hostile files) -> a regex of their
