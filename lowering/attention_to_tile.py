@@ -65,8 +65,11 @@ class AttentionLayout:
         self.element = self.values.result.type
         self.exp_op = self.log2_probabilities()
         # The probabilities are only summed (into l and P V): the fast exp, as
-        # FlashAttention's, where they are not computed in log2 units.
-        t.fast_fns["exp"] = "fast_exp"
+        # FlashAttention's, where they are not computed in log2 units. Other exps
+        # (of the scores, of the output) keep the accurate one.
+        probabilities = self.probabilities_exp()
+        if probabilities is not None:
+            t.fast_ops[probabilities] = "fast_exp"
 
     def log2_probabilities(self) -> loop.ApplyOp | None:
         """The values body's `exp(x - max)`, where the kernel may compute it as
@@ -99,6 +102,17 @@ class AttentionLayout:
         if any(use.operation is not sub for use in self.softmax.maximum.uses):
             return None
         return op
+
+    def probabilities_exp(self) -> loop.ApplyOp | None:
+        """The values body's exp that makes the probabilities (through a cast to the
+        values' half type, if any), or None."""
+        p_value, _ = dot_factors(self.values)
+        op = p_value.owner
+        if isinstance(op, loop.ApplyOp) and op.fn.data == "cast":
+            op = op.args[0].owner
+        if isinstance(op, loop.ApplyOp) and op.fn.data == "exp":
+            return op
+        return None
 
     def scaled_scores(self, x: SSAValue, masked: bool) -> tuple[SSAValue, float] | None:
         """`(s, c)` where the scores `x` are a score dot `s` times a positive constant

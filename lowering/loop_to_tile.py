@@ -215,9 +215,9 @@ class KernelTranslator:
         self.tiling = tiling_of(kernel)
         self.streamed = streamed_buffers(kernel, self.shape)
         self.tf32 = tf32
-        self.fast_fns: dict[str, str] = {}
-        """Functions of the loop IR emitted as faster, less accurate ones (an
-        attention's exp as `fast_exp`: its probabilities are only summed)."""
+        self.fast_ops: dict[Operation, str] = {}
+        """Ops of the loop IR emitted as a faster, less accurate function (an
+        attention's probabilities' exp as `fast_exp`: they are only summed)."""
         sizes = [numel(m.type.get_shape()) for m in self.memrefs]  # type: ignore[attr-defined]
         # A loop past i32 (a reduction or K of 2**31 elements or more) indexes in i64 too.
         space = max(numel(self.shape.parallel), numel(self.shape.reduction))
@@ -738,7 +738,7 @@ class KernelTranslator:
         elif fn in EXACT:
             # floor(x) of a half value is a half value: there is nothing to round.
             return self.apply(fn, args, compute_type(result))
-        fn = self.fast_fns.get(fn, fn)
+        fn = self.fast_ops.get(op, fn)
         return self.round_to(self.apply(fn, args, compute_type(result)), result)
 
     def checked_index(self, op: loop.ApplyOp, args: list[SSAValue]) -> SSAValue:

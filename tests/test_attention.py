@@ -756,3 +756,15 @@ def test_a_causal_mask_makes_a_banded_attention_shape() -> None:
             if isinstance(op, loop.KernelOp) and loop.kernel_kind(op) == "attention"
         ]
         assert kernel_shape(kernel).banded is banded
+
+
+def test_only_the_probabilities_take_the_fast_exp() -> None:
+    """An attention's probabilities are only summed (into the row sum and P V): their
+    exp, and the running max's rescale, are the fast `tl.exp` (ex2.approx). An exp of
+    the output is an output element: it keeps `_irc_exp`, CUDA's accurate expf."""
+    text = attention_ir(2, 40, 40, 16, dtype="f32").replace(
+        "  return %o : tensor<2x40x16xf32>",
+        "  %y = graph.exp %o : tensor<2x40x16xf32>\n  return %y : tensor<2x40x16xf32>",
+    )
+    kernel = attention_kernel_source(text)
+    assert kernel.count("tl.exp(") == 2 and kernel.count("_irc_exp(") == 1

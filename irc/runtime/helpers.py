@@ -131,8 +131,10 @@ def _irc_min(a, b):
 
 @_helper
 def _irc_tanh(x):
-    # CUDA's tanhf (tanh for f64): 2 ulp, as torch's, and as fast as Inductor's. The
-    # interpreter, which has no libdevice, runs the formula in irc.runtime.interpreter.
+    # CUDA's tanhf (tanh for f64): 3.1 ulp at most on an H200, as torch's. Ten an
+    # element (chain20) took 0.524 ms there, against 0.747 for the formula the
+    # interpreter keeps (irc.runtime.interpreter: no libdevice there) and 0.427 for
+    # torch.compile's kernel.
     return libdevice.tanh(x)
 
 
