@@ -85,7 +85,7 @@ from irc.ir.types import ELEMENT_TYPES, F32, HALF_TYPES, element_bytes, format_t
 
 DOT_PRECISIONS = ("ieee", "tf32", "tf32x3", "split-tf32")
 """Triton's `input_precision` values for f32 dots, and irc's `split-tf32`: three
-TF32 products of operands split into truncated parts (`_irc_dot_split_tf32`)."""
+TF32 products of operands split into rounded parts (`_irc_dot_split_tf32`)."""
 MIN_DOT_K = 16
 """The smallest K of a dot Triton compiles for NVIDIA GPUs (16- and 32-bit operands);
 its interpreter takes any, so a smaller one would fail on the GPU only."""

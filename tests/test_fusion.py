@@ -497,3 +497,11 @@ def test_fusion_report_before_the_input_file_takes_the_file_as_input(tmp_path: P
     assert err.getvalue().startswith("fusion report for @softmax_small")
     with contextlib.redirect_stderr(err):  # a form written out stays a form
         assert irc_opt(["--fuse", f"--fusion-report={path}"], stdout=out) == 1
+    # The word taken as the input is a path, read as the positional one is: a name
+    # holding Python is a file that cannot be read, nothing more.
+    hostile = str(tmp_path / "x'); __import__('os').mkdir('pwned') #.ir")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert irc_opt(["--fuse", "--fusion-report", hostile], stdout=io.StringIO()) == 1
+    assert err.getvalue().startswith("irc-opt: error: cannot read ")
+    assert "Traceback" not in err.getvalue() and not (tmp_path / "pwned").exists()

@@ -30,6 +30,14 @@ H100 = GPUTarget("cuda", 90, 32)
 POINTEE = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "f64": "fp64",
            "i32": "i32", "i64": "i64", "i1": "i1"}  # fmt: skip
 
+def softmax(rows: int, cols: int, dim: int, el: str = "f32") -> str:
+    x = f"tensor<{rows}x{cols}x{el}>"
+    return f"""func @f(%x: {x}) -> {x} {{
+  %y = graph.softmax %x {{dim = {dim}}} : {x}
+  return %y : {x}
+}}"""
+
+
 def layer_norm(rows: int, cols: int) -> str:
     x, v = f"tensor<{rows}x{cols}xf32>", f"tensor<{cols}xf32>"
     return f"""func @f(%x: {x}, %w: {v}, %b: {v}) -> {x} {{
@@ -52,18 +60,12 @@ PROGRAMS = {
   return %y : tensor<48374x338xf32>
 }""",
     # split-reduction: a softmax's chunk maxima and sums of exps in one stage
-    "softmax_columns_split": """func @f(%x: tensor<12554x1422xf32>) -> tensor<12554x1422xf32> {
-  %y = graph.softmax %x {dim = 0} : tensor<12554x1422xf32>
-  return %y : tensor<12554x1422xf32>
-}""",
+    "softmax_columns_split": softmax(12554, 1422, 0),
     # Welford rows unrolled in registers, looped, and held in one block
     "layer_norm_unrolled_rows": layer_norm(2048, 40000),
     "layer_norm_long_rows": layer_norm(64, 262144),
     "layer_norm_rows": layer_norm(4096, 768),
-    "softmax_vocab_bf16": """func @f(%x: tensor<64x50257xbf16>) -> tensor<64x50257xbf16> {
-  %y = graph.softmax %x {dim = 1} : tensor<64x50257xbf16>
-  return %y : tensor<64x50257xbf16>
-}""",
+    "softmax_vocab_bf16": softmax(64, 50257, 1, "bf16"),
     "gemm_bias_gelu_bf16": """func @f(%a: tensor<512x256xbf16>, %b: tensor<256x384xbf16>, %c: tensor<384xbf16>) -> tensor<512x384xbf16> {
   %m = graph.matmul %a, %b : tensor<512x384xbf16>
   %s = graph.add %m, %c : tensor<512x384xbf16>
@@ -101,10 +103,7 @@ PROGRAMS = {
   %s = graph.matmul %x, %w : tensor<4x4xf32>
   return %s : tensor<4x4xf32>
 }""",
-    "softmax_rows_past_i32": """func @f(%x: tensor<2x1099511627776xf32>) -> tensor<2x1099511627776xf32> {
-  %s = graph.softmax %x {dim = 1} : tensor<2x1099511627776xf32>
-  return %s : tensor<2x1099511627776xf32>
-}""",
+    "softmax_rows_past_i32": softmax(2, 1099511627776, 1),
     # 70,000 batches: past CUDA's 65,535 on axis 1, folded into axis 0
     "bmm_many_batches": """func @f(%a: tensor<70000x2x16xf32>, %b: tensor<70000x16x3xf32>) -> tensor<70000x2x3xf32> {
   %c = graph.matmul %a, %b : tensor<70000x2x3xf32>
