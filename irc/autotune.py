@@ -120,8 +120,8 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
         # Column reductions: bytes side by side along the kept dim, rows a step.
         c, r = next_pow2(shape.columns), next_pow2(numel(shape.reduction))
         for x, rb, w in (
-            (32, 64, 4), (64, 32, 4), (64, 64, 8), (128, 16, 4), (128, 32, 8),
-            (128, 64, 8), (256, 16, 8), (256, 32, 8),
+            (32, 32, 4), (32, 64, 4), (64, 16, 4), (64, 32, 4), (64, 64, 8), (128, 16, 4),
+            (128, 32, 8), (128, 64, 8), (256, 16, 8), (256, 32, 8),
         ):  # fmt: skip
             if x <= max(c, 32) and rb <= max(r, 8):
                 out.append(Tiling((x, rb), w))

@@ -661,7 +661,8 @@ def launched_kernels(lowered: ModuleOp) -> dict[str, list[tuple[str, str]]]:
 
     loop-to-tile names a tile.kernel after its loop.kernel with
     `irc.ir.names.tile_kernel_name`, graph-to-loop a loop.kernel after its graph.fused
-    op, and split-reduction adds `_split` to its first stage; the Python name is the
+    op, and split-reduction adds `_split` to its first stage (`_combine` to a kernel
+    combining partials once); the Python name is the
     emitted @triton.jit function's (what profilers show).
     """
     from irc.dialects import tile
@@ -685,8 +686,9 @@ def launched_kernels(lowered: ModuleOp) -> dict[str, list[tuple[str, str]]]:
 
 
 def _unsplit(name: str) -> str:
-    """The group a split-reduction stage (`NAME_split`, `NAME_split1`...) came from."""
-    return re.sub(r"_split\d*$", "", name)
+    """The group a split-reduction stage (`NAME_split`, `NAME_split1`, `NAME_combine`...)
+    came from."""
+    return re.sub(r"_(split|combine)\d*$", "", name)
 
 
 def resolve_reports(reports: Sequence[FusionReport], lowered: ModuleOp) -> None:

@@ -8,7 +8,8 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   with less bandwidth an SM, such as the H100), which are the tiling of a
   kernel loading 8 bytes an element (two f32 operands). A thread takes as many
   elements as keep the same loaded bytes in flight (one bf16 operand: four
-  times as many), twice that where transcendental functions dominate, at most
+  times as many), twice that where transcendental functions dominate (and
+  twice the warps where an element's chain of them is long), at most
   two 16-byte vectors an access, and at most 4 where an odd element count
   makes accesses scalar (`pointwise_tiling`); shrunk to the next power of two
   of N for small kernels;
@@ -706,7 +707,8 @@ def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int) -> Ti
     elements as keep the same loaded bytes in flight (an H100: two f32 operands 2
     elements a thread, one f32 operand 4, one bf16 operand 8: 16-byte vectors,
     where 2 bf16 a thread ran a permute 1.32x slower), twice as many in a kernel
-    whose time goes to arithmetic, at most two 16-byte vectors an access. Where the
+    whose time goes to arithmetic, at most two 16-byte vectors an access, and half
+    as many where each element's chain of functions is long (`LONG_CHAIN`). Where the
     element count is not a multiple of the vector width, the mask of the last
     program makes Triton load and store element by element, and a thread takes at
     most `SCALAR_THREAD_ELEMENTS`.
@@ -721,7 +723,19 @@ def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int) -> Ti
     if n % max(1, VECTOR_BYTES // shape.element_bytes):
         e = min(e, SCALAR_THREAD_ELEMENTS)
     x = min(32 * warps * e, next_pow2(n))
+    if shape.transcendentals >= LONG_CHAIN:
+        e = max(1, e // 2)
     return Tiling((x,), _warps(x, e, most=32))
+
+
+LONG_CHAIN = 4
+"""Transcendental functions an element from which an element-wise program takes
+twice the warps for its elements (half the elements a thread): the chain of each
+element is long, and more warps hide its latency where a thread's independent
+elements no longer do. Ten tanh an element (chain20, libdevice's tanh) ran 12%
+faster at 1024 elements and 8 warps than at 4 on an H200; sincos, pw5, an exp
+and sigmoid (two) and bf16 GELU (one) were as fast or faster with 4.
+"""
 
 
 def floor_pow2(n: int) -> int:
@@ -781,23 +795,29 @@ def gemm_fits(t: Tiling, shape: KernelShape, shared_bytes: int) -> bool:
 LINE_BYTES = 128
 """The narrowest run of a row a column reduction's program reads side by side: one
 full 128-byte line (8 threads of 16 bytes), so every sector a load touches is used."""
-WIDE_BYTES = 512
-"""The widest: a warp's 32 threads of 16 bytes each, four lines of one DRAM page."""
-STEP_BYTES = 8192
-"""Bytes a column reduction's program loads a step: 2048 f32 or 4096 bf16, 32 bytes
-(two 16-byte loads) a thread of 8 warps. Measured on an H100 against 16384 (the
-split stage of four column sums, bf16 and f32, 3001 x 5003 to 32 x 2048 x 768, 150
-tilings each): 8192 was the fastest step or within 3% of it on the f32 ones and
-13-25% faster than 16384 on the bf16 ones."""
+COLUMN_ROW_BYTES = 256
+"""The run of each row a column reduction's program reads side by side where the kept
+dim is that wide: two lines. Measured on an H200 (split stages of column sums, bf16
+and f32, 7608 x 11982 to 39 x 980 x 1173): 64 f32 columns beat 32 by 10-25% at equal
+steps, 128 bf16 columns beat 64 and 32."""
+COLUMN_THREAD_BYTES = 32
+"""Bytes a thread of a column reduction loads a step: two 16-byte vectors."""
+COLUMN_WARPS = 4
+"""Warps of a column reduction's program: small programs, so that many are resident
+and few registers hold a step (4 KB a step: 16 rows of 256 bytes)."""
 IN_FLIGHT_BYTES = 65536
 """Loads an SM keeps outstanding to hide DRAM latency: an SM's share of the
 bandwidth (25 GB/s on an H100, 36 on an H200) times a loaded round trip
 (about 2 us) is 50-70 KB."""
-COLUMN_PROGRAMS_PER_SM = 4
-"""Programs an SM gets from a column reduction; fewer kept tiles than this times
-the SMs call for a split. Set as `IN_FLIGHT_BYTES` over 16 KB steps, and kept
-when the step was halved: the measurements behind `STEP_BYTES` took the split
-stages these counts make."""
+COLUMN_PROGRAMS_PER_SM = IN_FLIGHT_BYTES // (COLUMN_WARPS * 32 * COLUMN_THREAD_BYTES)
+"""Programs an SM gets from a column reduction (16: 64 warps, an SM's most): each holds
+a 4 KB step in flight, `IN_FLIGHT_BYTES` between them. Fewer kept tiles than this
+times the SMs call for a split. The split stages of 8 column reductions (H200)
+ran 1.3-1.8x faster with 1100-2300 such programs than with the 4 programs an SM of
+8 warps and 8 KB steps taken before, whose registers let too few be resident."""
+COLUMN_MIN_STEPS = 4
+"""Steps a split column reduction's program takes at least, which its start and its
+store of partials cost little beside."""
 ONE_STEP_ELEMENTS = 8192
 """The most elements a column reduction's program holds in one step when that
 saves a loop: 32 f32 accumulators a thread of 8 warps."""
@@ -810,37 +830,50 @@ def _cdiv(a: int, b: int) -> int:
 def column_width(shape: KernelShape, sms: int) -> int:
     """Kept elements a column reduction's program reads side by side.
 
-    Among 512, 256 and 128 bytes of the contiguous kept dim, the widest that pads
-    it least (129 f32 columns: 5 tiles of 32 waste 31 lanes, 2 tiles of 128
-    waste 127), as long as its tiles alone give every SM `COLUMN_PROGRAMS_PER_SM`
-    programs. Otherwise the reduction is (or will be) split across programs, and
-    the narrowest full line makes the most tiles: fewer chunks, fewer partials."""
+    `COLUMN_ROW_BYTES` of the contiguous kept dim where its tiles give every SM
+    `COLUMN_PROGRAMS_PER_SM` programs and pad the kept dim by at most an eighth
+    more lanes than one 128-byte line's (129 f32 columns: 3 tiles of 64 waste 63
+    lanes, 5 tiles of 32 waste 31); otherwise one full line, which makes the most
+    tiles; the kept dim itself where it is narrower. A kernel whose tiles cannot
+    fill the GPU anyway (a second stage summing a split's partials) takes the
+    line where that holds all its rows in one step."""
     columns, e = shape.columns, shape.element_bytes
-    outer = numel(shape.parallel) // columns
-    widths = [min(next_pow2(columns), max(1, b // e)) for b in (WIDE_BYTES, 256, LINE_BYTES)]
-    least = min(_cdiv(columns, x) * x for x in widths)
-    for x in widths:
-        fills = outer * _cdiv(columns, x) >= COLUMN_PROGRAMS_PER_SM * sms
-        if fills and _cdiv(columns, x) * x == least:
-            return x
-    return widths[-1]
+    wide, line = (min(next_pow2(columns), max(1, b // e)) for b in (COLUMN_ROW_BYTES, LINE_BYTES))
+    if column_programs(shape, wide) >= COLUMN_PROGRAMS_PER_SM * sms:
+        return wide if 8 * _cdiv(columns, wide) * wide <= 9 * _cdiv(columns, line) * line else line
+    return line
+
+
+def column_programs(shape: KernelShape, x: int) -> int:
+    """Programs of a column reduction whose tiles are `x` kept elements wide."""
+    return _cdiv(shape.columns, x) * (numel(shape.parallel) // shape.columns)
 
 
 def column_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
     """A column reduction: `x` kept elements side by side along the contiguous dim
     (block axis 0, `column_width`), `r` rows of the strided reduced dims a step
-    (block axis 1, `STEP_BYTES` a step), summed across axis 1 at the end. Loads
-    are coalesced along axis 0; the loop walks the reduced dim `r` rows at a time.
-    All rows are taken in one step, with no loop, where that holds at most
-    `ONE_STEP_ELEMENTS` (the second stage of a split reduction sums a few hundred
-    partials: one round trip)."""
+    (block axis 1), summed across axis 1 at the end. Loads are coalesced along axis
+    0; the loop walks the reduced dim `r` rows at a time.
+
+    A step is `COLUMN_THREAD_BYTES` a thread of `COLUMN_WARPS` warps (4 KB) where
+    the programs fill the GPU; where they fill at most half of it (a split capped
+    in chunks, a narrow kept dim), 8 warps (8 KB), so that an SM keeps more loads
+    outstanding. (16 KB steps were 11-15% slower than 8 KB on two such batch-norm
+    statistics, bf16, on an H200.) A
+    kernel whose programs fill at most half the GPU takes all its rows in one
+    step, with no loop, where that holds at most `ONE_STEP_ELEMENTS` (the second
+    stage of a split reduction sums a few hundred partials: one round trip, not
+    a loop of them on few SMs)."""
     x = column_width(shape, sms)
-    r = max(1, STEP_BYTES // (x * shape.element_bytes))
+    e = shape.element_bytes
     rows = next_pow2(numel(shape.reduction))
-    r = rows if rows <= r or x * rows <= ONE_STEP_ELEMENTS else r
-    if shape.epilogue:
-        return Tiling((x, r), _warps(x * r, 16))
-    return Tiling((x, r), _warps(x * r, 8))
+    want = COLUMN_PROGRAMS_PER_SM * sms
+    programs = column_programs(shape, x)
+    warps = COLUMN_WARPS * (2 if 2 * programs <= want else 1)
+    r = max(1, warps * 32 * COLUMN_THREAD_BYTES // (x * e))
+    if rows <= r or (x * rows <= ONE_STEP_ELEMENTS and 2 * programs < want):
+        return Tiling((x, rows), _warps(x * rows, 8))
+    return Tiling((x, r), max(1, x * r * e // (32 * COLUMN_THREAD_BYTES)))
 
 
 SHARED_STEP_ELEMENTS = 4096

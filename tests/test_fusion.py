@@ -203,7 +203,9 @@ def test_fusion_report_lists_rejected_candidates_with_reasons(tmp_path: Path) ->
 def test_fusion_report_names_every_stage_of_a_split_group(tmp_path: Path) -> None:
     """A group split into three kernels (a column's bf16 mean, then the variance
     reading it, then the normalization) is one group of three kernels; its second
-    stage (`..._split1`) was once listed apart as a copy no group made."""
+    stage (`..._split1`) was once listed apart as a copy no group made. Above
+    `combine-once-bytes` (5.8 MB here) the same group is five kernels, each stage's
+    partials combined by a kernel of its own."""
     text = """func @f(%x: tensor<30011x96xbf16>) -> tensor<30011x96xbf16> {
   %mean = graph.reduce_mean %x {dims = [0], keepdim = true} : tensor<1x96xbf16>
   %c = graph.sub %x, %mean : tensor<30011x96xbf16>
@@ -218,6 +220,12 @@ def test_fusion_report_names_every_stage_of_a_split_group(tmp_path: Path) -> Non
     assert "3 kernels launched" in err and "(copy)" not in err
     (line,) = [ln for ln in err.splitlines() if "split by split-reduction" in ln]
     assert line.count(" + ") == 2 and "_split1 + " in line
+    big = text.replace("30011x96", "300110x96")
+    status, _, err = _opt(tmp_path, big, "--fuse", "--fusion-report")
+    assert status == 0
+    assert "5 kernels launched" in err and "(copy)" not in err
+    (line,) = [ln for ln in err.splitlines() if "split by split-reduction" in ln]
+    assert line.count(" + ") == 4 and "_split1 + " in line and "_combine1 + " in line
 
 
 def test_fusion_report_needs_the_fuse_pass(tmp_path: Path) -> None:

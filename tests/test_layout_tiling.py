@@ -23,8 +23,15 @@ from xdsl.ir import SSAValue
 import irc
 from irc.compiler import lower_to_tile
 from irc.dialects import loop, tile
-from irc.ir.types import numel
-from irc.passes.tile import kernel_shape
+from irc.ir.types import element_bytes, numel
+from irc.passes.tile import (
+    COLUMN_PROGRAMS_PER_SM,
+    COLUMN_ROW_BYTES,
+    COLUMN_THREAD_BYTES,
+    IN_FLIGHT_BYTES,
+    LINE_BYTES,
+    kernel_shape,
+)
 from irc.pipeline import run_pipeline
 from irc.testing.reference import functions, random_inputs
 from irc.testing.reference import run as reference_run
@@ -38,6 +45,19 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("IRC_CACHE_DIR", str(tmp_path_factory.mktemp("irc-cache")))
         yield
+
+
+@pytest.fixture(params=[False, True], ids=["combined-by-each", "combined-once"])
+def combine_once(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Runs a test with split-reduction's default `combine-once-bytes` (small tests
+    stay below it: every program combines its partials) and with 0 (a kernel of its
+    own combines them once, as for 48 MB and more)."""
+    if request.param:
+        import irc.passes.split_reduction as split
+
+        real = split.combines_once
+        monkeypatch.setattr(split, "combines_once", lambda kernel, n, least=0: real(kernel, n, 0))
+    return bool(request.param)
 
 
 def t(shape: tuple[int, ...], el: str = "f32") -> str:
@@ -174,58 +194,96 @@ def loops(k: tile.KernelOp) -> int:
     return sum(1 for op in k.walk() if isinstance(op, tile.ForOp))
 
 
+def in_flight_bytes(k: tile.KernelOp, programs: int) -> int:
+    """Bytes of loads the GPU's programs hold in flight at once: a step's tile of
+    every program that fits (64 warps an SM)."""
+    warps = k.warps.value.data  # type: ignore[union-attr]
+    step = sum(
+        numel(load.result.type.get_shape()) * element_size(load)  # type: ignore[attr-defined]
+        for load in streamed_loads(k)
+    )
+    return min(programs, SMS * (64 // warps)) * step
+
+
+def element_size(load: tile.LoadOp) -> int:
+    return element_bytes(load.result.type.get_element_type())  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(
-    ("shape", "dims", "el", "width"),
+    ("shape", "dims", "el"),
     [
-        ((50000, 129), [0], "f32", 32),  # 5 tiles of 32 waste 31 lanes; 2 of 128, 127
-        ((3001, 5003), [0], "bf16", 64),
-        ((32, 2048, 768), [0, 1], "bf16", 64),
-        ((17, 999, 1024), [0, 1], "f32", 32),
-        ((7, 4099, 129), [1], "f16", 64),
-        ((8192, 8192), [0], "f32", 32),
+        ((50000, 129), [0], "f32"),  # 5 tiles of 32 waste 31 lanes; 3 of 64, 63
+        ((3001, 5003), [0], "bf16"),
+        ((32, 2048, 768), [0, 1], "bf16"),
+        ((39, 980, 1173), [0, 1], "bf16"),
+        ((17, 999, 1024), [0, 1], "f32"),
+        ((7, 4099, 129), [1], "f16"),
+        ((8192, 8192), [0], "f32"),
     ],
     ids=str,
 )
-def test_split_column_reductions_fill_the_gpu_and_sum_partials_in_one_step(
-    shape: tuple[int, ...], dims: list[int], el: str, width: int
+def test_split_column_reductions_keep_an_sms_loads_in_flight(
+    shape: tuple[int, ...], dims: list[int], el: str
 ) -> None:
-    """The kept dim is read a full 128-byte line wide (the narrowest coalesced run,
-    which makes the most kept tiles), the reduced rows split into chunks of whole
-    steps until every SM has 4 programs of 8 KB a step, and the second stage
-    reads each column's partials in one step: no loop of round trips."""
+    """Each row is read a whole 128- or 256-byte run wide, a program's step is 32
+    bytes a thread (4 KB for 4 warps, 8 KB for 8) or all its rows at once, and the
+    reduced rows are split into enough chunks that the GPU holds at least half of
+    `IN_FLIGHT_BYTES` an SM in flight; the second stage reads each column's
+    partials in one step: no loop of round trips."""
     module = tiled(reduce_fn("reduce_sum", shape, dims, el))
     (first, programs, _), (second, _, _) = launches(module)
-    assert programs >= 4 * SMS
+    assert in_flight_bytes(first, programs) >= IN_FLIGHT_BYTES * SMS // 2
     assert loops(second) == 0
-    size = 2 if el != "f32" else 4
+    warps = first.warps.value.data  # type: ignore[union-attr]
     for load in streamed_loads(first):
         x, r = load.result.type.get_shape()  # type: ignore[attr-defined]
-        assert x == width and x * size == 128
-        assert x * r * size == 8192 or loops(first) == 0, "8 KB a step, or one step"
+        size = element_size(load)
+        assert x * size in (LINE_BYTES, COLUMN_ROW_BYTES)
+        assert loops(first) == 0 or x * r * size == warps * 32 * COLUMN_THREAD_BYTES
         assert unit_stride_axes(load.offsets) == {0}
+        assert load.evict.data == "first", "a streamed input leaves L2 first, ragged chunks too"
+
+
+def test_a_narrow_kept_dim_takes_8_warp_steps_and_partials_in_one_step() -> None:
+    """69 bf16 columns fill one program's width: the chunks are capped where the
+    second stage still sums them in one step, and the split stage's steps are 8 KB
+    (8 warps), so that its few programs keep more in flight."""
+    module = tiled(reduce_fn("reduce_sum", (44839, 69), [0], "bf16"))
+    (first, programs, _), (second, _, _) = launches(module)
+    assert first.warps.value.data == 8  # type: ignore[union-attr]
+    assert loops(second) == 0
+    (load,) = streamed_loads(second)
+    assert load.result.type.get_shape()[1] <= 256  # type: ignore[attr-defined]
+    assert programs * 8 * 32 * COLUMN_THREAD_BYTES >= IN_FLIGHT_BYTES * SMS // 4
 
 
 def test_wide_column_tiles_where_kept_tiles_alone_fill_the_gpu() -> None:
-    """Enough columns for 4 programs an SM without a split: one kernel, 512 bytes
-    of each row side by side (four lines of a DRAM page)."""
-    module = tiled(reduce_fn("reduce_sum", (64, 131072), [0]))
+    """Enough columns for every SM's programs without a split: one kernel, 256 bytes
+    of each row side by side."""
+    module = tiled(reduce_fn("reduce_sum", (64, 262144), [0]))
     ((k, programs, _),) = launches(module)
-    assert programs == 131072 // 128
+    assert programs == 262144 // 64
     for load in streamed_loads(k):
-        assert load.result.type.get_shape()[0] == 128  # type: ignore[attr-defined]
+        assert load.result.type.get_shape()[0] * 4 == COLUMN_ROW_BYTES  # type: ignore[attr-defined]
 
 
 def test_column_chunks_follow_the_sm_count() -> None:
-    """Fewer SMs, fewer chunks: the grid is the SM count's, not a fixed table's."""
+    """Fewer SMs, fewer chunks: the grid is the SM count's, not a fixed table's,
+    until the partials reach what the second stage sums in one step."""
     from irc.target import Target
 
+    counts = []
     for sms in (8, 66, 132, 264):
         module = irc.parse(reduce_fn("reduce_sum", (50000, 129), [0]), "t.ir")
         run_pipeline(module, "fuse")
         lower_to_tile(module, target=Target(sms=sms))
         (_, programs, _), (second, _, _) = launches(module)
-        assert 4 * sms <= programs < 8 * sms + 5
+        want = COLUMN_PROGRAMS_PER_SM * sms
+        if sms <= 132:
+            assert want // 2 <= programs <= 2 * want
         assert loops(second) == 0
+        counts.append(programs)
+    assert counts == sorted(counts) and counts[0] < counts[1]
 
 
 def test_row_sum_keeps_its_row_layout() -> None:
@@ -551,18 +609,73 @@ def softmax(shape: tuple[int, ...], dim: int, el: str = "f32") -> str:
 def test_a_split_softmax_takes_max_and_sum_of_exps_in_one_stage() -> None:
     """Softmax over the rows of each column (Inductor's test_softmax_outer): the
     split stage stores each chunk's max and its sum of exps rescaled to it (one
-    `loop.softmax_reduce`), the output kernel combines them; x is read twice, in
-    2 kernels, where a stage for each statistic read it three times in 3."""
+    `loop.softmax_reduce`), a small kernel combines them once a column, and the
+    output kernel loads the column's two statistics; x is read twice, where a
+    stage for each statistic read it three times."""
     module = irc.parse(softmax((12554, 1422), 0), "t.ir")
     run_pipeline(module, "fuse,graph-to-loop,one-pass-variance,split-reduction")
     kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
-    assert len(kernels) == 2
-    stage, output = kernels
+    assert len(kernels) == 3
+    stage, combine, output = kernels
     assert [type(op) for op in stage.walk() if isinstance(op, loop.REDUCING_LOOPS)] == [
         loop.SoftmaxReduceOp
     ]
-    assert not any(isinstance(op, loop.SoftmaxReduceOp) for op in output.walk())
+    assert loop.int_list(combine.bounds) == [1422]  # a program a column's worth of partials
+    assert not any(isinstance(op, loop.REDUCING_LOOPS) for op in output.walk())
+    assert [x_loads(k) for k in kernels] == [1, 0, 1]
     assert_grids_fill_the_gpu(tiled(softmax((12554, 1422), 0)))
+
+
+@pytest.mark.parametrize(
+    ("shape", "dim"), [((12554, 1422), 0), ((37, 2053, 9), 1), ((48374, 338), 0)], ids=str
+)
+def test_the_epilogue_of_combined_statistics_is_element_wise_over_the_whole_space(
+    shape: tuple[int, ...], dim: int
+) -> None:
+    """Once a column's statistics are combined in a kernel of their own, what reads
+    them (a softmax's output, a normalization) is an element-wise kernel over the
+    tensor's dims in its own order, tiled flat and contiguous like any other."""
+    text = softmax(shape, dim)
+    if len(shape) == 2 and shape[1] == 338:
+        text = normalize_columns(shape)
+    module = irc.parse(text, "t.ir")
+    run_pipeline(
+        module, "fuse,graph-to-loop,one-pass-variance,split-reduction{combine-once-bytes=0},tile"
+    )
+    final = [k for k in module.walk() if isinstance(k, loop.KernelOp)][-1]
+    assert final.kind is not None and final.kind.data == "pointwise"
+    assert loop.int_list(final.bounds) == list(shape)
+    assert len(loop.int_list(final.block)) == 1  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shape", [(4001, 37), (3001, 130)], ids=str)
+def test_a_split_normalization_of_columns_matches_torch(
+    shape: tuple[int, int], combine_once: bool
+) -> None:
+    """Statistics split, then combined by every normalizing program or once and
+    normalized element-wise (ragged chunks, a kept dim of no 16-byte multiple), in
+    the interpreter."""
+    check(normalize_columns(shape), expect_kernels=3 if combine_once else 2)
+
+
+def normalize_columns(shape: tuple[int, int]) -> str:
+    x, row = t(shape), t((1, shape[1]))
+    return f"""func @f(%x: {x}) -> {x} {{
+  %m = graph.reduce_mean %x {{dims = [0], keepdim = true}} : {row}
+  %d = graph.sub %x, %m : {x}
+  %q = graph.mul %d, %d : {x}
+  %v = graph.reduce_mean %q {{dims = [0], keepdim = true}} : {row}
+  %e = graph.constant {{value = 1.0e-5}} : {t(())}
+  %ve = graph.add %v, %e : {row}
+  %r = graph.rsqrt %ve : {row}
+  %y = graph.mul %d, %r : {x}
+  return %y : {x}
+}}
+"""
+
+
+def x_loads(k: loop.KernelOp) -> int:
+    return sum(1 for op in k.walk() if isinstance(op, loop.LoadOp) and op.buffer.name_hint == "x")
 
 
 @pytest.mark.parametrize(
@@ -570,12 +683,13 @@ def test_a_split_softmax_takes_max_and_sum_of_exps_in_one_stage() -> None:
     [softmax((3001, 45), 0), softmax((4096, 40), 0, "bf16"), softmax((37, 2053, 9), 1)],
     ids=["ragged", "bf16", "middle-dim"],
 )
-def test_split_softmax_matches_torch(text: str) -> None:
-    assert len(launches(tiled(text))) == 2
-    check(text, expect_kernels=2)
+def test_split_softmax_matches_torch(text: str, combine_once: bool) -> None:
+    kernels = 3 if combine_once else 2  # chunks' statistics, (combined,) output
+    assert len(launches(tiled(text))) == kernels
+    check(text, expect_kernels=kernels)
 
 
-def test_split_softmax_of_columns_with_infinities_matches_torch() -> None:
+def test_split_softmax_of_columns_with_infinities_matches_torch(combine_once: bool) -> None:
     """A column of -inf but for one element, a column all -inf (NaN, as torch), a
     +inf (NaN) and a chunk of -inf beside finite ones: the chunks' maxima combine
     to what one pass gives."""
@@ -587,6 +701,6 @@ def test_split_softmax_of_columns_with_infinities_matches_torch() -> None:
     x[7, 3] = math.inf
     x[:1500, 4] = -math.inf
     compiled = irc.compile(irc.parse(text, "t.ir"), device=DEVICE)
-    assert compiled.kernel_count == 2
+    assert compiled.kernel_count == (3 if combine_once else 2)
     got = compiled.f(x.to(DEVICE)).cpu()
     assert_close(got, torch.softmax(x, 0), equal_nan=True)

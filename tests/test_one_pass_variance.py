@@ -80,16 +80,17 @@ def test_the_pass_sits_between_graph_to_loop_and_split_reduction() -> None:
 def test_batch_norm_statistics_read_the_input_once_for_both_in_one_split_stage() -> None:
     """A column's mean and variance over 48,374 rows: split across programs, the
     two statistics were two stages, each reading x; now one stage of Welford parts
-    (mean, M2, count per chunk), combined where x is normalized."""
+    (mean, M2, count per chunk), combined once a column by a small kernel, whose
+    statistics the normalizing kernel loads."""
     source = text(BATCH_NORM, 48374, 338)
     before = loop_kernels(source, UP_TO_SPLIT.replace("one-pass-variance,", ""))
-    assert len(before) == 3 and [loads_of_x(k) for k in before] == [1, 1, 1]
-    stage, final = loop_kernels(source)
-    assert [loads_of_x(k) for k in (stage, final)] == [1, 1]
+    assert [loads_of_x(k) for k in before] == [1, 0, 1, 0, 1]  # stage, combine, twice; output
+    stage, combine, final = loop_kernels(source)
+    assert [loads_of_x(k) for k in (stage, combine, final)] == [1, 0, 1]
     assert len(ops(stage, loop.WelfordReduceOp)) == 1 and not ops(stage, loop.ReduceOp)
-    (combine,) = ops(final, loop.WelfordReduceOp)
-    assert loop.int_list(combine.bounds) == loop.int_list(stage.bounds)[:1]  # one part a chunk
-    assert not ops(final, loop.ReduceOp)
+    (parts,) = ops(combine, loop.WelfordReduceOp)
+    assert loop.int_list(parts.bounds) == loop.int_list(stage.bounds)[:1]  # one part a chunk
+    assert not ops(final, loop.ReduceOp) and not ops(final, loop.WelfordReduceOp)
 
 
 def test_layer_norm_rows_become_one_welford_reduce() -> None:
@@ -192,8 +193,10 @@ def tiled(source: str, tiling: Tiling) -> ModuleOp:
 def test_batch_norm_statistics_match_torch(n: int, c: int, dtype: torch.dtype) -> None:
     name = {torch.float32: "f32", torch.float64: "f64"}[dtype]
     source = text(BATCH_NORM, n, c, name)
-    split = len(loop_kernels(source)) == 2
+    split = len(loop_kernels(source)) == 2  # below combine-once-bytes: no combining kernel
     assert split == (n > 1000)
+    once = loop_kernels(source, UP_TO_SPLIT + "{combine-once-bytes=0}")
+    assert len(once) == (3 if n > 1000 else 1)
     assert_right(source, irc.parse(source, "t.ir"), offset_input(n, c, dtype))
 
 

@@ -15,7 +15,7 @@ import irc
 from irc.autotune import candidates
 from irc.compiler import triton_source
 from irc.dialects import loop
-from irc.passes.tile import TilePass, Tiling, kernel_shape, tiling_of
+from irc.passes.tile import LONG_CHAIN, TilePass, Tiling, kernel_shape, tiling_of
 from irc.pipeline import build_pipeline, run_pipeline
 from irc.runtime.loader import load_source
 from irc.target import Target, cuda_target, dram_gbps, target_for
@@ -75,6 +75,24 @@ def test_target_changes_element_wise_kernels_only() -> None:
     assert portable[poi] == Tiling((1024,), 4)
     assert thin[poi] == Tiling((512,), 8)
     assert thin[red] == portable[red]
+
+
+def test_a_long_chain_of_functions_takes_twice_the_warps() -> None:
+    """Four tanh an element (`LONG_CHAIN`): the same 1024 elements a program in 8
+    warps, where one tanh an element keeps 4 (more warps hide the chain's latency)."""
+
+    def chain(n: int) -> str:
+        body = "".join(f"  %t{i + 1} = graph.tanh %t{i}\n" for i in range(n))
+        return (
+            "func @f(%t0: tensor<4096x1024xf32>) -> tensor<4096x1024xf32> {\n"
+            + body
+            + f"  return %t{n} : tensor<4096x1024xf32>\n}}\n"
+        )
+
+    (short,) = _kernels(None, chain(1)).values()
+    (long,) = _kernels(None, chain(LONG_CHAIN)).values()
+    assert short.block == long.block == (1024,)
+    assert long.warps == 2 * short.warps == 8
 
 
 ROWS = """
