@@ -213,7 +213,8 @@ class KernelOp(IRDLOperation):
         name = self.kernel_name.data
         check_kernel_name(self.name, name)
         for other in _kernels_before(self):
-            if other.kernel_name.data == name:
+            # A kernel above whose name is no string fails its own verification.
+            if isinstance(other.sym_name, StringAttr) and other.sym_name.data == name:
                 raise VerifyException(
                     f"tile.kernel: a kernel above is named {quoted(name)} too (names are unique)"
                 )

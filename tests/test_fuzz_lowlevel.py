@@ -48,7 +48,6 @@ GRAPHS = 6
 
 KNOWN: dict[str, str] = {
     "F21": r"Both operands must be same dtype",
-    "F26": r"'SymbolRefAttr' object has no attribute 'data'",
 }
 """Open findings (ids of /tmp/team/fuzz_findings.md, tests/hostile files) -> a regex of their
 problem text. Remove an entry when its fix lands."""

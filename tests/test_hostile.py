@@ -73,12 +73,10 @@ def read_entry(path: Path) -> Entry:
 
 ENTRIES = [read_entry(p) for p in sorted(CORPUS.glob("*.ir"))]
 
-OPEN: dict[str, str] = {
-    "tile_kernel_name_symbol_first.ir": "F26: a kernel below reads a symbol name as a string",
-}
+OPEN: dict[str, str] = {}
 """Corpus files whose defect is still open (the finding in /tmp/team/fuzz_findings.md)."""
 
-CRASH_IN_VERIFIER = {"tile_kernel_name_symbol_first.ir"}
+CRASH_IN_VERIFIER: set[str] = set()
 """Open lower-level files whose defect breaks the verifier, which irc-run runs before it
 refuses lower-level IR; the others reach only irc-opt's and irc.compile's lowering."""
 

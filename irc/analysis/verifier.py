@@ -145,7 +145,10 @@ def verify_op(op: Operation, out: list[Diagnostic]) -> None:
         for line in (part.strip() for part in str(e).splitlines()):
             if line:
                 message += ("" if not message else " " if message.endswith(":") else "; ") + line
-        out.append(Diagnostic(op_location(op), message or type(e).__name__, notes=notes))
+        message = message or type(e).__name__
+        if not message.startswith(op.name):  # IRDL's own (`@k should be of base attribute
+            message = f"{op.name}: {message}"  # string`) say nothing of the op they are in
+        out.append(Diagnostic(op_location(op), message, notes=notes))
 
 
 def enclosing_block(op: Operation) -> Block | None:
