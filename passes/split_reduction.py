@@ -22,6 +22,14 @@ and with 8192 (each program's chunk then fits in its registers) about 1.3%
 less again. More chunks than that read as fast, but the final kernel, one
 program summing all the partials, then costs more than they save
 (docs/benchmarks.md).
+
+A reduction with kept dims whose grid would leave the GPU idle (a column sum:
+`column_chunks`) is split along its reduced rows the same way. Where something
+reads its combined value again and it streams `combine-once-bytes` or more, a
+small kernel over the kept dims combines the partials once (`_combine_once`),
+and an epilogue that reads them becomes an element-wise kernel over the whole
+tensor (`_elementwise_kernel`); below that, every program of the next kernel
+combines the partials it needs.
 """
 
 from __future__ import annotations
