@@ -438,12 +438,25 @@ def _combine_once(kernel: loop.KernelOp, values: list[SSAValue], name: str) -> N
     Inductor's separate reductions and element-wise kernel took 0.77x the time)."""
     parent = kernel.parent_block()
     assert parent is not None
-    values = [v for v in values if v.uses]  # a Welford count nothing reads stays behind
     ops = list(kernel.body.block.ops)
+    # Outputs stored once a column from these values alone (a mean returned beside
+    # the normalized tensor) are stored by the combining kernel instead.
+    combining = {v.owner for v in values}
+    moved = [
+        op
+        for op in ops
+        if isinstance(op, loop.StoreOp)
+        and not any(
+            isinstance(o, loop.ForeachOp) or (isinstance(o, Reduction) and o not in combining)
+            for o in _slice(ops, [op])
+        )
+    ]
+    values = [v for v in values if any(u.operation not in moved for u in v.uses)]
     stats = kernel.clone()
     mapping = dict(zip(ops, stats.body.block.ops, strict=True))
     stats.properties["name"] = StringAttr(name)
     kept = stats.body.block.args
+    keep = {mapping[op] for op in moved}
     buffers: list[SSAValue] = []
     for v in values:
         buffer = loop.AllocOp.create(result_types=[MemRefType(v.type, kernel.parallel_bounds())])
@@ -454,12 +467,15 @@ def _combine_once(kernel: loop.KernelOp, values: list[SSAValue], name: str) -> N
         clone = mapping[owner].results[v.index]  # type: ignore[attr-defined]
         stats.body.block.add_op(loop.StoreOp.create(operands=[clone, buffer.result, *kept]))
     for op in list(stats.body.block.ops):
-        if isinstance(op, loop.ForeachOp | loop.StoreOp) and op.parent_block() is stats.body.block:
-            if isinstance(op, loop.ForeachOp) or op.operands[1] not in buffers:
-                stats.body.block.erase_op(op)
+        if isinstance(op, loop.ForeachOp) or (
+            isinstance(op, loop.StoreOp) and op not in keep and op.operands[1] not in buffers
+        ):
+            stats.body.block.erase_op(op)
     _drop_unused_top(stats)
     parent.insert_op_before(stats, kernel)
     block = kernel.body.block
+    for op in moved:
+        block.erase_op(op)
     first = block.first_op
     assert first is not None
     for v, buffer in zip(values, buffers, strict=True):

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 from torch.testing import assert_close
+from xdsl.dialects import func
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import SSAValue
 
@@ -690,6 +691,20 @@ COLUMN_EPILOGUES = {
 }
 """,
 }
+
+
+def test_a_statistic_returned_beside_the_epilogue_is_stored_by_the_combining_kernel() -> None:
+    """A column sum returned beside the tensor it scales (a batch norm's saved mean):
+    the combining kernel stores it once a column, and the epilogue stays element-wise."""
+    module = irc.parse(COLUMN_EPILOGUES["max-and-sum-returned"], "t.ir")
+    run_pipeline(module, "fuse,graph-to-loop,split-reduction{combine-once-bytes=0}")
+    stage, combine, final = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (fn,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    returned = fn.body.block.last_op.operands[1]  # type: ignore[union-attr]
+    stores = [op for op in combine.walk() if isinstance(op, loop.StoreOp)]
+    assert any(op.buffer is returned for op in stores)
+    assert not any(isinstance(op, loop.StoreOp) and op.buffer is returned for op in final.walk())
+    assert final.kind is not None and final.kind.data == "pointwise"
 
 
 @pytest.mark.parametrize("name", sorted(COLUMN_EPILOGUES))
