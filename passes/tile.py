@@ -797,9 +797,10 @@ LINE_BYTES = 128
 full 128-byte line (8 threads of 16 bytes), so every sector a load touches is used."""
 COLUMN_ROW_BYTES = 256
 """The run of each row a column reduction's program reads side by side where the kept
-dim is that wide: two lines. Measured on an H200 (split stages of column sums, bf16
-and f32, 7608 x 11982 to 39 x 980 x 1173): 64 f32 columns beat 32 by 10-25% at equal
-steps, 128 bf16 columns beat 64 and 32."""
+dim is that wide: two lines. In a sweep of split-stage tilings on an H200 the
+fastest were this wide (7608 x 11982 f32: 64 x 32 in 101 us, the best of 32 columns
+105; 39 x 980 x 1173 bf16: 128 x 8 in 37.6 us, the best of 32 columns 41.5; a 768-
+column f32 sum was as fast either way)."""
 COLUMN_THREAD_BYTES = 32
 """Bytes a thread of a column reduction loads a step: two 16-byte vectors."""
 COLUMN_WARPS = 4
@@ -812,9 +813,9 @@ bandwidth (25 GB/s on an H100, 36 on an H200) times a loaded round trip
 COLUMN_PROGRAMS_PER_SM = IN_FLIGHT_BYTES // (COLUMN_WARPS * 32 * COLUMN_THREAD_BYTES)
 """Programs an SM gets from a column reduction (16: 64 warps, an SM's most): each holds
 a 4 KB step in flight, `IN_FLIGHT_BYTES` between them. Fewer kept tiles than this
-times the SMs call for a split. The split stages of 8 column reductions (H200)
-ran 1.3-1.8x faster with 1100-2300 such programs than with the 4 programs an SM of
-8 warps and 8 KB steps taken before, whose registers let too few be resident."""
+times the SMs call for a split. The split stages of three column sums (H200) ran
+1.2-1.8x faster with 1100-2300 small programs than with the 4 programs an SM of 8
+warps and 8 KB steps taken before, whose registers let too few be resident."""
 COLUMN_MIN_STEPS = 4
 """Steps a split column reduction's program takes at least, which its start and its
 store of partials cost little beside."""
@@ -834,9 +835,8 @@ def column_width(shape: KernelShape, sms: int) -> int:
     `COLUMN_PROGRAMS_PER_SM` programs and pad the kept dim by at most an eighth
     more lanes than one 128-byte line's (129 f32 columns: 3 tiles of 64 waste 63
     lanes, 5 tiles of 32 waste 31); otherwise one full line, which makes the most
-    tiles; the kept dim itself where it is narrower. A kernel whose tiles cannot
-    fill the GPU anyway (a second stage summing a split's partials) takes the
-    line where that holds all its rows in one step."""
+    tiles (a split's chunks are counted on those); the kept dim itself where it is
+    narrower."""
     columns, e = shape.columns, shape.element_bytes
     wide, line = (min(next_pow2(columns), max(1, b // e)) for b in (COLUMN_ROW_BYTES, LINE_BYTES))
     if column_programs(shape, wide) >= COLUMN_PROGRAMS_PER_SM * sms:
@@ -858,12 +858,11 @@ def column_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
     A step is `COLUMN_THREAD_BYTES` a thread of `COLUMN_WARPS` warps (4 KB) where
     the programs fill the GPU; where they fill at most half of it (a split capped
     in chunks, a narrow kept dim), 8 warps (8 KB), so that an SM keeps more loads
-    outstanding. (16 KB steps were 11-15% slower than 8 KB on two such batch-norm
-    statistics, bf16, on an H200.) A
-    kernel whose programs fill at most half the GPU takes all its rows in one
-    step, with no loop, where that holds at most `ONE_STEP_ELEMENTS` (the second
-    stage of a split reduction sums a few hundred partials: one round trip, not
-    a loop of them on few SMs)."""
+    outstanding (16 KB steps were 11-15% slower than 8 KB on two such bf16 batch-norm
+    statistics on an H200). A kernel whose programs fill at most half the GPU
+    takes all its rows in one step, with no loop, where that holds at most
+    `ONE_STEP_ELEMENTS` (the second stage of a split reduction sums a few hundred
+    partials: one round trip, not a loop of them on few SMs)."""
     x = column_width(shape, sms)
     e = shape.element_bytes
     rows = next_pow2(numel(shape.reduction))
