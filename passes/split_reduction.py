@@ -54,30 +54,20 @@ from xdsl.passes import ModulePass
 
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
-from irc.ir.types import (
-    ELEMENT_TYPES,
-    F32,
-    FLOAT_TYPES,
-    HALF_TYPES,
-    I1,
-    int_array,
-    numel,
-)
+from irc.ir.types import ELEMENT_TYPES, F32, FLOAT_TYPES, HALF_TYPES, I1, int_array, numel
 from irc.passes.online_softmax import fuse_pair, softmax_partner
 from irc.passes.options import check_option
 from irc.passes.tile import (
     COLUMN_MIN_STEPS,
     COLUMN_PROGRAMS_PER_SM,
-    COLUMN_ROW_BYTES,
-    COLUMN_THREAD_BYTES,
-    COLUMN_WARPS,
     LINE_BYTES,
     ONE_STEP_ELEMENTS,
     KernelShape,
     choose_tiling,
     column_programs,
+    column_step_rows,
+    column_widths,
     kernel_shape,
-    next_pow2,
     programs,
 )
 
@@ -419,10 +409,10 @@ batch-norm statistics (65 MB) and a column softmax of 12554x1422 f32 (71 MB) too
 buffer on that host) bound the call, 1.0-1.8x."""
 
 
-def combines_once(kernel: loop.KernelOp, n: int, least: int = COMBINE_ONCE_BYTES) -> bool:
-    """Whether a split of `kernel` (`n` reduced elements) combines its partials once
-    in a kernel of their own: a column reduction streaming `least` bytes or more."""
-    shape = kernel_shape(kernel)
+def combines_once(shape: KernelShape, n: int, least: int = COMBINE_ONCE_BYTES) -> bool:
+    """Whether a split of a kernel of `shape` (`n` reduced elements) combines its
+    partials once in a kernel of their own: a column reduction streaming `least`
+    bytes or more."""
     return bool(shape.columns) and n * numel(shape.parallel) * shape.element_bytes >= least
 
 
@@ -580,7 +570,7 @@ def split_kernel(
     chunk = -(-n // g)
     assert -(-n // chunk) == g, "no chunk is empty"
     base = kernel.kernel_name.data
-    once = bool(parallel) and combines_once(kernel, n, combine_once_bytes)
+    once = bool(parallel) and combines_once(kernel_shape(kernel), n, combine_once_bytes)
     for depth, level in enumerate(levels):
         keep: list[Operation] = list(level)
         if depth == 0:
@@ -741,7 +731,7 @@ def split_chunks(
     if shape.columns:
         if numel(parallel) * n < threshold:
             return 1
-        if combines_once(kernel, n, combine_once_bytes):  # no program reads all partials
+        if combines_once(shape, n, combine_once_bytes):  # no program reads all partials
             most = n
         return column_chunks(shape, n, most, min_chunk, sms)
     if recombines and not shape.columns:
@@ -792,17 +782,14 @@ def column_chunks(
         return 1
     if partials:
         most = min(most, ONE_STEP_ELEMENTS // max(1, min(shape.columns, LINE_BYTES // 4)))
-    e = shape.element_bytes
-    wide, line = (
-        min(next_pow2(shape.columns), max(1, b // e)) for b in (COLUMN_ROW_BYTES, LINE_BYTES)
-    )
+    wide, line = column_widths(shape)
     g = -(-want // column_programs(shape, wide))
     if g > most:
         g = min(-(-want // column_programs(shape, line)), most)
     split = replace(shape, parallel=(g, *shape.parallel), reduction=(-(-n // g),))
     x, rows = choose_tiling(split, sms=sms).block
     chunk = -(-n // g) // rows * rows or -(-n // g)
-    step = max(1, COLUMN_WARPS * 32 * COLUMN_THREAD_BYTES // (x * e))  # a 4 KB step's rows
+    step = column_step_rows(x, shape.element_bytes)  # a 4 KB step's rows
     chunk = max(
         chunk, step * COLUMN_MIN_STEPS, -(-min_chunk // min(x, shape.columns)), -(-n // most)
     )

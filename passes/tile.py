@@ -837,11 +837,25 @@ def column_width(shape: KernelShape, sms: int) -> int:
     lanes, 5 tiles of 32 waste 31); otherwise one full line, which makes the most
     tiles (a split's chunks are counted on those); the kept dim itself where it is
     narrower."""
-    columns, e = shape.columns, shape.element_bytes
-    wide, line = (min(next_pow2(columns), max(1, b // e)) for b in (COLUMN_ROW_BYTES, LINE_BYTES))
+    columns = shape.columns
+    wide, line = column_widths(shape)
     if column_programs(shape, wide) >= COLUMN_PROGRAMS_PER_SM * sms:
         return wide if 8 * _cdiv(columns, wide) * wide <= 9 * _cdiv(columns, line) * line else line
     return line
+
+
+def column_widths(shape: KernelShape) -> tuple[int, int]:
+    """The two widths a column reduction's tiles take: `COLUMN_ROW_BYTES` and one
+    128-byte line of the kept dim, in elements (the kept dim where it is narrower)."""
+    return tuple(  # type: ignore[return-value]
+        min(next_pow2(shape.columns), max(1, b // shape.element_bytes))
+        for b in (COLUMN_ROW_BYTES, LINE_BYTES)
+    )
+
+
+def column_step_rows(x: int, element_bytes: int, warps: int = COLUMN_WARPS) -> int:
+    """Rows a column program of `warps` takes a step, `COLUMN_THREAD_BYTES` a thread."""
+    return max(1, warps * 32 * COLUMN_THREAD_BYTES // (x * element_bytes))
 
 
 def column_programs(shape: KernelShape, x: int) -> int:
@@ -869,7 +883,7 @@ def column_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
     want = COLUMN_PROGRAMS_PER_SM * sms
     programs = column_programs(shape, x)
     warps = COLUMN_WARPS * (2 if 2 * programs <= want else 1)
-    r = max(1, warps * 32 * COLUMN_THREAD_BYTES // (x * e))
+    r = column_step_rows(x, e, warps)
     if rows <= r or (x * rows <= ONE_STEP_ELEMENTS and 2 * programs < want):
         return Tiling((x, rows), _warps(x * rows, 8))
     return Tiling((x, r), max(1, x * r * e // (32 * COLUMN_THREAD_BYTES)))
