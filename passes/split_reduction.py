@@ -68,6 +68,7 @@ from irc.passes.tile import (
     column_step_rows,
     column_widths,
     kernel_shape,
+    next_pow2,
     programs,
 )
 
@@ -781,7 +782,7 @@ def column_chunks(
     if column_programs(shape, unsplit.block[0]) >= want:
         return 1
     if partials:
-        most = min(most, ONE_STEP_ELEMENTS // max(1, min(shape.columns, LINE_BYTES // 4)))
+        most = min(most, ONE_STEP_ELEMENTS // min(next_pow2(shape.columns), LINE_BYTES // 4))
     wide, line = column_widths(shape)
     g = -(-want // column_programs(shape, wide))
     if g > most:

@@ -259,6 +259,17 @@ def test_a_narrow_kept_dim_takes_8_warp_steps_and_partials_in_one_step() -> None
     assert programs * 8 * 32 * COLUMN_THREAD_BYTES >= IN_FLIGHT_BYTES * SMS // 4
 
 
+@pytest.mark.parametrize(("shape", "el"), [((1000003, 7), "f32"), ((500001, 3), "bf16")], ids=str)
+def test_partials_of_a_kept_dim_of_no_power_of_two_fit_one_step(
+    shape: tuple[int, int], el: str
+) -> None:
+    """7 columns take 8-wide tiles: the chunks are capped by what those hold in one
+    step (1024 rows, not 8192 / 7), so the second stage has no loop."""
+    module = tiled(reduce_fn("reduce_sum", shape, [0], el))
+    (_, _, _), (second, _, _) = launches(module)
+    assert loops(second) == 0
+
+
 def test_wide_column_tiles_where_kept_tiles_alone_fill_the_gpu() -> None:
     """Enough columns for every SM's programs without a split: one kernel, 256 bytes
     of each row side by side."""
@@ -705,6 +716,59 @@ def test_a_statistic_returned_beside_the_epilogue_is_stored_by_the_combining_ker
     assert any(op.buffer is returned for op in stores)
     assert not any(isinstance(op, loop.StoreOp) and op.buffer is returned for op in final.walk())
     assert final.kind is not None and final.kind.data == "pointwise"
+
+
+STAGE_NAMED = """func @f(%x: memref<4096x64xf32>, %z: memref<4096x64xf32>) -> (memref<4096x64xf32>, memref<64xf32>) {
+  %0 = loop.alloc : memref<4096x64xf32>
+  loop.kernel {name = "k", bounds = [64]} (%1: index) {
+    %2 = loop.constant {value = 0} : index
+    %3 = loop.reduce {kind = "sum", bounds = [4096]} (%4: index) {
+      %5 = loop.load %x, %4, %1 : f32
+      loop.yield %5
+    } : f32
+    loop.foreach {bounds = [4096]} (%6: index) {
+      %7 = loop.load %x, %6, %1 : f32
+      %8 = loop.apply %7, %3 {fn = "sub"} : f32
+      loop.store %8, %0, %6, %1
+    }
+  }
+  %9 = loop.alloc : memref<64xf32>
+  loop.kernel {name = "STAGE", bounds = [64]} (%10: index) {
+    %11 = loop.reduce {kind = "max", bounds = [4096]} (%12: index) {
+      %13 = loop.load %z, %12, %10 : f32
+      loop.yield %13
+    } : f32
+    loop.store %11, %9, %10
+  }
+  return %0, %9 : memref<4096x64xf32>, memref<64xf32>
+}
+"""
+"""Hand-written loop kernels, the second named as split-reduction names a stage of the
+first (`STAGE` is replaced)."""
+
+
+@pytest.mark.parametrize("stage", ["k_split", "k_combine"])
+def test_a_kernel_named_like_a_split_stage_keeps_its_own_code(
+    stage: str, combine_once: bool
+) -> None:
+    """Both kernels split; the stage names split-reduction makes (`k_split`,
+    `k_combine`) meet the user's kernel of that name, and the emitted Triton
+    functions stay distinct, each launched with its own data."""
+    text = STAGE_NAMED.replace("STAGE", stage)
+    module = irc.parse(text, "t.ir")
+    run_pipeline(
+        module, "split-reduction{combine-once-bytes=0}" if combine_once else "split-reduction"
+    )
+    lower_to_tile(module)
+    names = [k.kernel_name.data for k in module.walk() if isinstance(k, tile.KernelOp)]
+    assert len(names) == len(set(names)) >= (5 if combine_once else 4)
+    compiled = irc.compile(irc.parse(text, "t.ir"), device=DEVICE)
+    gen = torch.Generator().manual_seed(17)
+    x = torch.randn(4096, 64, generator=gen).to(DEVICE)
+    z = torch.randn(4096, 64, generator=gen).to(DEVICE)
+    y, m = compiled.f(x, z)
+    assert_close(y, x - x.sum(0, keepdim=True), rtol=1e-5, atol=2e-3)
+    assert_close(m, z.amax(0))
 
 
 @pytest.mark.parametrize("name", sorted(COLUMN_EPILOGUES))
