@@ -10,25 +10,17 @@ device, with the pointer types of their tile.kernel signatures.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from triton.runtime.jit import JITFunction
 
 import irc
 from irc.compiler import lower_to_tile
-from irc.dialects import tile
-from irc.ir.types import format_type
-from irc.lowering.tile_to_triton import emit_triton, kernel_identifiers
+from irc.testing.sm90 import H100, gpu_kernels
 
-H100 = GPUTarget("cuda", 90, 32)
-POINTEE = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "f64": "fp64",
-           "i32": "i32", "i64": "i64", "i1": "i1"}  # fmt: skip
 
 def softmax(rows: int, cols: int, dim: int, el: str = "f32") -> str:
     x = f"tensor<{rows}x{cols}x{el}>"
@@ -118,35 +110,16 @@ PROGRAMS = {
 }
 
 
-def kernels_for_the_gpu(text: str, tmp_path: Path) -> list[tuple[str, JITFunction, dict[str, str]]]:
-    """(name, @triton.jit function, signature) of each kernel `text` compiles to."""
+def assert_kernels_build(text: str, tmp_path: Path) -> None:
+    """Every kernel of `text` goes through Triton's sm_90 pipeline and ptxas."""
     module = irc.parse(text, "t.ir")
     irc.run_pipeline(module, "fuse")
     lower_to_tile(module)
-    names = kernel_identifiers([k for k in module.walk() if isinstance(k, tile.KernelOp)])
-    path = tmp_path / "generated.py"
-    path.write_text(emit_triton(module))
-    spec = importlib.util.spec_from_file_location("generated", path)
-    assert spec is not None and spec.loader is not None
-    generated = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generated)
-    out = []
-    for kernel, name in names.items():
-        fn = getattr(generated, name)
-        assert isinstance(fn, JITFunction), f"{name} is not compiled for the GPU"
-        pointees = [format_type(a.type.pointee) for a in kernel.body.block.args]  # type: ignore[attr-defined]
-        sig = {p: "*" + POINTEE[t] for p, t in zip(fn.arg_names, pointees, strict=True)}
-        out.append((name, fn, sig))
-    return out
-
-
-def assert_kernels_build(text: str, tmp_path: Path) -> None:
-    """Every kernel of `text` goes through Triton's sm_90 pipeline and ptxas."""
-    kernels = kernels_for_the_gpu(text, tmp_path)
+    kernels = gpu_kernels(module, tmp_path)
     assert kernels
-    for kernel_name, fn, sig in kernels:
+    for _, fn, sig in kernels:
         compiled = triton.compile(ASTSource(fn, sig), target=H100)
-        assert ".entry " + kernel_name in compiled.asm["ptx"]
+        assert ".entry " + fn.__name__ in compiled.asm["ptx"]
         assert compiled.asm["cubin"]  # ptxas accepted it
 
 

@@ -5,33 +5,23 @@ not 16-byte aligned, so there are no vector loads). With a `where` on each loade
 value that only repeated the load's own mask, ptxas issued those loads one at a
 time, each after the add of the one before: one load in flight a thread, and the
 split stage of a 4679x8066 bf16 column sum took 53 us on an H200 where it takes 25
-without (docs/lowering.md, "Masked loads"). The first test pins the IR (no such
-`where`); the second compiles the kernel for sm_90 with the ptxas that Triton
-ships (no GPU needed) and reads the order of its loads and adds.
+without (docs/lowering.md, "masked lanes"). The first test pins the IR (no such
+`where`); the second builds the kernel for sm_90 with the ptxas that Triton ships
+(no GPU needed, `irc.testing.sm90`) and reads the order of its loads and adds.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 import irc
-import irc.runtime.helpers
 from irc.compiler import lower_to_tile
 from irc.dialects import tile
-from irc.lowering.tile_to_triton import emit_triton
-from irc.pipeline import run_pipeline
+from irc.testing.sm90 import build, gpu_kernels, loads_and_adds, sass
 
 CASES = [((4679, 8066), [0], "bf16"), ((17, 3001, 777), [1], "bf16"), ((2048, 3001), [0], "f16")]
 
@@ -47,7 +37,7 @@ def column_sum(shape: tuple[int, ...], dims: list[int], el: str) -> ModuleOp:
         f"  return %s : {t(out)}\n}}\n",
         "t.ir",
     )
-    run_pipeline(module, "fuse")
+    irc.run_pipeline(module, "fuse")
     lower_to_tile(module)
     return module
 
@@ -87,56 +77,14 @@ def test_no_select_repeats_a_loads_mask(shape: tuple[int, ...], dims: list[int],
                 assert not repeats, "a where that repeats the load's mask"
 
 
-def sass_order(stage: tile.KernelOp) -> str:
-    """The kernel's global loads (L) and float adds (F) in the order ptxas issues
-    them, compiled for sm_90a as Triton does on an H100 or H200."""
-    module = ModuleOp([stage.clone()])
-    source = emit_triton(module, "t")
-    name = stage.kernel_name.data
-    found = re.search(rf"@triton.jit\ndef ({name})\((.*?)\):\n.*?(?=\n\n\n|\Z)", source, re.S)
-    assert found is not None
-    helpers = [h for h in dir(irc.runtime.helpers) if h.startswith("_irc")]
-    text = (
-        "import triton\nimport triton.language as tl\n"
-        f"from irc.runtime.helpers import {', '.join(helpers)}\n{found.group(0)}\n"
-    )
-    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"irc_load_order_{os.getpid()}_{name}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    kernel_module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = kernel_module
-    spec.loader.exec_module(kernel_module)
-    kinds = {"bf16": "*bf16", "f16": "*fp16", "f32": "*fp32"}
-    signature = {}
-    for arg, value in zip(found.group(2).split(", "), stage.body.block.args, strict=False):
-        element = str(value.type)
-        signature[arg] = next((p for e, p in kinds.items() if f"<{e}>" in element), "*fp32")
-    compiled = triton.compile(
-        ASTSource(getattr(kernel_module, name), signature=signature, constexprs={}),
-        target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": stage.warps.value.data},  # type: ignore[union-attr]
-    )
-    bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    cubin = path.with_suffix(".cubin")
-    cubin.write_bytes(compiled.asm["cubin"])
-    sass = subprocess.run(
-        [bin_dir / "cuobjdump", "-sass", cubin], capture_output=True, text=True, check=True
-    ).stdout
-    path.unlink()
-    cubin.unlink()
-    return "".join(
-        "L" if "LDG" in line else "F"
-        for line in sass.splitlines()
-        if "LDG" in line or re.search(r"\bFADD\b", line)
-    )
-
-
 @pytest.mark.parametrize(("shape", "dims", "el"), CASES[:2], ids=str)
 def test_a_steps_loads_are_issued_before_its_adds(
-    shape: tuple[int, ...], dims: list[int], el: str
+    shape: tuple[int, ...], dims: list[int], el: str, tmp_path: Path
 ) -> None:
-    order = sass_order(split_stage(column_sum(shape, dims, el)))
+    module = column_sum(shape, dims, el)
+    stage = split_stage(module)
+    (built,) = [build(k, fn, sig) for k, fn, sig in gpu_kernels(module, tmp_path) if k is stage]
+    order = loads_and_adds(sass(built, tmp_path))
     loads = order.count("L")
     assert loads >= 8, order
     assert order.startswith("L" * loads), f"loads wait on adds: {order}"
