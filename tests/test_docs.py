@@ -302,7 +302,7 @@ DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SOURCE_PATH = re.compile(
     r"\b((?:irc|dialects|passes|lowering|tests|benchmarks|examples)/[\w/.-]*\.(?:py|lark|ir|sh|md|toml))\b"
 )
-MODULE_NAME = re.compile(r"`(irc(?:\.[a-z_]+)+)")
+MODULE_NAME = re.compile(r"`(irc(?:\.[a-z_][a-z_0-9]*)+)")
 
 
 def _doc_text(path: Path) -> str:
