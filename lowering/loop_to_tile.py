@@ -117,8 +117,10 @@ def _conjuncts(mask: SSAValue) -> set[SSAValue]:
 
 
 def _same_number(a: Attribute | None, b: Attribute) -> bool:
-    return isinstance(a, FloatAttr | IntegerAttr) and isinstance(b, FloatAttr | IntegerAttr) and (
-        a.value.data == b.value.data
+    return (
+        isinstance(a, FloatAttr | IntegerAttr)
+        and isinstance(b, FloatAttr | IntegerAttr)
+        and a.value.data == b.value.data
     )
 
 
