@@ -88,3 +88,36 @@ def test_a_steps_loads_are_issued_before_its_adds(
     loads = order.count("L")
     assert loads >= 8, order
     assert order.startswith("L" * loads), f"loads wait on adds: {order}"
+
+
+def test_the_report_shows_each_kernels_registers_and_loads_issued_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m irc.testing.sm90 FILE.ir`: a line a kernel, the split stage's 16
+    loads a thread issued together; a bad file is a located error, status 1."""
+    from irc.testing.sm90 import main
+
+    program = tmp_path / "sum.ir"
+    program.write_text(
+        "func @f(%x: tensor<4679x8066xbf16>) -> tensor<8066xbf16> {\n"
+        "  %s = graph.reduce_sum %x {dims = [0]} : tensor<8066xbf16>\n"
+        "  return %s : tensor<8066xbf16>\n}\n"
+    )
+    assert main([str(program)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
+    assert set(rows) == {"triton_red_sum_0_split", "triton_per_sum_0"}
+    warps, regs, loads, together = rows["triton_red_sum_0_split"]
+    assert (warps, loads, float(together)) == ("4", "16", 16.0)
+    assert 16 <= int(regs) <= 255
+
+    bad = tmp_path / "bad.ir"
+    bad.write_text(
+        "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = graph.bogus %x\n"
+        "  return %y : tensor<4xf32>\n}\n"
+    )
+    assert main([str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{bad}:2:8: error: unknown op 'graph.bogus'")
+    assert main([str(tmp_path / "missing.ir")]) == 1
+    assert "cannot read" in capsys.readouterr().err

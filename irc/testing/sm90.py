@@ -4,13 +4,23 @@ Triton's NVIDIA pipeline (TTIR, TTGIR, LLVM, PTX) and the ptxas and cuobjdump
 its wheel bundles need no device. Tests use this to catch what the interpreter
 accepts and the GPU compiler rejects (`tests/test_gpu_compile.py`), and to read
 the machine code ptxas makes of a kernel (`tests/test_load_order.py`).
+
+    python -m irc.testing.sm90 FILE.ir
+
+prints each kernel's registers and how many of its global loads ptxas issues
+together (a run of loads with no add between them): a reduction whose loads
+come one at a time, each after the add before, holds one load in flight a
+thread (docs/benchmarks.md, session 18), which shows here without a GPU.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import re
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +67,25 @@ def build(kernel: tile.KernelOp, fn: JITFunction[Any], sig: dict[str, str]) -> A
     return triton.compile(ASTSource(fn, sig), target=H100, options={"num_warps": warps})
 
 
-def sass(compiled: Any, tmp_path: Path) -> str:
-    """The kernel's machine code as cuobjdump prints it."""
+def _cuobjdump(compiled: Any, tmp_path: Path, flag: str) -> str:
     cubin = tmp_path / f"{compiled.metadata.name}.cubin"
     cubin.write_bytes(compiled.asm["cubin"])
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     return subprocess.run(
-        [str(tool), "-sass", str(cubin)], capture_output=True, text=True, check=True
+        [str(tool), flag, str(cubin)], capture_output=True, text=True, check=True
     ).stdout
+
+
+def sass(compiled: Any, tmp_path: Path) -> str:
+    """The kernel's machine code as cuobjdump prints it."""
+    return _cuobjdump(compiled, tmp_path, "-sass")
+
+
+def registers(compiled: Any, tmp_path: Path) -> int:
+    """Registers a thread of the kernel takes (ptxas's choice)."""
+    found = re.search(r"REG:(\d+)", _cuobjdump(compiled, tmp_path, "-res-usage"))
+    assert found is not None, "cuobjdump printed no register count"
+    return int(found.group(1))
 
 
 def loads_and_adds(code: str) -> str:
@@ -74,3 +95,59 @@ def loads_and_adds(code: str) -> str:
         for line in code.splitlines()
         if "LDG" in line or re.search(r"\bFADD\b", line)
     )
+
+
+def load_runs(order: str) -> list[int]:
+    """Lengths of the runs of loads with no add between them, in `loads_and_adds` order."""
+    return [len(run) for run in re.findall("L+", order)]
+
+
+def report(module: ModuleOp, tmp_path: Path) -> list[str]:
+    """One line a kernel of a tile-level `module`: warps, registers, loads and the
+    loads ptxas issues together, on average."""
+    lines = [f"{'kernel':<48} {'warps':>5} {'regs':>4} {'loads':>5} {'together':>8}"]
+    for kernel, fn, sig in gpu_kernels(module, tmp_path):
+        compiled = build(kernel, fn, sig)
+        runs = load_runs(loads_and_adds(sass(compiled, tmp_path)))
+        together = sum(runs) / len(runs) if runs else 0.0
+        warps = compiled.metadata.num_warps
+        lines.append(
+            f"{fn.__name__:<48} {warps:>5} {registers(compiled, tmp_path):>4} "
+            f"{sum(runs):>5} {together:>8.1f}"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m irc.testing.sm90",
+        description="Registers and load order of a program's kernels built for sm_90.",
+    )
+    parser.add_argument("file", help="a .ir file (graph level)")
+    args = parser.parse_args(argv)
+    import irc
+    from irc.compiler import lower_to_tile
+    from irc.syntax.diagnostics import IrcError, SourceManager
+
+    try:
+        text = Path(args.file).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        sys.stderr.write(f"{parser.prog}: error: cannot read {args.file}: {e}\n")
+        return 1
+    sources = SourceManager()
+    sources.add(args.file, text)
+    try:
+        module = irc.parse(text, args.file)
+        irc.run_pipeline(module, "fuse")
+        lower_to_tile(module)
+    except IrcError as e:
+        for d in e.diagnostics:
+            sys.stderr.write(sources.format(d) + "\n")
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        print("\n".join(report(module, Path(tmp))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
