@@ -773,10 +773,14 @@ def column_chunks(
     second stage sums in one step (`ONE_STEP_ELEMENTS` over a line's columns; no
     bound where the chunks store no `partials`) do that, else a line wide (twice
     the tiles; `tile`'s `column_width` decides the same from the split's shape).
-    A chunk is a whole number of the split stage's
-    steps (a ragged last step costs a round trip for a sliver of rows; rounded
-    down, so that the programs still fill the GPU), at least `COLUMN_MIN_STEPS`
-    of them and `min_chunk` elements a program."""
+    The count is taken from chunks of a whole number of the split stage's steps
+    (a ragged last step costs a round trip for a sliver of rows; rounded down, so
+    that the programs still fill the GPU), at least `COLUMN_MIN_STEPS` of them
+    and `min_chunk` elements a program; `split_kernel` then makes the chunks as
+    even as that count allows (`ceil(n / count)` rows), which may end within a
+    step (8192 rows in 18 chunks: 456 rows, 28.5 steps of 16). Which lengths
+    made ptxas issue a step's loads one at a time is in docs/benchmarks.md,
+    session 18."""
     unsplit = choose_tiling(shape, sms=sms)
     want = COLUMN_PROGRAMS_PER_SM * sms
     if column_programs(shape, unsplit.block[0]) >= want:
