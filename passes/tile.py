@@ -878,15 +878,14 @@ def column_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
     `ONE_STEP_ELEMENTS` (the second stage of a split reduction sums a few hundred
     partials: one round trip, not a loop of them on few SMs)."""
     x = column_width(shape, sms)
-    e = shape.element_bytes
     rows = next_pow2(numel(shape.reduction))
     want = COLUMN_PROGRAMS_PER_SM * sms
     programs = column_programs(shape, x)
     warps = COLUMN_WARPS * (2 if 2 * programs <= want else 1)
-    r = column_step_rows(x, e, warps)
+    r = column_step_rows(x, shape.element_bytes, warps)
     if rows <= r or (x * rows <= ONE_STEP_ELEMENTS and 2 * programs < want):
         return Tiling((x, rows), _warps(x * rows, 8))
-    return Tiling((x, r), max(1, x * r * e // (32 * COLUMN_THREAD_BYTES)))
+    return Tiling((x, r), warps)
 
 
 SHARED_STEP_ELEMENTS = 4096
