@@ -121,3 +121,53 @@ def test_the_report_shows_each_kernels_registers_and_loads_issued_together(
     assert err.startswith(f"{bad}:2:8: error: unknown op 'graph.bogus'")
     assert main([str(tmp_path / "missing.ir")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_report_takes_graph_level_programs_only_and_names_no_path_after_a_kernel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop-level file names its kernels itself (here `../../evil`): the command
+    refuses it before any kernel is built (status 1, one line saying why), and the
+    files it writes while building have fixed names in its own temporary folder."""
+    from irc.testing import sm90
+
+    hostile = tmp_path / "work" / "loop.ir"
+    hostile.parent.mkdir()
+    hostile.write_text(
+        "func @f(%x: memref<64x8xf32>) -> memref<8xf32> {\n"
+        "  %0 = loop.alloc : memref<8xf32>\n"
+        '  loop.kernel {name = "../../evil", bounds = [8]} (%1: index) {\n'
+        '    %2 = loop.reduce {kind = "sum", bounds = [64]} (%3: index) {\n'
+        "      %4 = loop.load %x, %3, %1 : f32\n"
+        "      loop.yield %4\n"
+        "    } : f32\n"
+        "    loop.store %2, %0, %1\n"
+        "  }\n"
+        "  return %0 : memref<8xf32>\n}\n"
+    )
+    monkeypatch.chdir(hostile.parent)
+    assert sm90.main([str(hostile)]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "python -m irc.testing.sm90: error: pass 'fuse' runs on graph-level IR, but this "
+        "module is at the loop level (it runs before graph-to-loop)\n"
+    )
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["loop.ir", "work"]
+
+    written: list[Path] = []
+    real = Path.write_bytes
+
+    def spy(path: Path, data: bytes) -> int:
+        written.append(path)
+        return real(path, data)
+
+    monkeypatch.setattr(Path, "write_bytes", spy)
+    program = tmp_path / "sum.ir"
+    program.write_text(
+        "func @f(%x: tensor<300x8xf32>) -> tensor<8xf32> {\n"
+        "  %s = graph.reduce_sum %x {dims = [0]} : tensor<8xf32>\n"
+        "  return %s : tensor<8xf32>\n}\n"
+    )
+    assert sm90.main([str(program)]) == 0
+    assert written and {p.name for p in written} == {"kernel.cubin"}
+    assert all(tmp_path not in p.parents for p in written)

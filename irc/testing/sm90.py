@@ -68,7 +68,8 @@ def build(kernel: tile.KernelOp, fn: JITFunction[Any], sig: dict[str, str]) -> A
 
 
 def _cuobjdump(compiled: Any, tmp_path: Path, flag: str) -> str:
-    cubin = tmp_path / f"{compiled.metadata.name}.cubin"
+    # A fixed name: nothing of the program (its kernels' names) makes the path.
+    cubin = tmp_path / "kernel.cubin"
     cubin.write_bytes(compiled.asm["cubin"])
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     return subprocess.run(
@@ -142,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         lower_to_tile(module)
     except IrcError as e:
         for d in e.diagnostics:
-            sys.stderr.write(sources.format(d) + "\n")
+            text = sources.format(d)
+            sys.stderr.write((f"{parser.prog}: {text}" if d.location is None else text) + "\n")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         print("\n".join(report(module, Path(tmp))))
