@@ -1191,16 +1191,30 @@ class KernelTranslator:
         bounds = loop.int_list(op.bounds)
         yielded = op.body.block.last_op.values  # type: ignore[union-attr]
 
+        # A weight the same in every kept lane (each row's 1, or a split chunk's
+        # row validity) is kept `[1, R]`: the running weights and Chan's ratio,
+        # an IEEE division, are then computed once a step for all kept lanes,
+        # not once an element (which also split ptxas's batches of loads).
+        w_lanes = full if self.varies_across_kept(yielded[2], set(op.body.block.args)) else (1, rb)
+
         def part() -> list[SSAValue]:
-            """This chunk's (mean, m2, weight), weight 0 where it is masked."""
+            """This chunk's (mean, m2, weight), weight 0 where it is masked.
+
+            Only the reduced axis is masked: a lane past the kept axis's end
+            reduces to a result no store keeps."""
             for iv, v in zip(op.body.block.args, self.pending_rivs, strict=True):
                 self.bind(iv, v)
             values = [self.value(v) for v in yielded]
-            mask = self.mask_for(full)
+            mask = self.mask_for((1, rb))
             if mask is not None:
                 zero = self.const(0.0, element)
                 values = [self.apply("where", [mask, v, zero]) for v in values]
-            return [self.broadcast_to(v, full) for v in values]
+            m, m2, w = values
+            return [
+                self.broadcast_to(m, full),
+                self.broadcast_to(m2, full),
+                self.broadcast_to(w, w_lanes),
+            ]
 
         def accumulate(carried: list[SSAValue], terms: list[SSAValue]) -> list[SSAValue]:
             if not carried:
@@ -1242,14 +1256,34 @@ class KernelTranslator:
                 s = self.apply("add", [s_a, self.apply("mul", [w_b, m_b])])
                 return [m, q, w, s]
 
-            inits = [self.full(FloatAttr(0.0, f64), element, full) for _ in range(4)]
+            inits = [
+                self.full(FloatAttr(0.0, f64), element, shape)
+                for shape in (full, full, w_lanes, full)
+            ]
             m_acc, q_lanes, w_acc, s_acc = self.reduction_chunks(bounds, inits, merge)
             weight = self.across_lanes("sum", w_acc)
             mean = self.apply("div", [self.across_lanes("sum", s_acc), weight])
             q_acc = deviations(m_acc, q_lanes, w_acc, mean)
         self.bind(op.mean, mean)
         self.bind(op.m2, self.across_lanes("sum", q_acc))
-        self.bind(op.weight, weight)
+        self.bind(op.weight, self.broadcast_to(weight, (xb, 1)))
+
+    def varies_across_kept(self, v: SSAValue, row_ivs: set[SSAValue]) -> bool:
+        """Whether a reduction body's `v` may differ between the kept lanes (axis 0)
+        of the tile it will be built in: it reads memory, or an index bound to
+        more than one kept lane. `row_ivs`, the body's own indices, run along
+        axis 1."""
+        if v in row_ivs:
+            return False
+        bound = self.lookup(v)
+        if bound is not None:
+            return shape_of(bound)[:1] not in ((), (1,))
+        op = v.owner
+        if isinstance(op, loop.ConstantOp):
+            return False
+        if isinstance(op, loop.ApplyOp):
+            return any(self.varies_across_kept(a, row_ivs) for a in op.args)
+        return True
 
     def const_attr(self, value: Attribute, element: Attribute) -> SSAValue:
         return self.add(tile.ConstantOp.create(properties={"value": value}, result_types=[element]))
