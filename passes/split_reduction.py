@@ -54,7 +54,16 @@ from xdsl.passes import ModulePass
 
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
-from irc.ir.types import ELEMENT_TYPES, F32, FLOAT_TYPES, HALF_TYPES, I1, int_array, numel
+from irc.ir.types import (
+    ELEMENT_TYPES,
+    F32,
+    FLOAT_TYPES,
+    HALF_TYPES,
+    I1,
+    element_bytes,
+    int_array,
+    numel,
+)
 from irc.passes.online_softmax import fuse_pair, softmax_partner
 from irc.passes.options import check_option
 from irc.passes.tile import (
@@ -409,12 +418,46 @@ batch-norm statistics (65 MB) and a column softmax of 12554x1422 f32 (71 MB) too
 1.1x, and rows of 12-21 MB, where the host's launches and allocations (4.5 us a
 buffer on that host) bound the call, 1.0-1.8x."""
 
+REREAD_FACTOR = 2
+"""From half of `COMBINE_ONCE_BYTES`, partials are also combined once where every
+program of the next kernel, combining its columns' partials from all G chunks,
+would read this many times its own chunk's bytes from L2 before its chunk's
+loads start. On an H200 (session 19 of docs/benchmarks.md), batch-norm
+statistics of 69190x149 f32 (41 MB, 2.7 times) and 16384x1000 bf16 (33 MB, 4
+times) took 0.72x and 0.63x the kernel time combined once; a 8192x1024 f32 column
+softmax (34 MB, 1 time) 1.02x, and one of 8191x2047 bf16 (34 MB, 2 times) 1.0x."""
 
-def combines_once(shape: KernelShape, n: int, least: int = COMBINE_ONCE_BYTES) -> bool:
-    """Whether a split of a kernel of `shape` (`n` reduced elements) combines its
-    partials once in a kernel of their own: a column reduction streaming `least`
-    bytes or more."""
-    return bool(shape.columns) and n * numel(shape.parallel) * shape.element_bytes >= least
+
+def partial_bytes(kernel: loop.KernelOp) -> int:
+    """Bytes of partials a chunk of a split of `kernel` stores a kept element: every
+    result of its reductions (a mean, M2 and weight; a softmax's max and sum), half
+    values as the f32 they accumulate in."""
+    results = [r.type for level in _levels(kernel) for red in level for r in red.results]
+    return sum(4 if t in HALF_TYPES else element_bytes(t) for t in results)
+
+
+def combines_once(
+    shape: KernelShape,
+    n: int,
+    least: int = COMBINE_ONCE_BYTES,
+    chunks: int = 0,
+    partials: int = 0,
+) -> bool:
+    """Whether a split of a kernel of `shape` (`n` reduced elements) into `chunks`
+    combines its partials once in a kernel of their own: a column reduction
+    streaming `least` bytes or more, or half that where the partials every program
+    of the next kernel reads (`chunks` times `partials` bytes a column) are
+    `REREAD_FACTOR` times its chunk's own bytes. That ratio grows with the chunk
+    count, so a split chosen with more chunks because it combines once still does."""
+    if not shape.columns:
+        return False
+    streamed = n * numel(shape.parallel) * shape.element_bytes
+    if streamed >= least:
+        return True
+    if 2 * streamed < least or chunks <= 1:
+        return False
+    chunk = -(-n // chunks)
+    return chunks * partials >= REREAD_FACTOR * chunk * shape.element_bytes
 
 
 def _combine_once(kernel: loop.KernelOp, values: list[SSAValue], name: str) -> None:
@@ -571,7 +614,9 @@ def split_kernel(
     chunk = -(-n // g)
     assert -(-n // chunk) == g, "no chunk is empty"
     base = kernel.kernel_name.data
-    once = bool(parallel) and combines_once(kernel_shape(kernel), n, combine_once_bytes)
+    once = bool(parallel) and combines_once(
+        kernel_shape(kernel), n, combine_once_bytes, g, partial_bytes(kernel)
+    )
     for depth, level in enumerate(levels):
         keep: list[Operation] = list(level)
         if depth == 0:
@@ -732,9 +777,10 @@ def split_chunks(
     if shape.columns:
         if numel(parallel) * n < threshold:
             return 1
-        if combines_once(shape, n, combine_once_bytes):  # no program reads all partials
-            most = n
-        return column_chunks(shape, n, most, min_chunk, sms)
+        g = column_chunks(shape, n, most, min_chunk, sms)
+        if combines_once(shape, n, combine_once_bytes, g, partial_bytes(kernel)):
+            g = column_chunks(shape, n, n, min_chunk, sms)  # no program reads all partials
+        return g
     if recombines and not shape.columns:
         # Rows with an epilogue or dependent statistics (softmax, layer norm) keep
         # their one kernel: few long rows stream in chunks (online-softmax).

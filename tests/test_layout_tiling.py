@@ -58,7 +58,11 @@ def combine_once(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         import irc.passes.split_reduction as split
 
         real = split.combines_once
-        monkeypatch.setattr(split, "combines_once", lambda shape, n, least=0: real(shape, n, 0))
+        monkeypatch.setattr(
+            split,
+            "combines_once",
+            lambda shape, n, least=0, chunks=0, partials=0: real(shape, n, 0),
+        )
     return bool(request.param)
 
 
@@ -789,20 +793,57 @@ def test_split_column_statistics_with_epilogues_match_torch(name: str, combine_o
         assert verdict.ok, f"output {i}: {verdict.line}"
 
 
-def normalize_columns(shape: tuple[int, int]) -> str:
-    x, row = t(shape), t((1, shape[1]))
+def normalize_columns(shape: tuple[int, int], el: str = "f32") -> str:
+    x, row = t(shape, el), t((1, shape[1]), el)
     return f"""func @f(%x: {x}) -> {x} {{
   %m = graph.reduce_mean %x {{dims = [0], keepdim = true}} : {row}
   %d = graph.sub %x, %m : {x}
   %q = graph.mul %d, %d : {x}
   %v = graph.reduce_mean %q {{dims = [0], keepdim = true}} : {row}
-  %e = graph.constant {{value = 1.0e-5}} : {t(())}
+  %e = graph.constant {{value = 1.0e-5}} : {t((), el)}
   %ve = graph.add %v, %e : {row}
   %r = graph.rsqrt %ve : {row}
   %y = graph.mul %d, %r : {x}
   return %y : {x}
 }}
 """
+
+
+@pytest.mark.parametrize(
+    ("text", "once"),
+    [
+        (normalize_columns((69190, 149)), True),  # 41 MB; 241 chunks of 3 partials: 2.7x
+        (normalize_columns((16384, 1000), "bf16"), True),  # 33 MB; mean and variance: 4x
+        (softmax((8192, 1024), 0), False),  # 34 MB; 64 chunks of 2 partials: 1x
+        (normalize_columns((30011, 96)), False),  # 11.5 MB: the host's launches bound it
+    ],
+    ids=["welford-2.7x", "two-stage-bf16-4x", "softmax-1x", "small"],
+)
+def test_partials_every_program_would_reread_are_combined_once(text: str, once: bool) -> None:
+    """Below `combine-once-bytes`, but from half of it, a split's partials are still
+    combined once where every program of the next kernel would read
+    `REREAD_FACTOR` times its own chunk's bytes of them (69190x149 f32 batch-norm
+    statistics on an H200: 0.72x the kernel time)."""
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, "fuse,graph-to-loop,one-pass-variance,split-reduction")
+    names = [k.kernel_name.data for k in module.walk() if isinstance(k, loop.KernelOp)]
+    assert any(name.endswith("_combine") for name in names) == once, names
+
+
+def test_the_reread_ratio_grows_with_the_chunk_count() -> None:
+    """A split given more chunks because it combines once (no program then reads all
+    partials) must still combine once: `split_kernel` asks again with its count."""
+    from irc.ir.kernel_kind import KernelKind
+    from irc.passes.split_reduction import COMBINE_ONCE_BYTES, combines_once
+    from irc.passes.tile import KernelShape
+
+    col = KernelKind.REDUCTION
+    shape = KernelShape(col, parallel=(149,), reduction=(69190,), element_bytes=4, columns=149)
+    verdicts = [combines_once(shape, 69190, COMBINE_ONCE_BYTES, g, 12) for g in (2, 64, 241, 1024)]
+    assert verdicts == [False, False, True, True]
+    # Under half of `combine-once-bytes`, no ratio makes it combine once.
+    small = KernelShape(col, parallel=(96,), reduction=(30011,), element_bytes=4, columns=96)
+    assert not combines_once(small, 30011, COMBINE_ONCE_BYTES, 4096, 12)
 
 
 def x_loads(k: loop.KernelOp) -> int:
