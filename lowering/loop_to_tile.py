@@ -1192,8 +1192,8 @@ class KernelTranslator:
         yielded = op.body.block.last_op.values  # type: ignore[union-attr]
 
         # A weight the same in every kept lane (each row's 1, or a split chunk's
-        # row validity) is kept `[1, R]`: the running weights and Chan's ratio,
-        # an IEEE division, are then computed once a step for all kept lanes,
+        # row validity) is kept `[1, R]`: the running weights and Chan's ratio (a
+        # division) are then computed once a row of the step for all kept lanes,
         # not once an element (which also split ptxas's batches of loads).
         w_lanes = full if self.varies_across_kept(yielded[2], set(op.body.block.args)) else (1, rb)
 
