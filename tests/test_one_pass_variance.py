@@ -263,3 +263,26 @@ def test_a_looped_split_stage_with_ragged_rows_and_columns_matches_torch() -> No
     reduction (no store keeps them), the rows past a chunk's end are."""
     source = text(BATCH_NORM, 4001, 37)
     assert_right(source, split_stages_tiled(source, Tiling((32, 16), 4)), offset_input(4001, 37))
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "tiling"),
+    [(999, 17, Tiling((16, 32), 2)), (1237, 4, Tiling((4, 32), 2)), (900, 33, Tiling((32, 16), 4))],
+    ids=["999x17", "1237x4", "900x33"],
+)
+@pytest.mark.parametrize("first_row", ["plain", "outlier", "inf"])
+def test_a_looped_welford_is_as_accurate_as_two_passes_far_from_zero(
+    n: int, c: int, tiling: Tiling, first_row: str
+) -> None:
+    """Lanes that each merge 30-40 values of spread 3 about 1000: Welford's running mean
+    rounds at 1000's scale, and M2 came out 17-30x further from f64 than torch's. The
+    lanes now keep their means about each column's first value, whose distance from
+    the mean is bounded by the data's own spread, even when it is an outlier (or inf:
+    that column's statistics are then inf and NaN, as torch's)."""
+    source = text(BATCH_NORM, n, c)
+    x = offset_input(n, c)
+    if first_row == "outlier":
+        x[0] = 1.0e5
+    elif first_row == "inf":
+        x[0, 1] = float("inf")
+    assert_right(source, tiled(source, tiling), x)
