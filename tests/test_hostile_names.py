@@ -17,6 +17,7 @@ import io
 import json
 import keyword
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ def test_the_payload_runs_when_spliced_into_python(tmp_path: Path) -> None:
 def graph_program(name: str) -> str:
     return (
         "func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
-        f"  %y = graph.fused %x {{kernel = {name}, kind = \"pointwise\"}} (%a: tensor<4xf32>) {{\n"
+        f'  %y = graph.fused %x {{kernel = {name}, kind = "pointwise"}} (%a: tensor<4xf32>) {{\n'
         "    %e = graph.exp %a : tensor<4xf32>\n"
         "    graph.yield %e\n"
         "  } : tensor<4xf32>\n"
@@ -321,9 +322,11 @@ def test_kernel_names_that_would_shadow_module_names_are_renamed() -> None:
         assert name not in reserved and not GENERATED.fullmatch(name), name
         assert not name.startswith(("__", "_irc", "_IRC")), name
     assert "k_torch" in kernels and "k_k_torch" in kernels  # torch -> k_k_torch: k_torch is taken
-    assert "# tile.kernel \"torch\"\n@triton.jit\ndef k_k_torch(" in compiled.source
+    assert '# tile.kernel "torch"\n@triton.jit\ndef k_k_torch(' in compiled.source
     # A name that shadows nothing keeps its spelling (profilers show it).
-    names = kernel_identifiers([tile.KernelOp.create(properties={"sym_name": StringAttr("triton_x")})])
+    names = kernel_identifiers(
+        [tile.KernelOp.create(properties={"sym_name": StringAttr("triton_x")})]
+    )
     assert list(names.values()) == ["triton_x"]
 
 
@@ -405,7 +408,7 @@ def test_a_check_message_reaches_the_kernel_only_as_a_string(tmp_path: Path) -> 
     message of quotes, newlines and Python is one string constant of the kernel, and
     the module imports and runs without running it."""
     marker = tmp_path / "ran"
-    words = "x'\"\"\"\n" + payload(marker) + "\\'\n)\nopen('x', 'w')#"
+    words = 'x\'"""\n' + payload(marker) + "\\'\n)\nopen('x', 'w')#"
     text = """func @f(%w: tensor<20x16xf32>, %ids: tensor<7xi64>) -> tensor<7x16xf32> {
   %e = graph.index_select %w, %ids {dim = 0}
   %s = graph.exp %e
@@ -430,3 +433,49 @@ def test_a_check_message_reaches_the_kernel_only_as_a_string(tmp_path: Path) -> 
     ids = torch.randint(0, 20, (7,), device=DEVICE)
     torch.testing.assert_close(compiled["f"](w, ids), torch.exp(w[ids]))
     assert not marker.exists()
+
+
+def test_a_kernel_split_and_combined_once_checks_its_name_before_any_pass(
+    tmp_path: Path,
+) -> None:
+    """Batch-norm statistics of 69190x149 f32 (41 MB) are split into three kernels
+    whose names are derived from the user's (`_split`, `_combine`: partials combined
+    once because every program would reread 2.7 times its chunk's bytes of them).
+    A hostile name on that loop-level kernel is a located error before any pass
+    derives a name from it, and nothing runs; a legal one gives three identifiers."""
+    x, row = "tensor<69190x149xf32>", "tensor<1x149xf32>"
+    graph_text = f"""func @f(%x: {x}) -> ({x}, {row}) {{
+  %m = graph.reduce_mean %x {{dims = [0], keepdim = true}} : {row}
+  %d = graph.sub %x, %m : {x}
+  %q = graph.mul %d, %d : {x}
+  %v = graph.reduce_mean %q {{dims = [0], keepdim = true}} : {row}
+  %y = graph.mul %d, %v : {x}
+  return %y, %v : {x}, {row}
+}}
+"""
+    module = irc.parse(graph_text, "t.ir")
+    irc.run_pipeline(module, "fuse,graph-to-loop")
+    loop_text = irc.print_module(module)
+    (name,) = set(re.findall(r'loop\.kernel \{name = ("[^"]*")', loop_text))
+    marker = tmp_path / "ran"
+    hostile = loop_text.replace(name, format_string(payload(marker)), 1)
+    path = tmp_path / "stats.ir"
+    path.write_text(hostile)
+    status, out, err = run_quietly(
+        irc.tools.opt.run,
+        [str(path), "-p", "one-pass-variance,split-reduction", "--emit", "triton"],
+    )
+    assert status == 1 and out == ""
+    line = next(i for i, ln in enumerate(hostile.split("\n"), 1) if "loop.kernel" in ln)
+    first_error(err, path, (line, 3), "loop.kernel: kernel name ", hostile)
+    assert not marker.exists()
+
+    path.write_text(loop_text.replace(name, '"stats"', 1))
+    status, out, err = run_quietly(
+        irc.tools.opt.run,
+        [str(path), "-p", "one-pass-variance,split-reduction", "--emit", "triton"],
+    )
+    assert status == 0, err
+    defs = re.findall(r"^def (\w+)\(", out, re.M)
+    assert {"triton_stats_split", "triton_stats_combine"} <= set(defs)
+    assert len(defs) == len(set(defs)) and all(d.isidentifier() for d in defs)
