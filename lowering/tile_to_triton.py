@@ -130,13 +130,27 @@ TEMPLATES[2].update(INDEX_TEMPLATES)
 UNARY, BINARY = TEMPLATES[1], TEMPLATES[2]
 
 
-def template_for(template: Template, element: str) -> str:
-    """The template's form for operands of `element` (by name, then float or int)."""
+def template_for(template: Template, element: str, half_result: bool = False) -> str:
+    """The template's form for operands of `element` (by name, then float or int);
+    its `HALF_RESULT` form for f32 operands where `half_result` says the result is
+    only rounded to a half type."""
     if isinstance(template, str):
         return template
+    if half_result and element == "f32" and graph.HALF_RESULT in template:
+        return template[graph.HALF_RESULT]
     if element in template:
         return template[element]
     return template["float" if element in FLOAT_NAMES else "int"]
+
+
+def rounded_to_half(v: SSAValue) -> bool:
+    """Whether every use of `v` rounds it to f16 or bf16, and nothing reads it wider
+    (a `graph.HALF_RESULT` form's few f32 ulps then vanish in that rounding)."""
+    uses = [use.operation for use in v.uses]
+    return bool(uses) and all(
+        isinstance(u, tile.ApplyOp) and u.fn.data == "cast" and _elem(u.result) in ("f16", "bf16")
+        for u in uses
+    )
 
 
 REDUCE_COMBINE = {"sum": "sum", "max": "_irc_max", "min": "_irc_min"}
@@ -369,7 +383,8 @@ class KernelPrinter:
             return f"{args[0]}.to({TL_DTYPE[target]})"
         template = TEMPLATES.get(len(args), {}).get(fn)
         if template is not None:
-            return template_for(template, _elem(op.args[0])).format(*args)
+            form = template_for(template, _elem(op.args[0]), rounded_to_half(op.result))
+            return form.format(*args)
         raise NotImplementedError(f"tile-to-triton: no Triton form for fn '{fn}'")
 
 
