@@ -27,7 +27,6 @@ EDGES = [float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1e-30, -1e-30, 1e
 in f32 and torch's tanh GELU is exactly -0.0 where the f64 value is not."""
 
 
-
 def gelu_tanh_f64(x: torch.Tensor) -> torch.Tensor:
     """The tanh GELU in f64 as `x * sigmoid(2u)`: F.gelu's `1 + tanh(u)` cancels even
     in f64 below about x = -7, where it gives -0.0 for values near -1e-15."""
