@@ -85,7 +85,7 @@ def _apply_fns() -> dict[str, int]:
     """
     from irc.dialects import graph
 
-    return {**graph.SCALAR_FUNCTIONS, **INDEX_FNS}
+    return {**graph.SCALAR_FUNCTIONS, **INDEX_FNS, **LOWERING_FNS}
 
 
 def _float_fns() -> frozenset[str]:
@@ -98,8 +98,14 @@ def _float_fns() -> frozenset[str]:
         for op in graph.UNARY_OPS
         if getattr(op, "FLOAT_ONLY", False)
         for fn in (op.FN, *op.EXTRA_FNS)
-    )
+    ) | frozenset(LOWERING_FNS)
 
+
+LOWERING_FNS: dict[str, int] = {"mul_add": 3}
+"""Float functions no graph op has, which a lowering adds: `mul_add(a, b, c)` is
+`a * b + c` rounded once (an FMA). Kernels launch without FMA contraction, as
+torch rounds each op; attention's lowering computes its probabilities' exponent
+`s * c - m` with it, as FlashAttention does (lowering/attention_to_tile.py)."""
 
 INDEX_FNS: dict[str, int] = {"floordiv": 2, "mod": 2, "and": 2, "or": 2, "checked_index": 2}
 """The functions of loop.apply that are no graph op: index arithmetic, mask logic, and

@@ -118,6 +118,8 @@ INDEX_TEMPLATES: dict[str, Template] = {
     # The clamp alone: loop-to-tile checks the index itself (tile.check) before it.
     "checked_index": "tl.minimum(tl.maximum({0}, 0), {1} - 1)",
 }
+# Float functions the lowerings add (loop.LOWERING_FNS).
+LOWERING_TEMPLATES: dict[str, Template] = {"mul_add": "tl.fma({0}, {1}, {2})"}
 # fn -> Triton template, by arity: each element-wise graph op's own TRITON (a
 # mapping where it differs by element type), and the functions above; cast is
 # built by `apply` from its source and target types.
@@ -127,6 +129,7 @@ for _op in graph.ELEMENTWISE_OPS:
         TEMPLATES[_op.ARITY][_op.FN] = _op.TRITON
     TEMPLATES[_op.ARITY].update(_op.EXTRA_FNS)
 TEMPLATES[2].update(INDEX_TEMPLATES)
+TEMPLATES[3].update(LOWERING_TEMPLATES)
 UNARY, BINARY = TEMPLATES[1], TEMPLATES[2]
 
 

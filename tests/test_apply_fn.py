@@ -45,10 +45,10 @@ def opt(args: list[str]) -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
-def test_the_members_are_the_op_facts_and_the_index_functions() -> None:
+def test_the_members_are_the_op_facts_and_the_lowerings_functions() -> None:
     members = {m.value for m in loop.ApplyFn}
     facts = {fn for op in graph.ELEMENTWISE_OPS for fn in (op.FN, *op.EXTRA_FNS)}
-    assert members == facts | set(loop.INDEX_FNS)
+    assert members == facts | set(loop.INDEX_FNS) | set(loop.LOWERING_FNS)
     assert all(loop.APPLY_FNS[m] for m in members)
 
 

@@ -641,9 +641,10 @@ def _fused(text: str) -> ModuleOp:
 
 def test_half_attention_computes_its_probabilities_in_log2_units() -> None:
     """bf16 SDPA (f32 scores, probabilities rounded for the second dot): exp2 of one
-    multiply-add a score. In the unmasked stage of a causal attention the 1/sqrt(d)
-    scale folds into log2(e) (0.125 * 1.4427) and the running max is of the raw
-    scores, scaled once a row; the diagonal stage scales its masked scores by log2(e)."""
+    multiply-add a score, an FMA (`mul_add`: the max subtracted in the same
+    rounding). In the unmasked stage of a causal attention the 1/sqrt(d) scale
+    folds into log2(e) (0.125 * 1.4427) and the running max is of the raw scores,
+    scaled once a row; the diagonal stage scales its masked scores by log2(e)."""
     text = benchmark.sdpa_ir(1, 2, 256, 64, "bf16", True)
     kernel = attention_kernel_source(text)
     assert kernel.count("for ") == 2  # the unmasked and the diagonal stage
@@ -652,8 +653,12 @@ def test_half_attention_computes_its_probabilities_in_log2_units() -> None:
     folded = [v for v, c in constants.items() if abs(float(c) - 0.125 * 1.4426950408889634) < 1e-7]
     assert len(folded) == 1
     (c,) = folded
-    # The unmasked stage: the row max of the raw dot times c, and the dot times c.
-    assert len(re.findall(rf"= v\d+ \* {c}\n", kernel)) == 2
+    # The unmasked stage: the row max of the raw dot times c, and the dot times c
+    # minus the max in one rounding; exp2 of that FMA in both stages.
+    assert len(re.findall(rf"= v\d+ \* {c}\n", kernel)) == 1
+    fmas = re.findall(r"(v\d+) = tl\.fma\(v\d+, (v\d+), v\d+\)\n", kernel)
+    assert [f for _, f in fmas].count(c) == 1 and len(fmas) == 2
+    assert all(f"tl.math.exp2({v})" in kernel for v, _ in fmas)
 
 
 @pytest.mark.parametrize(
