@@ -372,7 +372,8 @@ def attention_tiling(shape: KernelShape, shared_bytes: int = SHARED_BYTES) -> Ti
     while the other's dots do; stages go down from 3 (2 for f32) to 2 before
     BN goes down from 128 to 64 (a wider key tile rescales the accumulator
     half as often), and BN is 64 where 128 would make more than
-    `ATTENTION_SCORES` scores. Rows: 128, or 64 (one warp group's dot) under a banded
+    `ATTENTION_SCORES` scores, and always in half precision (`HALF_KEY_STEP`).
+    Rows: 128, or 64 (one warp group's dot) under a banded
     (causal) mask, where the program of the last rows sees every key: halving
     the rows halves that heaviest program and doubles the programs that fill
     the machine's last wave. Measured on an H100 (bf16, T = 4096 and 16384,
@@ -390,7 +391,7 @@ def attention_tiling(shape: KernelShape, shared_bytes: int = SHARED_BYTES) -> Ti
     bm = min(rows, max(16, next_pow2(m)))
     for widest in (128, 64):
         bn = min(widest, max(16, next_pow2(keys)))
-        if bm * bn > ATTENTION_SCORES and widest > 64:
+        if widest > HALF_KEY_STEP and (shape.half or bm * bn > ATTENTION_SCORES):
             continue
         live = bm * (be + bn)
         warps = 4 if live <= ATTENTION_LIVE_F32 * 128 else 8
@@ -419,8 +420,16 @@ ATTENTION_SCORES = 8192
 """Scores a program holds a key step at most (64 a thread of 4 warps): BN = 64 at
 128 rows. Measured on an H100 once the probabilities took exp2 (bf16, d = 64,
 not causal, 128 rows): 128 keys a step were 2.5-5% slower than 64 at T = 1024,
-4096 and 16384 (33.6, 106.4 and 398.2 us against 32.8, 100.8 and 378.7); 64
-rows under a causal band keep 128 keys (60.3 us at T = 4096 against 73.8)."""
+4096 and 16384 (33.6, 106.4 and 398.2 us against 32.8, 100.8 and 378.7)."""
+
+HALF_KEY_STEP = 64
+"""Keys a half-precision attention program steps at most, its 64 rows under a causal
+band included. Measured on an H100 once the probabilities' exponent was one FMA
+(bf16 SDPA, causal, d = 64, 64 rows, 4 warps, 3 stages): 64 keys against 128 took
+42.4 us against 54.5 at B x H = 96 and T = 1024, 339 against 380 at 64 x 4096,
+1214 against 1307 at 16 x 16384, 41.0 against 55.0 at 256 x 512 and 37.5 against
+44.2 at 24 x 2000 (SDPA: 46.0, 327, 1202, 37.6, 46.2). Session 13 had measured
+the other way (60.3 us against 73.8 at T = 4096), before exp2 and the FMA."""
 
 ATTENTION_LIVE_F32 = 192
 """f32 values of an attention's accumulator and scores a thread may hold: 192 of

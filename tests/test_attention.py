@@ -28,6 +28,7 @@ from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.tile import (
     ATTENTION_LIVE_F32,
     ATTENTION_SCORES,
+    HALF_KEY_STEP,
     SHARED_BYTES,
     KernelShape,
     Tiling,
@@ -748,7 +749,9 @@ def test_attention_tiles_fit_two_programs_an_sm(banded: bool, half: bool) -> Non
             if half and not banded and t >= 1024 and d <= 64:
                 assert (bm, bn) == (128, 64)  # at most ATTENTION_SCORES scores a key step
             if half and banded and t >= 1024 and d <= 64:
-                assert (bm, bn) == (64, 128)  # 64 rows keep the wide key tile
+                assert (bm, bn) == (64, 64)  # 64 keys a step, 64 rows too (HALF_KEY_STEP)
+            if half and t >= 64:
+                assert bn <= HALF_KEY_STEP
 
 
 def test_a_causal_mask_makes_a_banded_attention_shape() -> None:
