@@ -7,8 +7,8 @@ the machine code ptxas makes of a kernel (`tests/test_load_order.py`).
 
     python -m irc.testing.sm90 FILE.ir
 
-prints each kernel's registers and how many of its global loads ptxas issues
-together (a run of loads with no add between them): a reduction whose loads
+prints each kernel's registers, its spill stores and how many of its global
+loads ptxas issues together (a run of loads with no add between them): a reduction whose loads
 come one at a time, each after the add before, holds one load in flight a
 thread (docs/benchmarks.md, session 18), which shows here without a GPU.
 """
@@ -62,9 +62,16 @@ def gpu_kernels(
 
 
 def build(kernel: tile.KernelOp, fn: JITFunction[Any], sig: dict[str, str]) -> Any:
-    """The kernel through Triton's sm_90 pipeline and ptxas, at its own warps."""
+    """The kernel through Triton's sm_90 pipeline and ptxas, at its own warps and
+    stages, its pointers 16-byte aligned as irc launches them (`runtime.launch`): a
+    GPU's JIT specializes on that, and without it loads of 2-byte elements stay
+    scalar where the GPU's are 16 bytes wide."""
     warps = kernel.warps.value.data if kernel.warps is not None else 4
-    return triton.compile(ASTSource(fn, sig), target=H100, options={"num_warps": warps})
+    options = {"num_warps": warps, "enable_fp_fusion": False}
+    if kernel.stages is not None:
+        options["num_stages"] = kernel.stages.value.data
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(sig))}
+    return triton.compile(ASTSource(fn, sig, attrs=aligned), target=H100, options=options)
 
 
 def _cuobjdump(compiled: Any, tmp_path: Path, flag: str) -> str:
@@ -103,18 +110,25 @@ def load_runs(order: str) -> list[int]:
     return [len(run) for run in re.findall("L+", order)]
 
 
+def spills(code: str) -> int:
+    """Stores to local memory (STL) in SASS `code`: registers spilled."""
+    return len(re.findall(r"\bSTL\b", code))
+
+
 def report(module: ModuleOp, tmp_path: Path) -> list[str]:
-    """One line a kernel of a tile-level `module`: warps, registers, loads and the
-    loads ptxas issues together, on average."""
-    lines = [f"{'kernel':<48} {'warps':>5} {'regs':>4} {'loads':>5} {'together':>8}"]
+    """One line a kernel of a tile-level `module`: warps, registers, spill stores,
+    loads and the loads ptxas issues together, on average."""
+    head = f"{'kernel':<48} {'warps':>5} {'regs':>4} {'spills':>6} {'loads':>5} {'together':>8}"
+    lines = [head]
     for kernel, fn, sig in gpu_kernels(module, tmp_path):
         compiled = build(kernel, fn, sig)
-        runs = load_runs(loads_and_adds(sass(compiled, tmp_path)))
+        code = sass(compiled, tmp_path)
+        runs = load_runs(loads_and_adds(code))
         together = sum(runs) / len(runs) if runs else 0.0
         warps = compiled.metadata.num_warps
         lines.append(
             f"{fn.__name__:<48} {warps:>5} {registers(compiled, tmp_path):>4} "
-            f"{sum(runs):>5} {together:>8.1f}"
+            f"{spills(code):>6} {sum(runs):>5} {together:>8.1f}"
         )
     return lines
 
