@@ -481,11 +481,14 @@ def _check_block_access(op: IRDLOperation, shape: ArrayAttr) -> None:
 
 @irdl_op_definition
 class BlockLoadOp(IRDLOperation):
-    """The block at (`row`, `col`) of a row-major 2-d buffer of `shape` (zero outside).
+    """The block at (`row`, `col`) of a row-major 2-d buffer of `shape` (zero outside),
+    or with `transposed = 1` that block transposed (the result's rows are its columns).
 
     Lowered to a TMA descriptor load: the copy engine moves the tile to shared
-    memory, so dot operands need neither index math nor masks. Pure, as
-    `tile.load` is.
+    memory, so dot operands need neither index math nor masks. A transposed one
+    is a dot operand read along K from a buffer stored the other way round (an
+    `nn.Linear` weight, `[N, K]`), which the tensor cores take from shared memory
+    as it lies. Pure, as `tile.load` is.
     """
 
     name = "tile.block_load"
@@ -493,11 +496,19 @@ class BlockLoadOp(IRDLOperation):
     row = operand_def()
     col = operand_def()
     shape = prop_def(ArrayAttr)
+    transposed = opt_prop_def(IntegerAttr)
     result = result_def()
     traits = traits_def(Pure())
 
     def verify_(self) -> None:
         _check_block_access(self, self.shape)
+        check_flag(self, "transposed", self.transposed)
+
+    def box(self) -> tuple[int, ...]:
+        """The block of the buffer the copy engine moves (the result, untransposed)."""
+        t = self.result.type
+        dims = tuple(int(d) for d in t.get_shape()) if isinstance(t, TensorType) else ()
+        return dims[::-1] if self.transposed is not None else dims
 
 
 BLOCK_STORE_PARTS = 2

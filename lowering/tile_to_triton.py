@@ -206,7 +206,7 @@ class KernelPrinter:
         for op in self.kernel.body.walk():
             if not isinstance(op, tile.BlockLoadOp | tile.BlockStoreOp):
                 continue
-            box = _shape(op.result if isinstance(op, tile.BlockLoadOp) else op.value)
+            box = op.box() if isinstance(op, tile.BlockLoadOp) else _shape(op.value)
             if isinstance(op, tile.BlockStoreOp):
                 rows, cols = box
                 box = (rows, cols // tile.block_store_parts(cols, _element(op.value)))
@@ -299,7 +299,8 @@ class KernelPrinter:
             # The message is irc's own text, passed as a Python literal (never as code).
             self.emit(depth, f"tl.device_assert({n(op.cond)}, {op.what.data!r})")
         elif isinstance(op, tile.BlockLoadOp):
-            self.assign(op, depth, f"{self.descriptor[op]}.load([{n(op.row)}, {n(op.col)}])")
+            block = f"{self.descriptor[op]}.load([{n(op.row)}, {n(op.col)}])"
+            self.assign(op, depth, f"tl.trans({block})" if op.transposed is not None else block)
         elif isinstance(op, tile.BlockStoreOp):
             self.block_store(op, depth)
         elif isinstance(op, tile.ReduceOp):

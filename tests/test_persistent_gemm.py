@@ -144,6 +144,61 @@ def test_persistent_gemm_matches_torch(m: int, n: int, k: int, el: str) -> None:
     assert_close(r, want_r)
 
 
+def linear_text(m: int, n: int, k: int, el: str, a_transposed: bool = False) -> str:
+    """x @ w.T + b with w stored [N, K] (nn.Linear); `a_transposed`: x stored [K, M] too."""
+    a_type = f"tensor<{k}x{m}x{el}>" if a_transposed else f"tensor<{m}x{k}x{el}>"
+    a = "  %xa = graph.transpose %x {perm = [1, 0]}\n" if a_transposed else ""
+    x = "%xa" if a_transposed else "%x"
+    return f"""func @f(%x: {a_type}, %w: tensor<{n}x{k}x{el}>, %b: tensor<{n}x{el}>) -> tensor<{m}x{n}x{el}> {{
+{a}  %wt = graph.transpose %w {{perm = [1, 0]}}
+  %mm = graph.matmul {x}, %wt
+  %r = graph.add %mm, %b
+  return %r : tensor<{m}x{n}x{el}>
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "el", "a_transposed"),
+    [
+        (96, 64, 48, "bf16", False),  # nn.Linear: w is [N, K]
+        (70, 56, 40, "f16", False),  # partial tiles along M, N and K
+        (96, 64, 48, "bf16", True),  # both operands stored the other way round
+        (64, 48, 32, "f32", False),  # split-TF32 products of the transposed operand
+    ],
+)
+def test_an_operand_stored_transposed_is_a_transposed_tma_box(
+    m: int, n: int, k: int, el: str, a_transposed: bool
+) -> None:
+    """A weight stored [N, K] is read by TMA in [BN, BK] boxes and transposed for the
+    dot (tl.trans), not through pointer loads of each element."""
+    compiled, module = lower(linear_text(m, n, k, el, a_transposed), Tiling((32, 32, 16), 4, 2, True))
+    loads = [op for op in module.walk() if isinstance(op, tile.BlockLoadOp)]
+    assert [op.transposed is not None for op in loads] == [a_transposed, True]
+    weight = loads[1]
+    assert weight.box() == (32, 16) and [d.value.data for d in weight.shape.data] == [n, k]
+    assert compiled.source.count("tl.trans(d") == 1 + a_transposed
+    assert re.search(rf"shape=\[{n}, {k}\], strides=\[{k}, 1\], block_shape=\[32, 16\]", compiled.source)
+    text = print_module(module)
+    assert "transposed = 1" in text and print_module(irc.parse(text, "tile.ir")) == text
+    g = torch.Generator().manual_seed(4)
+    dt = TORCH[el]
+    x = torch.randint(-4, 5, (k, m) if a_transposed else (m, k), generator=g).to(dt)
+    w = torch.randint(-4, 5, (n, k), generator=g).to(dt)
+    b = torch.randn(n, generator=g).to(dt)
+    got = compiled["f"](x.to(DEVICE), w.to(DEVICE), b.to(DEVICE))
+    xm = x.T if a_transposed else x
+    want = (xm.double() @ w.double().T).to(dt) + b
+    assert_close(got.cpu(), want)
+
+
+def test_a_transposed_flag_is_zero_or_one() -> None:
+    _, module = lower(linear_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
+    text = print_module(module).replace("transposed = 1", "transposed = 2")
+    with pytest.raises(Exception, match="transposed"):
+        irc.verify(irc.parse(text, "tile.ir"))
+
+
 def test_tma_use_follows_alignment() -> None:
     aligned, _ = lower(gemm_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
     assert aligned.source.count("tl.make_tensor_descriptor(") == 3
