@@ -90,6 +90,29 @@ def test_llama_block_bf16() -> None:
     torch.testing.assert_close(got, model(x), rtol=5e-2, atol=5e-2)
 
 
+def test_llama_bf16_gemms_store_no_f32_value() -> None:
+    """The residual sum before the second RMSNorm is stored in bf16 by the o_proj
+    GEMM's epilogue; its f32 cast and square are computed by the norm's row kernel
+    (irc/pytorch/sink_views.py), not stored in f32 by the GEMM."""
+    from irc.pytorch.export import export_text
+
+    model, x = _model("llama")
+    text = export_text(model.to(torch.bfloat16), (x.to(torch.bfloat16),))
+    module = irc.parse(text)
+    irc.run_pipeline(module, "fuse")
+    fused = [op for op in module.walk() if op.name == "graph.fused"]
+    gemms = [op for op in fused if op.properties["kind"].data == "contraction"]  # type: ignore[attr-defined]
+    assert gemms and all("f32" not in str(r.type) for op in gemms for r in op.results), (
+        "a GEMM stores an f32 value"
+    )
+    norms = [
+        op for op in fused
+        if op.properties["kind"].data == "reduction"  # type: ignore[attr-defined]
+        and any(inner.name == "graph.pow" for inner in op.walk())
+    ]  # fmt: skip
+    assert len(norms) == 2  # both RMSNorms square their input themselves
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_block_attention_is_one_fused_kernel(name: str) -> None:
     """SDPA is one graph.attention, and fused as one attention kernel."""

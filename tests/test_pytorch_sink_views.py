@@ -40,3 +40,32 @@ def test_a_broadcast_along_a_leading_dim_keeps_the_view() -> None:
     )
     text = _sunk(body)
     assert "%y = graph.mul %v, %c : tensor<2x4x16xf32>" in text
+
+
+def test_a_widening_cast_keeps_the_view() -> None:
+    """A residual sum stays 2-D (the GEMM's epilogue), its f32 cast and square do not:
+    sunk, the GEMM would store `float(h)` and its square for an RMSNorm in f32, where
+    the norm's row kernel can load `h` in bf16 and widen it."""
+    header = "func @f(%m: tensor<8x16xbf16>, %r: tensor<2x4x16xbf16>) -> (tensor<2x4x16xbf16>, tensor<2x4x16xf32>) {\n"
+    module = irc.parse(
+        header + "  %v = graph.reshape %m : tensor<2x4x16xbf16>\n"
+        "  %h = graph.add %r, %v\n"
+        "  %f = graph.cast %h : tensor<2x4x16xf32>\n"
+        "  %s = graph.mul %f, %f\n"
+        "  return %h, %s : tensor<2x4x16xbf16>, tensor<2x4x16xf32>\n}\n"
+    )
+    sink_views(module.ops.first)  # type: ignore[arg-type]
+    irc.verify(module)
+    text = irc.print_module(module)
+    assert "%h = graph.add %h.in, %m : tensor<8x16xbf16>" in text
+    assert "%f = graph.cast %h.view : tensor<2x4x16xf32>" in text
+    assert "%s = graph.mul %f, %f : tensor<2x4x16xf32>" in text
+    # A narrowing cast still sinks.
+    narrowed = irc.parse(
+        "func @f(%m: tensor<8x16xf32>) -> tensor<2x4x16xbf16> {\n"
+        "  %v = graph.reshape %m : tensor<2x4x16xf32>\n"
+        "  %c = graph.cast %v : tensor<2x4x16xbf16>\n"
+        "  return %c : tensor<2x4x16xbf16>\n}\n"
+    )
+    sink_views(narrowed.ops.first)  # type: ignore[arg-type]
+    assert "%c = graph.cast %m : tensor<8x16xbf16>" in irc.print_module(narrowed)
