@@ -13,8 +13,8 @@ A cast to a wider type stays where it is: in the matmul's kernel it would make
 that kernel store the wider value for its readers, where a reader can widen the
 narrower value it loads. Llama's RMSNorm after the attention's residual add
 reads `float(h)` and `float(h)**2`: sunk, the GEMM stored both in f32 (85 MiB
-of traffic, and 60 for the norm's kernel) where it stores `h` in bf16 and the
-norm squares it (61 and 36).
+of traffic, and 60 for the norm's kernel at B=8, T=1024, d=768) where it stores
+`h` in bf16 and the norm squares it (37 and 24).
 """
 
 from __future__ import annotations
