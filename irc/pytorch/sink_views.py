@@ -9,12 +9,14 @@ operands reshaped alike, or broadcast along the last dimension only) and the
 reshape moves after it; reshapes of reshapes fold. The values are the same
 elements in the same order: nothing is computed differently.
 
-A cast to a wider type stays where it is: in the matmul's kernel it would make
-that kernel store the wider value for its readers, where a reader can widen the
-narrower value it loads. Llama's RMSNorm after the attention's residual add
-reads `float(h)` and `float(h)**2`: sunk, the GEMM stored both in f32 (85 MiB
-of traffic, and 60 for the norm's kernel at B=8, T=1024, d=768) where it stores
-`h` in bf16 and the norm squares it (37 and 24).
+A cast to a wider type whose value goes on to a reduction stays where it is:
+in the matmul's kernel it would make that kernel store the wider value for the
+reduction's row kernel, which can widen the narrower value it loads itself.
+Llama's RMSNorm after the attention's residual add reads `float(h)` and
+`float(h)**2`: sunk, the GEMM stored both in f32 (85 MiB of traffic, and 60 for
+the norm's kernel at B=8, T=1024, d=768) where it stores `h` in bf16 and the norm
+squares it (37 and 24). A widening cast read by nothing but element-wise work
+(a head's `logits.float()`) still sinks: the GEMM stores the f32 value once.
 """
 
 from __future__ import annotations
@@ -63,8 +65,24 @@ def _widens(op: graph.ElementwiseOp) -> bool:
     )
 
 
+def _feeds_reduction(op: Operation) -> bool:
+    """Whether `op`'s value reaches a reduction (or a softmax or layer norm) through
+    element-wise ops and reshapes."""
+    seen: set[Operation] = set()
+    stack = [op]
+    while stack:
+        for use in stack.pop().results[0].uses:
+            user = use.operation
+            if isinstance(user, graph.ReduceOp | graph.SoftmaxOp | graph.LayerNormOp):
+                return True
+            if isinstance(user, graph.ElementwiseOp | graph.ReshapeOp) and user not in seen:
+                seen.add(user)
+                stack.append(user)
+    return False
+
+
 def _sink_once(op: graph.ElementwiseOp) -> bool:
-    if _widens(op):
+    if _widens(op) and _feeds_reduction(op):
         return False
     out = shape_of(op.results[0].type)
     views = [
