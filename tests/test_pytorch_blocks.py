@@ -174,3 +174,6 @@ def test_benchmark_smoke_run(tmp_path: Path) -> None:
     lines = table.read_text().splitlines()
     assert len(lines) == 2 + 3 and all("| gpt2 | float32 |" in line for line in lines[2:])
     assert all(line.endswith("| 0 |") for line in lines[3:])  # no op left to eager
+    # GPU time by CUDA-graph replay: a column of its own, empty without a GPU.
+    assert "| ms | graph ms | kernel ms |" in lines[0]
+    assert all(line.split("|")[5].strip() == "-" for line in lines[2:])
