@@ -1338,7 +1338,7 @@ class KernelTranslator:
             a_tma = self.tma_operand(a, (self.row_iv, kiv), (m, k), element)
             b_tma = self.tma_operand(b, (kiv, self.col_iv), (k, n), element)
             if a_tma is not None:
-                av = self.block_load(a_tma, self.row_start, k0, (bm, bk), a_tma.indices[0] is kiv)
+                av = self.block_load(*a_tma, self.row_start, k0, (bm, bk))
             else:
                 with self.scope(axis_masks=[self.row_mask, None]):
                     krow = self.expand(kk, 0)
@@ -1349,7 +1349,7 @@ class KernelTranslator:
                     self.bind(kiv, krow)
                     av = self.dot_operand(a, (bm, bk), element)
             if b_tma is not None:
-                bv = self.block_load(b_tma, k0, self.col_start, (bk, bn), b_tma.indices[0] is not kiv)
+                bv = self.block_load(*b_tma, k0, self.col_start, (bk, bn))
             else:
                 with self.scope(axis_masks=[None, self.col_mask]):
                     kcol = self.expand(kk, 1)
@@ -1378,25 +1378,26 @@ class KernelTranslator:
         indices: tuple[SSAValue | None, SSAValue | None],
         extent: tuple[int, int],
         element: Attribute,
-    ) -> loop.LoadOp | None:
+    ) -> tuple[loop.LoadOp, bool] | None:
         """The load behind a dot operand that TMA can fetch as it is, or transposed
         (a buffer that holds the operand's columns as rows: an `nn.Linear` weight
-        read as `w.T`), if any; `indices` and `extent` are the operand's own."""
+        read as `w.T`), if any, and whether transposed; `indices` and `extent` are
+        the operand's own."""
         owner = v.owner
         if isinstance(owner, loop.LoadOp) and owner.result.type == element:
             if self.block_access(owner, indices, extent):
-                return owner
+                return owner, False
             if self.block_access(owner, indices[::-1], extent[::-1]):
-                return owner
+                return owner, True
         return None
 
     def block_load(
         self,
         op: loop.LoadOp,
+        transposed: bool,
         row: SSAValue,
         col: SSAValue,
         shape: tuple[int, int],
-        transposed: bool = False,
     ) -> SSAValue:
         """The operand's `shape` block at (`row`, `col`) of it; where the buffer holds
         it `transposed`, the block at (`col`, `row`) of the buffer, transposed."""
