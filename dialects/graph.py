@@ -267,6 +267,17 @@ half the instructions. In a GEMM's epilogue, which no load overlaps, that is
 time: 8192x768 @ 768x3072 bf16 + bias + tanh GELU took 95 us with expf and 84
 with this form on an H200 (the bare GEMM 67, cuBLAS's 58)."""
 
+FAST_EXP = "tl.exp({0})"
+"""Triton's `ex2.approx` of `x * log2(e)`: the exp where its error vanishes (a
+`HALF_RESULT` form, `fast_exp`)."""
+
+
+def _exp_forms(template: str) -> dict[str, str]:
+    """A template written with CUDA's expf (`_irc_exp`), and its `HALF_RESULT` form:
+    the same with `FAST_EXP`."""
+    fast = template.replace("_irc_exp(", FAST_EXP.removesuffix("{0})"))
+    return {"float": template, HALF_RESULT: fast}
+
 
 @dataclass(frozen=True)
 class Fuzz:
@@ -459,13 +470,13 @@ AbsOp = _unary(
     exact=True, rounding_commutes=True, numpy="numpy.abs",
 )
 ExpOp = _unary(
-    "exp", "e**x", reference="torch.exp", triton={"float": "_irc_exp({0})", HALF_RESULT: "tl.exp({0})"},
+    "exp", "e**x", reference="torch.exp", triton=_exp_forms("_irc_exp({0})"),
     cost=TRANSCENDENTAL,
     fuzz=Fuzz(domain="bounded", bound=3.0, scale="exp"),
     # 2**x: an attention's probabilities in log2 units (lowering/attention_to_tile.py).
     # fast_exp: ex2.approx of x * log2(e), |x| 2**-24 off, where only sums of the
     # values are kept (a softmax's statistics, an attention's probabilities).
-    extra_fns={"exp2": "tl.math.exp2({0})", "fast_exp": "tl.exp({0})"},
+    extra_fns={"exp2": "tl.math.exp2({0})", "fast_exp": FAST_EXP},
 )
 LogOp = _unary(
     "log", "natural logarithm", reference="torch.log", triton="tl.log({0})",
@@ -499,7 +510,7 @@ TanhOp = _unary(
 )
 SigmoidOp = _unary(
     "sigmoid", "1 / (1 + e**-x)", reference="torch.sigmoid",
-    triton={"float": "1.0 / (1.0 + _irc_exp(-{0}))", HALF_RESULT: "1.0 / (1.0 + tl.exp(-{0}))"},
+    triton=_exp_forms("1.0 / (1.0 + _irc_exp(-{0}))"),
     cost=TRANSCENDENTAL, fuzz=Fuzz(scale="unit", activation=True),
 )
 ReluOp = _unary(
@@ -562,7 +573,7 @@ class GeluOp(UnaryOp):
         return "gelu_tanh" if self.mode() == "tanh" else "gelu"
 SiluOp = _unary(
     "silu", "x * sigmoid(x)", reference="torch.nn.functional.silu",
-    triton={"float": "{0} / (1.0 + _irc_exp(-{0}))", HALF_RESULT: "{0} / (1.0 + tl.exp(-{0}))"},
+    triton=_exp_forms("{0} / (1.0 + _irc_exp(-{0}))"),
     cost=TRANSCENDENTAL, fuzz=Fuzz(activation=True),
 )
 ReciprocalOp = _unary(
