@@ -41,6 +41,11 @@ def persistent_grid(tiles: int, sms: int) -> tuple[int]:
     return (-(-tiles // rounds),)
 
 
+FP_FUSION = False
+"""Triton's `enable_fp_fusion` at every launch: no FMA contraction. torch rounds every
+op's result, and a contracted `x*c - min(x*c, y)` is a rounding error instead of 0
+(whose sqrt is NaN). A lowering that wants an FMA says so (`mul_add`)."""
+
 INTERPRETED_SMS = 3
 """SMs a persistent grid assumes on the interpreter: a few programs, which still walk
 several tiles each, as on a GPU."""
@@ -123,9 +128,7 @@ def host_functions(device: str) -> HostFunctions:
                 meta = enter = leave = None
             launcher(*grid3, stream, *head, meta, enter, leave, *args)
             return
-        # No FMA contraction: torch rounds every op's result, and a contracted
-        # `x*c - min(x*c, y)` is a rounding error instead of 0 (whose sqrt is NaN).
-        options: dict[str, Any] = {"num_warps": num_warps, "enable_fp_fusion": False}
+        options: dict[str, Any] = {"num_warps": num_warps, "enable_fp_fusion": FP_FUSION}
         if num_stages is not None:
             options["num_stages"] = num_stages
         if pdl and pdl_capable:

@@ -33,6 +33,7 @@ from xdsl.dialects.builtin import ModuleOp
 from irc.dialects import tile
 from irc.ir.types import format_type
 from irc.lowering.tile_to_triton import emit_triton, kernel_identifiers
+from irc.runtime.launch import FP_FUSION
 
 H100 = GPUTarget("cuda", 90, 32)
 POINTEE = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "f64": "fp64",
@@ -67,7 +68,7 @@ def build(kernel: tile.KernelOp, fn: JITFunction[Any], sig: dict[str, str]) -> A
     GPU's JIT specializes on that, and without it loads of 2-byte elements stay
     scalar where the GPU's are 16 bytes wide."""
     warps = kernel.warps.value.data if kernel.warps is not None else 4
-    options = {"num_warps": warps, "enable_fp_fusion": False}
+    options = {"num_warps": warps, "enable_fp_fusion": FP_FUSION}
     if kernel.stages is not None:
         options["num_stages"] = kernel.stages.value.data
     aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(sig))}
