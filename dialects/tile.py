@@ -60,6 +60,7 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 
+from irc.analysis.tma import box_problem
 from irc.dialects.attrs import (
     I32,
     MAX_BLOCK,
@@ -474,9 +475,17 @@ class StoreOp(IRDLOperation):
     mask = var_operand_def()
 
 
-def _check_block_access(op: IRDLOperation, shape: ArrayAttr) -> None:
+def _check_block_access(
+    op: IRDLOperation, shape: ArrayAttr, box: tuple[int, ...], element: Attribute
+) -> None:
+    """The buffer's two sizes, and a box of it that the copy engine can move (CUDA
+    would refuse it at run time, Triton when it compiles the kernel)."""
     if len(shape.data) != 2 or not all(isinstance(d, IntegerAttr) for d in shape.data):
         raise VerifyException(f"{op.name}: 'shape' is the buffer's two sizes")
+    sizes = [d.value.data for d in shape.data]  # type: ignore[attr-defined]
+    problem = box_problem(sizes, box, element) if len(box) == 2 else None
+    if problem is not None:
+        raise VerifyException(f"{op.name}: {problem}")
 
 
 @irdl_op_definition
@@ -501,8 +510,8 @@ class BlockLoadOp(IRDLOperation):
     traits = traits_def(Pure())
 
     def verify_(self) -> None:
-        _check_block_access(self, self.shape)
         check_flag(self, "transposed", self.transposed)
+        _check_block_access(self, self.shape, self.box(), _element(self.result.type))
 
     def box(self) -> tuple[int, ...]:
         """The block of the buffer the copy engine moves (the result, untransposed)."""
@@ -544,7 +553,15 @@ class BlockStoreOp(IRDLOperation):
     shape = prop_def(ArrayAttr)
 
     def verify_(self) -> None:
-        _check_block_access(self, self.shape)
+        _check_block_access(self, self.shape, self.box(), _element(self.value.type))
+
+    def box(self) -> tuple[int, ...]:
+        """The block of the buffer one TMA store moves: a column slice of the value."""
+        dims = tuple(int(d) for d in _shape(self.value.type))
+        if len(dims) != 2:
+            return dims
+        rows, cols = dims
+        return (rows, cols // block_store_parts(cols, _element(self.value.type)))
 
 
 @irdl_op_definition

@@ -206,10 +206,7 @@ class KernelPrinter:
         for op in self.kernel.body.walk():
             if not isinstance(op, tile.BlockLoadOp | tile.BlockStoreOp):
                 continue
-            box = op.box() if isinstance(op, tile.BlockLoadOp) else _shape(op.value)
-            if isinstance(op, tile.BlockStoreOp):
-                rows, cols = box
-                box = (rows, cols // tile.block_store_parts(cols, _element(op.value)))
+            box = op.box()
             key = (op.ptr, box)
             if key not in made:
                 made[key] = f"d{len(made)}"

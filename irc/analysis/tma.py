@@ -24,9 +24,31 @@ def wide_indices(buffer_sizes: Iterable[int], space: int) -> bool:
     return max(buffer_sizes, default=1) >= WIDE or space * 2 >= WIDE
 
 
+TMA_BYTES = 16
+"""The copy engine's granule: a buffer's rows are a multiple of it, a box's rows at
+least it (CUDA's tensor maps; Triton refuses narrower boxes)."""
+
+
 def tma_buffer(shape: Sequence[int], element: Attribute, extent: Sequence[int]) -> bool:
     """Whether a buffer of `shape` and `element` is a whole 2-d row-major buffer of
     `extent` (the GEMM's output rows and columns) with 16-byte aligned rows."""
     if element not in TMA_ELEMENTS or tuple(shape) != tuple(extent) or len(extent) != 2:
         return False
-    return shape[1] * element_bytes(element) % 16 == 0
+    return shape[1] * element_bytes(element) % TMA_BYTES == 0
+
+
+def box_problem(shape: Sequence[int], box: Sequence[int], element: Attribute) -> str | None:
+    """Why TMA cannot move `box` blocks of a row-major buffer of `shape` and `element`
+    (None if it can): rows not 16-byte aligned, or a box's rows under 16 bytes."""
+    size = element_bytes(element)
+    if shape[-1] * size % TMA_BYTES:
+        return (
+            f"its buffer's rows are {shape[-1] * size} bytes; TMA moves blocks of buffers "
+            f"whose rows are a multiple of {TMA_BYTES} bytes"
+        )
+    if box[-1] * size < TMA_BYTES:
+        return (
+            f"its box's rows are {box[-1] * size} bytes; a TMA box's rows are at least "
+            f"{TMA_BYTES} bytes"
+        )
+    return None
