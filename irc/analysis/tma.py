@@ -37,10 +37,20 @@ def tma_buffer(shape: Sequence[int], element: Attribute, extent: Sequence[int]) 
     return shape[1] * element_bytes(element) % TMA_BYTES == 0
 
 
+TMA_BOX_SIDE = 256
+"""The most elements a TMA box spans along any dimension (CUDA's tensor maps)."""
+
+
 def box_problem(shape: Sequence[int], box: Sequence[int], element: Attribute) -> str | None:
     """Why TMA cannot move `box` blocks of a row-major buffer of `shape` and `element`
-    (None if it can): rows not 16-byte aligned, or a box's rows under 16 bytes."""
+    (None if it can): rows not 16-byte aligned, a box's rows under 16 bytes, or a
+    box side over `TMA_BOX_SIDE` elements."""
     size = element_bytes(element)
+    if max(box) > TMA_BOX_SIDE:
+        return (
+            f"its box is {'x'.join(map(str, box))}; a TMA box spans at most "
+            f"{TMA_BOX_SIDE} elements a side"
+        )
     if shape[-1] * size % TMA_BYTES:
         return (
             f"its buffer's rows are {shape[-1] * size} bytes; TMA moves blocks of buffers "
