@@ -391,6 +391,35 @@ class BroadcastToOp(IRDLOperation):
 
 
 @irdl_op_definition
+class ColumnPartOp(IRDLOperation):
+    """Columns [part * w, (part + 1) * w) of a 2-d block, w its columns over `parts`.
+
+    A GEMM's epilogue runs on parts of a wide accumulator (loop-to-tile's
+    `epilogue_parts`): the temporaries of one part and the rest of the
+    accumulator fit the registers where those of the whole tile spilled. In
+    Triton a part is a `tl.split` of a reshape, which moves no data.
+    """
+
+    name = "tile.column_part"
+    input = operand_def()
+    part = prop_def(IntegerAttr)
+    parts = prop_def(IntegerAttr)
+    result = result_def()
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        shape = _shape(self.input.type)
+        if len(shape) != 2:
+            raise VerifyException(f"{self.name}: the input must be a 2-d block, got {list(shape)}")
+        rows, cols = shape
+        parts = check_int(self, "parts", self.parts, 2, max(2, cols), power_of_two=True)
+        check_int(self, "part", self.part, 0, parts - 1)
+        if cols % parts:
+            raise VerifyException(f"{self.name}: {cols} columns do not split into {parts} parts")
+        _check_result(self, (rows, cols // parts), _element(self.input.type))
+
+
+@irdl_op_definition
 class ApplyOp(IRDLOperation):
     """Element-wise op on blocks and scalars, broadcasting; `fn` as in loop.apply."""
 
@@ -540,9 +569,11 @@ def block_store_parts(cols: int, element: Attribute) -> int:
 class BlockStoreOp(IRDLOperation):
     """Stores a block at (`row`, `col`) of a row-major 2-d buffer; lanes outside are dropped.
 
-    Lowered to `block_store_parts` TMA stores of column slices (Triton's epilogue
+    Lowered to `slices()` TMA stores of column slices (Triton's epilogue
     subtiles): each stages its slice in shared memory, so a persistent GEMM's
     epilogue takes a fraction of the tile there and its K loop a deeper pipeline.
+    With `whole = 1` it is one store: the value is already a column part of the
+    tile (`tile.column_part`), stored while the next part is computed.
     """
 
     name = "tile.block_store"
@@ -551,9 +582,18 @@ class BlockStoreOp(IRDLOperation):
     col = operand_def()
     value = operand_def()
     shape = prop_def(ArrayAttr)
+    whole = opt_prop_def(IntegerAttr)
 
     def verify_(self) -> None:
+        check_flag(self, "whole", self.whole)
         _check_block_access(self, self.shape, self.box(), _element(self.value.type))
+
+    def slices(self) -> int:
+        """The TMA stores the value is written in, one a column slice."""
+        dims = _shape(self.value.type)
+        if self.whole is not None or len(dims) != 2:
+            return 1
+        return block_store_parts(dims[1], _element(self.value.type))
 
     def box(self) -> tuple[int, ...]:
         """The block of the buffer one TMA store moves: a column slice of the value."""
@@ -561,7 +601,7 @@ class BlockStoreOp(IRDLOperation):
         if len(dims) != 2:
             return dims
         rows, cols = dims
-        return (rows, cols // block_store_parts(cols, _element(self.value.type)))
+        return (rows, cols // self.slices())
 
 
 @irdl_op_definition
@@ -786,7 +826,7 @@ class YieldOp(IRDLOperation):
 Tile = Dialect(
     "tile",
     [
-        KernelOp, LaunchOp, ProgramIdOp, ArangeOp, ExpandDimsOp, BroadcastToOp, ApplyOp,
+        KernelOp, LaunchOp, ProgramIdOp, ArangeOp, ExpandDimsOp, BroadcastToOp, ColumnPartOp, ApplyOp,
         ConstantOp, LoadOp, StoreOp, BlockLoadOp, BlockStoreOp, ReduceOp, DotOp, ForOp,
         ForStopOp, ForStartOp, TilesOp, YieldOp, CheckOp,
     ],

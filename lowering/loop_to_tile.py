@@ -59,7 +59,7 @@ from irc.ir.types import (
     numel,
 )
 from irc.lowering.attention_to_tile import lay_out_attention
-from irc.passes.tile import KernelShape, kernel_shape, tiling_of
+from irc.passes.tile import KernelShape, epilogue_parts, kernel_shape, tiling_of
 from irc.syntax.diagnostics import IrcError, op_location
 
 I32 = ELEMENT_TYPES["i32"]
@@ -221,6 +221,22 @@ def streamed_buffers(kernel: loop.KernelOp, shape: KernelShape) -> set[SSAValue]
         if n == 1 and 2 * numel(b.type.get_shape()) > space  # type: ignore[attr-defined]
     }
     return streamed if len(streamed) == 1 else set()
+
+
+def _depends_on(v: SSAValue, iv: SSAValue | None) -> bool:
+    """Whether loop value `v` is computed from `iv` (through element-wise ops)."""
+    seen: set[SSAValue] = set()
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if x is iv:
+            return True
+        if x in seen:
+            continue
+        seen.add(x)
+        if isinstance(x.owner, loop.ApplyOp):
+            todo.extend(x.owner.operands)
+    return False
 
 
 def combined(terms: list[tuple[SSAValue, int]]) -> list[tuple[SSAValue, int]]:
@@ -499,6 +515,10 @@ class KernelTranslator:
 
     def statements(self, block: Block) -> None:
         """Translates the side effects of a loop body in order; values follow on demand."""
+        parts = self.epilogue_parts(block)
+        if parts > 1:
+            self.epilogue_in_parts(block, parts)
+            return
         for op in block.ops:
             if isinstance(op, loop.StoreOp):
                 self.store(op)
@@ -615,6 +635,7 @@ class KernelTranslator:
             pid_m, pid_n = self.grouped_order(out_id, gm, gn)
         self.out_row_start = self.iapply("mul", pid_m, bm)
         self.out_col_start = self.iapply("mul", pid_n, bn)
+        self.out_cols = bn  # the columns the epilogue computes and stores at a time
         rm = self.expand(self.apply("add", [self.out_row_start, self.arange(bm)]), 1)
         rn = self.expand(self.apply("add", [self.out_col_start, self.arange(bn)]), 0)
         self.rows, self.cols = rm, rn
@@ -980,7 +1001,10 @@ class KernelTranslator:
         if element_of(value) != element:
             value = self.apply("cast", [value], element)
         if self.block_access(op, (self.row_iv, self.col_iv), self.shape.parallel[-2:]):
-            bm, bn, _ = self.tiling.block
+            bm, bn = self.tiling.block[0], self.out_cols
+            props: dict[str, Attribute] = {"shape": int_array(op.buffer.type.get_shape())}  # type: ignore[attr-defined]
+            if bn < self.tiling.block[1]:  # a column part of the epilogue: one TMA store
+                props["whole"] = IntegerAttr(1, i64)
             self.add(
                 tile.BlockStoreOp.create(
                     operands=[
@@ -989,7 +1013,7 @@ class KernelTranslator:
                         self.out_col_start,
                         self.broadcast_to(value, (bm, bn)),
                     ],
-                    properties={"shape": int_array(op.buffer.type.get_shape())},  # type: ignore[attr-defined]
+                    properties=props,
                 )
             )
             return
@@ -1320,6 +1344,10 @@ class KernelTranslator:
         self.reduction_chunks(loop.int_list(op.bounds), [], body, backwards=FINAL_PASS_BACKWARDS)
 
     def contraction(self, op: loop.ReduceOp) -> SSAValue:
+        return self.round_to(self.accumulate(op), op.result.type)
+
+    def accumulate(self, op: loop.ReduceOp) -> SSAValue:
+        """The K loop of a contraction: its accumulator tile, not yet rounded."""
         bm, bn, bk = self.tiling.block
         (k,) = loop.int_list(op.bounds)
         (kiv,) = op.body.block.args
@@ -1370,7 +1398,57 @@ class KernelTranslator:
             )
             self.add(tile.YieldOp.create(operands=[acc]))
         (acc,) = self.for_loop(block, [init], k, bk)
-        return self.round_to(acc, element)
+        return acc
+
+    def epilogue_parts(self, block: Block) -> int:
+        """Column parts the epilogue of a contraction kernel's `block` runs on
+        (`tile.epilogue_parts`); 1 unless the block is element-wise work on its
+        contractions and stores that each depend on the output column."""
+        if self.shape.kind != "contraction" or block is not self.kernel.body.block:
+            return 1
+        for op in block.ops:
+            if isinstance(op, loop.StoreOp):
+                if not any(_depends_on(i, self.col_iv) for i in op.indices):
+                    return 1
+            elif isinstance(op, loop.ReduceOp):
+                if op.contract is None:
+                    return 1
+            elif not isinstance(op, loop.ApplyOp | loop.LoadOp | loop.ConstantOp):
+                return 1
+        return epilogue_parts(self.tiling)
+
+    def epilogue_in_parts(self, block: Block, parts: int) -> None:
+        """The K loops once on the whole tile, then the epilogue and its stores on
+        each column part in turn (`tile.column_part` of the accumulators)."""
+        contractions = [op for op in block.ops if isinstance(op, loop.ReduceOp)]
+        accumulators = [self.accumulate(op) for op in contractions]
+        bm, bn, _ = self.tiling.block
+        width = bn // parts
+        n = self.shape.parallel[-1]
+        whole = self.out_col_start
+        for part in range(parts):
+            with self.scope():
+                start = whole
+                if part:
+                    start = self.apply("add", [whole, self.const(part * width, self.index)])
+                cols = self.expand(self.apply("add", [start, self.arange(width)]), 0)
+                mask = None if self.col_mask is None else self.apply("lt", [cols, self.const(n, self.index)])
+                self.scopes[-1].axis_masks = [self.row_mask, mask]
+                self.bind(self.col_iv, cols)
+                for op, acc in zip(contractions, accumulators, strict=True):
+                    piece = self.add(
+                        tile.ColumnPartOp.create(
+                            operands=[acc],
+                            properties={"part": IntegerAttr(part, i64), "parts": IntegerAttr(parts, i64)},
+                            result_types=[block_type(element_of(acc), (bm, width))],
+                        )
+                    )
+                    self.bind(op.result, self.round_to(piece, op.result.type))
+                self.out_col_start, self.out_cols = start, width
+                for op in block.ops:
+                    if isinstance(op, loop.StoreOp):
+                        self.store(op)
+        self.out_col_start, self.out_cols = whole, bn
 
     def tma_operand(
         self,

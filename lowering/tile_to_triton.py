@@ -226,12 +226,31 @@ class KernelPrinter:
         self.counter += 1
         return f"v{self.counter - 1}"
 
+    def column_part(self, op: tile.ColumnPartOp, depth: int) -> None:
+        """Halves the columns until the part is left, the high half second at each
+        step: a reshape to [rows, 2, cols / 2], a permute and a split, as the
+        block store's slices are made."""
+        value = self.name(op.input)
+        rows, cols = _shape(op.input)
+        parts, part = _int(op.parts), _int(op.part)
+        while parts > 1:
+            cols, parts = cols // 2, parts // 2
+            halves = (self.fresh(), self.fresh())
+            self.emit(
+                depth,
+                f"{halves[0]}, {halves[1]} = "
+                f"tl.split(tl.permute(tl.reshape({value}, ({rows}, 2, {cols})), (0, 2, 1)))",
+            )
+            value = halves[part // parts]
+            part %= parts
+        self.assign(op, depth, value)
+
     def block_store(self, op: tile.BlockStoreOp, depth: int) -> None:
-        """One TMA store a column slice (`tile.block_store_parts`): the value splits
+        """One TMA store a column slice (`tile.BlockStoreOp.slices`): the value splits
         into halves by a reshape to [rows, 2, cols / 2], a permute and a split."""
         d, row, col, value = self.descriptor[op], self.name(op.row), self.name(op.col), self.name(op.value)
         rows, cols = _shape(op.value)
-        if tile.block_store_parts(cols, _element(op.value)) == 1:
+        if op.slices() == 1:
             self.emit(depth, f"{d}.store([{row}, {col}], {value})")
             return
         half = cols // 2
@@ -266,6 +285,8 @@ class KernelPrinter:
             self.assign(op, depth, f"tl.arange(0, {_int(op.size)})")
         elif isinstance(op, tile.ExpandDimsOp):
             self.assign(op, depth, f"tl.expand_dims({n(op.input)}, {_int(op.axis)})")
+        elif isinstance(op, tile.ColumnPartOp):
+            self.column_part(op, depth)
         elif isinstance(op, tile.BroadcastToOp):
             self.assign(op, depth, f"tl.broadcast_to({n(op.input)}, {_shape(op.result)})")
         elif isinstance(op, tile.ConstantOp):

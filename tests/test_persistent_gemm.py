@@ -440,14 +440,21 @@ def test_gemm_whose_epilogue_stages_many_bytes_at_short_k_runs_a_program_a_tile(
 
 
 def test_a_block_store_is_written_in_two_column_halves() -> None:
-    """A 128x256 bf16 output tile goes out as two TMA stores of 128x128 boxes."""
-    compiled, _ = lower(gemm_text(8192, 2304, 768, "bf16"), None)
+    """A 128x128 bf16 output tile goes out as two TMA stores of 128x64 boxes; a
+    128x256 one, whose epilogue runs on column halves (`tile.column_part`), as one
+    TMA store of a 128x128 box a half."""
+    compiled, _ = lower(gemm_text(8192, 768, 3072, "bf16"), None)
     source = compiled.source
-    stores = re.findall(r"(d\d+)\.store\(\[(v\d+), (v\d+)( \+ 128)?\], (v\d+)\)", source)
-    assert len(stores) == 2 and stores[0][:3] == stores[1][:3] and stores[1][3] == " + 128"
+    stores = re.findall(r"(d\d+)\.store\(\[(v\d+), (v\d+)( \+ 64)?\], (v\d+)\)", source)
+    assert len(stores) == 2 and stores[0][:3] == stores[1][:3] and stores[1][3] == " + 64"
     (descriptor,) = {s[0] for s in stores}
-    assert re.search(descriptor + r" = tl.make_tensor_descriptor\(ptr\d, shape=\[8192, 2304\], strides=\[2304, 1\], block_shape=\[128, 128\]\)", source)
+    assert re.search(descriptor + r" = tl.make_tensor_descriptor\(ptr\d, shape=\[8192, 768\], strides=\[768, 1\], block_shape=\[128, 64\]\)", source)
     assert "tl.split(" in source
+    wide, _ = lower(gemm_text(8192, 2304, 768, "bf16"), None)
+    stores = re.findall(r"(d\d+)\.store\(\[(v\d+), (v\d+)\], (v\d+)\)", wide.source)
+    assert len(stores) == 2 and stores[0][1] == stores[1][1] and stores[0][2] != stores[1][2]
+    (descriptor,) = {s[0] for s in stores}
+    assert re.search(descriptor + r" = tl.make_tensor_descriptor\(ptr\d, shape=\[8192, 2304\], strides=\[2304, 1\], block_shape=\[128, 128\]\)", wide.source)
 
 
 def test_gemm_whose_epilogue_computes_transcendentals_runs_a_program_a_tile() -> None:
