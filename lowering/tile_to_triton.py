@@ -235,7 +235,9 @@ class KernelPrinter:
         parts, part = _int(op.parts), _int(op.part)
         while parts > 1:
             cols, parts = cols // 2, parts // 2
-            halves = (self.fresh(), self.fresh())
+            halves = [self.fresh(), self.fresh()]
+            if parts == 1:  # the last halving makes the result
+                halves[part] = self.name(op.result)
             self.emit(
                 depth,
                 f"{halves[0]}, {halves[1]} = "
@@ -243,7 +245,6 @@ class KernelPrinter:
             )
             value = halves[part // parts]
             part %= parts
-        self.assign(op, depth, value)
 
     def block_store(self, op: tile.BlockStoreOp, depth: int) -> None:
         """One TMA store a column slice (`tile.BlockStoreOp.slices`): the value splits
