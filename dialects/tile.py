@@ -505,13 +505,19 @@ class StoreOp(IRDLOperation):
 
 
 def _check_block_access(
-    op: IRDLOperation, shape: ArrayAttr, box: tuple[int, ...], element: Attribute
+    op: IRDLOperation,
+    shape: ArrayAttr,
+    box: tuple[int, ...],
+    element: Attribute,
+    pitch: IntegerAttr | None = None,
 ) -> None:
     """The buffer's two sizes, and a box of it that the copy engine can move (CUDA
     would refuse it at run time, Triton when it compiles the kernel)."""
     if len(shape.data) != 2 or not all(isinstance(d, IntegerAttr) for d in shape.data):
         raise VerifyException(f"{op.name}: 'shape' is the buffer's two sizes")
     sizes = [d.value.data for d in shape.data]  # type: ignore[attr-defined]
+    if pitch is not None:
+        sizes[1] = check_int(op, "pitch", pitch, sizes[1], I32_MAX)
     problem = box_problem(sizes, box, element) if len(box) == 2 else None
     if problem is not None:
         raise VerifyException(f"{op.name}: {problem}")
@@ -521,6 +527,9 @@ def _check_block_access(
 class BlockLoadOp(IRDLOperation):
     """The block at (`row`, `col`) of a row-major 2-d buffer of `shape` (zero outside),
     or with `transposed = 1` that block transposed (the result's rows are its columns).
+    With `pitch`, the buffer's rows are `pitch` elements long and `shape` is its first
+    `shape[1]` columns (a row-padded copy, `pad-gemm-operands`): the copy engine reads
+    nothing past them.
 
     Lowered to a TMA descriptor load: the copy engine moves the tile to shared
     memory, so dot operands need neither index math nor masks. A transposed one
@@ -535,12 +544,20 @@ class BlockLoadOp(IRDLOperation):
     col = operand_def()
     shape = prop_def(ArrayAttr)
     transposed = opt_prop_def(IntegerAttr)
+    pitch = opt_prop_def(IntegerAttr)
     result = result_def()
     traits = traits_def(Pure())
 
     def verify_(self) -> None:
         check_flag(self, "transposed", self.transposed)
-        _check_block_access(self, self.shape, self.box(), _element(self.result.type))
+        _check_block_access(
+            self, self.shape, self.box(), _element(self.result.type), self.pitch
+        )
+
+    def buffer_shape(self) -> list[int]:
+        """The shape of the buffer the block is read from (rows of `pitch` elements)."""
+        rows, cols = (int(d.value.data) for d in self.shape.data)  # type: ignore[attr-defined]
+        return [rows, cols if self.pitch is None else int(self.pitch.value.data)]
 
     def box(self) -> tuple[int, ...]:
         """The block of the buffer the copy engine moves (the result, untransposed)."""

@@ -26,6 +26,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -44,7 +45,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irc.analysis.tma import tma_buffer, wide_indices
+from irc.analysis.tma import tma_pitch, wide_indices
 from irc.dialects import graph, loop, tile
 from irc.dialects.attrs import MAX_GRID, MAX_GRID_Y
 from irc.dialects.tile import I32_MAX
@@ -245,6 +246,16 @@ def combined(terms: list[tuple[SSAValue, int]]) -> list[tuple[SSAValue, int]]:
     for t, c in terms:
         out[t] = out.get(t, 0) + c
     return [(t, c) for t, c in out.items() if c != 0]
+
+
+class TmaOperand(NamedTuple):
+    """A dot operand TMA fetches: its load, whether its buffer holds it transposed,
+    the rows and columns of the buffer it reads and the buffer's row length."""
+
+    load: loop.LoadOp
+    transposed: bool
+    extent: tuple[int, int]
+    pitch: int
 
 
 class KernelTranslator:
@@ -697,13 +708,14 @@ class KernelTranslator:
         access: loop.LoadOp | loop.StoreOp,
         indices: tuple[SSAValue | None, SSAValue | None],
         extent: tuple[int, int],
-    ) -> bool:
-        """Whether `access` touches a whole 2-d row-major buffer of `extent` exactly at
-        loop `indices` (so a tile of it is a TMA box), with 16-byte aligned rows."""
+    ) -> int | None:
+        """The row length of the 2-d row-major buffer `access` touches at loop `indices`
+        where a tile of it is a TMA box (its rows 16-byte aligned, the first
+        `extent[1]` columns of each read, `tma_pitch`), else None."""
         if not self.tma or tuple(access.indices) != indices:
-            return False
+            return None
         shape = tuple(access.buffer.type.get_shape())  # type: ignore[attr-defined]
-        return tma_buffer(shape, access.buffer.type.element_type, extent)  # type: ignore[attr-defined]
+        return tma_pitch(shape, access.buffer.type.element_type, extent)  # type: ignore[attr-defined]
 
     def grouped_order(
         self, pid: SSAValue, gm: int, gn: int, group: int = 8
@@ -1000,7 +1012,9 @@ class KernelTranslator:
         element = op.buffer.type.element_type  # type: ignore[attr-defined]
         if element_of(value) != element:
             value = self.apply("cast", [value], element)
-        if self.block_access(op, (self.row_iv, self.col_iv), self.shape.parallel[-2:]):
+        extent = self.shape.parallel[-2:]
+        pitch = self.block_access(op, (self.row_iv, self.col_iv), extent)
+        if pitch is not None and pitch == extent[-1]:  # an output is exactly its buffer
             bm, bn = self.tiling.block[0], self.out_cols
             props: dict[str, Attribute] = {"shape": int_array(op.buffer.type.get_shape())}  # type: ignore[attr-defined]
             if bn < self.tiling.block[1]:  # a column part of the epilogue: one TMA store
@@ -1366,7 +1380,7 @@ class KernelTranslator:
             a_tma = self.tma_operand(a, (self.row_iv, kiv), (m, k), element)
             b_tma = self.tma_operand(b, (kiv, self.col_iv), (k, n), element)
             if a_tma is not None:
-                av = self.block_load(*a_tma, self.row_start, k0, (bm, bk))
+                av = self.block_load(a_tma, self.row_start, k0, (bm, bk))
             else:
                 with self.scope(axis_masks=[self.row_mask, None]):
                     krow = self.expand(kk, 0)
@@ -1377,7 +1391,7 @@ class KernelTranslator:
                     self.bind(kiv, krow)
                     av = self.dot_operand(a, (bm, bk), element)
             if b_tma is not None:
-                bv = self.block_load(*b_tma, k0, self.col_start, (bk, bn))
+                bv = self.block_load(b_tma, k0, self.col_start, (bk, bn))
             else:
                 with self.scope(axis_masks=[None, self.col_mask]):
                     kcol = self.expand(kk, 1)
@@ -1456,31 +1470,31 @@ class KernelTranslator:
         indices: tuple[SSAValue | None, SSAValue | None],
         extent: tuple[int, int],
         element: Attribute,
-    ) -> tuple[loop.LoadOp, bool] | None:
+    ) -> TmaOperand | None:
         """The load behind a dot operand that TMA can fetch as it is, or transposed
         (a buffer that holds the operand's columns as rows: an `nn.Linear` weight
-        read as `w.T`), if any, and whether transposed; `indices` and `extent` are
-        the operand's own."""
+        read as `w.T`), if any; `indices` and `extent` are the operand's own."""
         owner = v.owner
         if isinstance(owner, loop.LoadOp) and owner.result.type == element:
-            if self.block_access(owner, indices, extent):
-                return owner, False
-            if self.block_access(owner, indices[::-1], extent[::-1]):
-                return owner, True
+            for transposed in (False, True):
+                ivs, sizes = (indices[::-1], extent[::-1]) if transposed else (indices, extent)
+                pitch = self.block_access(owner, ivs, sizes)
+                if pitch is not None:
+                    return TmaOperand(owner, transposed, sizes, pitch)
         return None
 
     def block_load(
-        self,
-        op: loop.LoadOp,
-        transposed: bool,
-        row: SSAValue,
-        col: SSAValue,
-        shape: tuple[int, int],
+        self, operand: TmaOperand, row: SSAValue, col: SSAValue, shape: tuple[int, int]
     ) -> SSAValue:
         """The operand's `shape` block at (`row`, `col`) of it; where the buffer holds
-        it `transposed`, the block at (`col`, `row`) of the buffer, transposed."""
-        props: dict[str, Attribute] = {"shape": int_array(op.buffer.type.get_shape())}  # type: ignore[attr-defined]
-        if transposed:
+        it `transposed`, the block at (`col`, `row`) of the buffer, transposed. A
+        buffer whose rows are longer than the operand's (`pitch`) is read in its
+        first columns only."""
+        op, (rows, cols) = operand.load, operand.extent
+        props: dict[str, Attribute] = {"shape": int_array([rows, cols])}
+        if operand.pitch != cols:
+            props["pitch"] = IntegerAttr(operand.pitch, i64)
+        if operand.transposed:
             row, col = col, row
             props["transposed"] = IntegerAttr(1, i64)
         return self.add(

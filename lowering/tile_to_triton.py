@@ -211,10 +211,11 @@ class KernelPrinter:
             if key not in made:
                 made[key] = f"d{len(made)}"
                 rows, cols = (_int(d) for d in op.shape.data)
+                pitch = _int(op.pitch) if isinstance(op, tile.BlockLoadOp) and op.pitch else cols
                 self.emit(
                     1,
                     f"{made[key]} = tl.make_tensor_descriptor({self.name(op.ptr)}, "
-                    f"shape=[{rows}, {cols}], strides=[{cols}, 1], block_shape={list(box)})",
+                    f"shape=[{rows}, {cols}], strides=[{pitch}, 1], block_shape={list(box)})",
                 )
             self.descriptor[op] = made[key]
 

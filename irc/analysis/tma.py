@@ -32,9 +32,19 @@ least it (CUDA's tensor maps; Triton refuses narrower boxes)."""
 def tma_buffer(shape: Sequence[int], element: Attribute, extent: Sequence[int]) -> bool:
     """Whether a buffer of `shape` and `element` is a whole 2-d row-major buffer of
     `extent` (the GEMM's output rows and columns) with 16-byte aligned rows."""
-    if element not in TMA_ELEMENTS or tuple(shape) != tuple(extent) or len(extent) != 2:
-        return False
-    return shape[1] * element_bytes(element) % TMA_BYTES == 0
+    return tuple(shape) == tuple(extent) and tma_pitch(shape, element, extent) is not None
+
+
+def tma_pitch(shape: Sequence[int], element: Attribute, extent: Sequence[int]) -> int | None:
+    """The row length at which TMA reads the first `extent[1]` columns of every row of
+    a 2-d row-major buffer of `shape` and `element` (an operand of `extent`; rows
+    padded past it, as `pad-gemm-operands` makes them), or None where it cannot:
+    other rows, too few columns, rows not 16-byte aligned."""
+    if element not in TMA_ELEMENTS or len(extent) != 2 or len(shape) != 2:
+        return None
+    if shape[0] != extent[0] or shape[1] < extent[1]:
+        return None
+    return shape[1] if shape[1] * element_bytes(element) % TMA_BYTES == 0 else None
 
 
 TMA_BOX_SIDE = 256
