@@ -276,6 +276,26 @@ func @gemm_bias_gelu(%x: {_t([m, k], d)}, %w: {_t([k, n], d)}, %b: {_t([n], d)})
 """
 
 
+def _gemm_kernels(s: Shape) -> int:
+    """The GEMM's kernel, and a copy of each operand whose rows `pad-gemm-operands`
+    pads (half precision, rows not 16-byte aligned, read by several tiles)."""
+    from irc.passes.pad_gemm_operands import (
+        GEMM_TILE,
+        PAD_MIN_FLOPS,
+        PAD_REREADS,
+        padded_columns,
+    )
+
+    m, k, n = s.dims["m"], s.dims["k"], s.dims["n"]
+    if s.dtype not in ("bf16", "f16") or 2 * m * n * k < PAD_MIN_FLOPS:
+        return 1
+    pads = [(k, n), (n, m)]  # x: rows of k, read by n's tiles; w: rows of n, by m's
+    return 1 + sum(
+        padded_columns(row, 2) != row and -(-across // GEMM_TILE) >= PAD_REREADS
+        for row, across in pads
+    )
+
+
 def _causal_attention(s: Shape) -> str:
     b, n, k, d = s.dims["b"], s.dims["s"], s.dims["d"], s.dtype
     qkv, scores = _t([b, n, k], d), _t([b, n, n], d)
@@ -488,7 +508,7 @@ def _workloads() -> list[Workload]:
                  _inputs(_dims("m", "k"), _dims("k", "n"), _dims("n")),
                  [_S("bf16", m=8192, k=4096, n=4096), _S("bf16", m=3000, k=1023, n=2049),
                   _S("f16", m=4096, k=4096, n=4096)],
-                 _S("f32", m=33, k=20, n=17), floor="torch.mm", irc_kernels=lambda s: 1),
+                 _S("f32", m=33, k=20, n=17), floor="torch.mm", irc_kernels=_gemm_kernels),
         Workload("causal_attention", "causal attention written out", _causal_attention,
                  causal_attention, attention_inputs,
                  [_S("bf16", b=32, s=1024, d=64), _S("bf16", b=12, s=1000, d=64),

@@ -45,6 +45,7 @@ LOWERING = (
     "graph-to-loop",
     "one-pass-variance",
     "split-reduction",
+    "pad-gemm-operands",
     "tile",
     "online-softmax",
     "loop-to-tile",

@@ -40,6 +40,12 @@ def _split_reduction() -> type[ModulePass]:
     return SplitReductionPass
 
 
+def _pad_gemm_operands() -> type[ModulePass]:
+    from irc.passes.pad_gemm_operands import PadGemmOperandsPass
+
+    return PadGemmOperandsPass
+
+
 def _tile() -> type[ModulePass]:
     from irc.passes.tile import TilePass
 
@@ -88,6 +94,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "graph-to-loop": _graph_to_loop,
     "one-pass-variance": _one_pass_variance,
     "split-reduction": _split_reduction,
+    "pad-gemm-operands": _pad_gemm_operands,
     "tile": _tile,
     "online-softmax": _online_softmax,
     "loop-to-tile": _loop_to_tile,
