@@ -138,3 +138,25 @@ def test_padded_gemms_match_torch(
     mm = (x.double() @ (w.double().T if linear else w.double())).to(dt)
     got = compiled["f"](x.to(DEVICE), w.to(DEVICE), b.to(DEVICE))
     assert_close(got.cpu(), F.gelu(mm + b))
+
+
+def test_an_operand_of_two_gemms_is_copied_once() -> None:
+    text = """func @f(%x: tensor<300x257xbf16>, %w: tensor<257x304xbf16>, %v: tensor<257x304xbf16>) -> (tensor<300x304xbf16>, tensor<300x304xbf16>) {
+  %a = graph.matmul %x, %w
+  %b = graph.matmul %x, %v
+  %c = graph.relu %b
+  return %a, %c : tensor<300x304xbf16>, tensor<300x304xbf16>
+}
+"""
+    module = loop_module(text)
+    names = [k.kernel_name.data for k in kernels(module)]
+    assert names.count("pad_rows_0") == 1 and not any(n == "pad_rows_1" for n in names)
+    gemms = [k for k in kernels(module) if not k.kernel_name.data.startswith("pad")]
+    assert len(gemms) == 2
+    for gemm in gemms:
+        (xload,) = [
+            op
+            for op in gemm.walk()
+            if isinstance(op, loop.LoadOp) and op.buffer.type.get_shape() == (300, 264)
+        ]  # type: ignore[attr-defined]
+        assert xload is not None
