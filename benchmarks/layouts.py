@@ -277,23 +277,17 @@ func @gemm_bias_gelu(%x: {_t([m, k], d)}, %w: {_t([k, n], d)}, %b: {_t([n], d)})
 
 
 def _gemm_kernels(s: Shape) -> int:
-    """The GEMM's kernel, and a copy of each operand whose rows `pad-gemm-operands`
-    pads (half precision, rows not 16-byte aligned, read by several tiles)."""
-    from irc.passes.pad_gemm_operands import (
-        GEMM_TILE,
-        PAD_MIN_FLOPS,
-        PAD_REREADS,
-        padded_columns,
-    )
+    """The GEMM's kernel, and the copy of each operand `pad-gemm-operands` pads
+    (half precision, rows not 16-byte aligned, a persistent GEMM): the pass is
+    asked, on the row's program."""
+    import irc
+    from irc.dialects import loop
+    from irc.pipeline import run_pipeline
 
-    m, k, n = s.dims["m"], s.dims["k"], s.dims["n"]
-    if s.dtype not in ("bf16", "f16") or 2 * m * n * k < PAD_MIN_FLOPS:
-        return 1
-    pads = [(k, n), (n, m)]  # x: rows of k, read by n's tiles; w: rows of n, by m's
-    return 1 + sum(
-        padded_columns(row, 2) != row and -(-across // GEMM_TILE) >= PAD_REREADS
-        for row, across in pads
-    )
+    module = irc.parse(_gemm_bias_gelu(s), "gemm_bias_gelu.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands")
+    names = [k.kernel_name.data for k in module.walk() if isinstance(k, loop.KernelOp)]
+    return 1 + sum(name.startswith("pad_rows_") for name in names)
 
 
 def _causal_attention(s: Shape) -> str:

@@ -30,7 +30,7 @@ from irc.pipeline import AFTER_TILING, run_pipeline
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16}
-PAD_ALL = "pad-gemm-operands{min_flops=0}"
+PAD_ALL = "pad-gemm-operands{min_flops=0 persistent_only=false}"
 
 
 def gemm_text(m: int, n: int, k: int, el: str, linear: bool = False) -> str:
@@ -89,6 +89,15 @@ def test_aligned_small_or_once_read_operands_are_left() -> None:
     (pad, gemm) = kernels(module)
     assert pad.parallel_bounds() == [257, 100]
     assert [u.load.buffer.type.get_shape() for u in unaligned_operands(gemm)] == [(300, 257)]  # type: ignore[attr-defined]
+
+
+def test_only_gemms_the_tile_pass_makes_persistent_are_padded_by_default() -> None:
+    """2000x1025 @ 1025x1000 + GELU: K outweighs the GELU, persistent, x padded.
+    2048x517 @ 517x2048: the GELU outweighs K = 517, a program a tile, left (its
+    pointer loads ran as fast unaligned on an H100; the copy only added)."""
+    (pad, _) = kernels(loop_module(gemm_text(2000, 1000, 1025, "bf16"), "pad-gemm-operands"))
+    assert pad.kernel_name.data == "pad_rows_0" and pad.parallel_bounds() == [2000, 1025]
+    assert len(kernels(loop_module(gemm_text(2048, 2048, 517, "bf16"), "pad-gemm-operands"))) == 1
 
 
 def test_pass_options_are_checked() -> None:
