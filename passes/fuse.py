@@ -685,6 +685,16 @@ def launched_kernels(lowered: ModuleOp) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+def _why_other(origin: str) -> str:
+    """Why a kernel made from no group is launched: a padded GEMM operand's copy, or
+    graph-to-loop's copy of a returned view or constant."""
+    from irc.passes import pad_gemm_operands
+
+    if origin.startswith(pad_gemm_operands.KERNEL_PREFIX):
+        return pad_gemm_operands.WHY
+    return COPY_WHY
+
+
 def _unsplit(name: str) -> str:
     """The group a split-reduction stage (`NAME_split`, `NAME_split1`, `NAME_combine`...)
     came from."""
@@ -727,7 +737,7 @@ def resolve_reports(reports: Sequence[FusionReport], lowered: ModuleOp) -> None:
             if c.producer_kernel in final and c.consumer_kernel in final
         ]
         report.other = [
-            OtherKernel(n, report.copies.get(origin, COPY_WHY))
+            OtherKernel(n, report.copies.get(origin, _why_other(origin)))
             for origin, names in made.items()
             for n in names
         ]

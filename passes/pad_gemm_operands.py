@@ -47,6 +47,15 @@ PAD_MIN_FLOPS = 2**31
 """The smallest product (2 M N K) worth a copy kernel's launch (a few us): about
 4 us of an H100's half-precision tensor cores."""
 
+KERNEL_PREFIX = "pad_rows_"
+"""The copies' kernel names: `pad_rows_0`, `pad_rows_1`..."""
+
+WHY = (
+    "pad-gemm-operands copies a GEMM operand whose rows are not 16-byte aligned into "
+    "rows that are, which the GEMM reads by TMA"
+)
+"""What the fusion report says of a copy (`irc.passes.fuse.resolve_reports`)."""
+
 GEMM_TILE = 128
 """The side of the output tiles the re-reads are counted in (`tile.gemm_tiling`'s)."""
 
@@ -166,10 +175,10 @@ class PadGemmOperandsPass(ModulePass):
             result_types=[MemRefType(element, [rows, padded_columns(cols, element_bytes(element))])]
         )
         n = 0
-        while f"pad_rows_{n}" in taken:
+        while f"{KERNEL_PREFIX}{n}" in taken:
             n += 1
-        taken.add(f"pad_rows_{n}")
-        copy = copy_kernel(buffer, alloc.result, f"pad_rows_{n}")
+        taken.add(f"{KERNEL_PREFIX}{n}")
+        copy = copy_kernel(buffer, alloc.result, f"{KERNEL_PREFIX}{n}")
         copy.location = kernel.location
         block = kernel.parent_block()
         assert block is not None

@@ -8,7 +8,10 @@ stored [N, K], both operands odd.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,12 +24,14 @@ from irc.dialects import loop, tile
 from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.pad_gemm_operands import (
     PAD_MIN_FLOPS,
+    WHY,
     PadGemmOperandsPass,
     padded_columns,
     unaligned_operands,
 )
 from irc.passes.tile import Tiling, set_tiling
 from irc.pipeline import AFTER_TILING, run_pipeline
+from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16}
@@ -169,3 +174,18 @@ def test_an_operand_of_two_gemms_is_copied_once() -> None:
             if isinstance(op, loop.LoadOp) and op.buffer.type.get_shape() == (300, 264)
         ]  # type: ignore[attr-defined]
         assert xload is not None
+
+
+def test_the_fusion_report_says_why_a_copy_is_launched(tmp_path: Path) -> None:
+    path = tmp_path / "gemm.ir"
+    path.write_text(gemm_text(2000, 1000, 1025, "bf16"))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = irc_opt(
+            [str(path), "--fuse", "--fusion-report", "-o", str(tmp_path / "o")], stdout=out
+        )
+    assert status == 0
+    lines = err.getvalue().splitlines()
+    assert lines[0] == "fusion report for @f: 2 kernels launched"
+    (copy,) = [ln for ln in lines if "triton_pad_rows_0 (copy)" in ln]
+    assert copy.endswith(WHY)
