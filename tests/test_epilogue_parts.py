@@ -21,11 +21,10 @@ from xdsl.utils.exceptions import VerifyException
 
 import irc
 from irc.compiler import CompiledModule
-from irc.dialects import loop, tile
-from irc.lowering.tile_to_triton import emit_triton
-from irc.passes.tile import EPILOGUE_PART_F32, Tiling, epilogue_parts, set_tiling
-from irc.pipeline import AFTER_TILING, run_pipeline
+from irc.dialects import tile
+from irc.passes.tile import EPILOGUE_PART_F32, Tiling, epilogue_parts
 from irc.syntax.printer import print_module
+from irc.testing.forced_tiling import compile_with_tiling
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
@@ -44,17 +43,7 @@ def gemm_text(m: int, n: int, k: int, el: str, act: str) -> str:
 
 
 def lower(text: str, tiling: Tiling | None) -> tuple[CompiledModule, object]:
-    module = irc.parse(text, "gemm.ir")
-    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
-    if tiling is not None:
-        for k in module.walk():
-            if isinstance(k, loop.KernelOp):
-                set_tiling(k, tiling)
-    run_pipeline(module, ",".join(AFTER_TILING))
-    irc.verify(module)
-    source = emit_triton(module, "gemm.ir")
-    kernels = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))
-    return CompiledModule(source, DEVICE, kernels, module), module
+    return compile_with_tiling(text, tiling, DEVICE)
 
 
 def parts_of(module: object) -> list[tuple[int, int]]:

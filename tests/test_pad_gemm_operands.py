@@ -21,7 +21,6 @@ from torch.testing import assert_close
 import irc
 from irc.compiler import CompiledModule
 from irc.dialects import loop, tile
-from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.pad_gemm_operands import (
     PAD_MIN_FLOPS,
     WHY,
@@ -29,8 +28,9 @@ from irc.passes.pad_gemm_operands import (
     padded_columns,
     unaligned_operands,
 )
-from irc.passes.tile import Tiling, set_tiling
-from irc.pipeline import AFTER_TILING, run_pipeline
+from irc.passes.tile import Tiling
+from irc.pipeline import run_pipeline
+from irc.testing.forced_tiling import compile_with_tiling
 from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
@@ -111,17 +111,11 @@ def test_pass_options_are_checked() -> None:
 
 
 def lower(text: str, tiling: Tiling | None) -> tuple[CompiledModule, object]:
-    module = loop_module(text)
-    run_pipeline(module, "tile")
-    if tiling is not None:
-        for k in kernels(module):
-            if k.kernel_name.data.startswith("mm"):
-                set_tiling(k, tiling)
-    run_pipeline(module, ",".join(AFTER_TILING))
-    irc.verify(module)
-    source = emit_triton(module, "gemm.ir")
-    count = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))  # type: ignore[attr-defined]
-    return CompiledModule(source, DEVICE, count, module), module
+    """Padded (PAD_ALL), then `tiling` forced on the GEMM, not on the copies."""
+    up_to_tile = f"fuse,decompose,graph-to-loop,split-reduction,{PAD_ALL},tile"
+    return compile_with_tiling(
+        text, tiling, DEVICE, up_to_tile, lambda k: k.kernel_name.data.startswith("mm")
+    )
 
 
 @pytest.mark.parametrize(

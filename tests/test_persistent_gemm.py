@@ -20,7 +20,6 @@ import irc
 from irc.autotune import candidates
 from irc.compiler import CompiledModule
 from irc.dialects import loop, tile
-from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.tile import (
     SHARED_BYTES,
     KernelShape,
@@ -28,12 +27,12 @@ from irc.passes.tile import (
     choose_tiling,
     gemm_fits,
     kernel_shape,
-    set_tiling,
     tiling_of,
 )
-from irc.pipeline import AFTER_TILING, run_pipeline
+from irc.pipeline import run_pipeline
 from irc.runtime.launch import persistent_grid
 from irc.syntax.printer import print_module
+from irc.testing.forced_tiling import compile_with_tiling
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
@@ -54,16 +53,7 @@ def gemm_text(m: int, n: int, k: int, el: str, both: bool = False) -> str:
 
 def lower(text: str, tiling: Tiling | None) -> tuple[CompiledModule, object]:
     """Fuses and lowers `text`, with `tiling` forced on every kernel when given."""
-    module = irc.parse(text, "gemm.ir")
-    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
-    if tiling is not None:
-        for k in module.walk():
-            if isinstance(k, loop.KernelOp):
-                set_tiling(k, tiling)
-    run_pipeline(module, ",".join(AFTER_TILING))
-    source = emit_triton(module, "gemm.ir")
-    kernels = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))
-    return CompiledModule(source, DEVICE, kernels, module), module
+    return compile_with_tiling(text, tiling, DEVICE)
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
