@@ -1171,9 +1171,12 @@ class KernelTranslator:
     def softmax_reduce(self, op: loop.SoftmaxReduceOp) -> None:
         """max(x) and sum(exp(x - max(x))) in one pass over the row (online softmax).
 
-        Each lane keeps a running max and a sum scaled to it; a new chunk with
-        a larger max rescales the sum by exp(old - new). The lanes combine at
-        the end the same way.
+        Each lane keeps a running max m and a sum s scaled to it. A new value x
+        takes one exp, e = exp(-|x - m|): where x is larger, s becomes s * e + 1
+        (the sum rescaled to x, plus x's own term); elsewhere s + e. That is the
+        same arithmetic as rescaling by exp(m - max(m, x)) and adding
+        exp(x - max(m, x)), which took two exps an element. The lanes combine at
+        the end by rescaling.
         """
         element = op.maximum.type
         xb, rb = self.tiling.block
@@ -1195,13 +1198,16 @@ class KernelTranslator:
             if mask is not None:
                 x = self.apply("where", [mask, x, self.const_attr(minus_inf, element)])
             x = self.broadcast_to(x, full)
-            m_new = self.apply("maximum", [m_acc, x])
-            base = finite(m_new)
+            # Measured from 0 while a lane has seen nothing (m = -inf): its sum is 0,
+            # so a first x gives 0 * e + 1 = 1 whatever e is; a masked x (-inf) adds 0.
+            d = self.apply("sub", [x, finite(m_acc)])
             # The statistics keep only sums of exps: the fast exp (`graph.ExpOp`), whose
             # error grows with |x - max|, the size of the terms shrinks with it.
-            scale = self.apply("fast_exp", [self.apply("sub", [m_acc, base])])
-            p = self.apply("fast_exp", [self.apply("sub", [x, base])])
-            return [m_new, self.apply("add", [self.apply("mul", [s_acc, scale]), p])]
+            e = self.apply("fast_exp", [self.apply("neg", [self.apply("abs", [d])])])
+            one = self.const(1.0, element)
+            grown = self.apply("mul_add", [s_acc, e, one])
+            s_new = self.apply("where", [self.apply("gt", [x, m_acc]), grown, self.apply("add", [s_acc, e])])
+            return [self.apply("maximum", [m_acc, x]), s_new]
 
         inits = [self.full(minus_inf, element, full), self.full(FloatAttr(0.0, f64), element, full)]
         m_acc, s_acc = self.reduction_chunks(loop.int_list(op.bounds), inits, body)

@@ -53,10 +53,42 @@ def test_online_softmax_matches_torch(scale: float) -> None:
     torch.testing.assert_close(compiled.softmax(x), torch.softmax(x, 1), equal_nan=True)
 
 
+def test_the_online_pass_takes_one_exp_an_element() -> None:
+    """A new value rescales the lane's sum or adds to it, both by exp(-|x - m|)."""
+    source = kernel_source(LONG)
+    online = source[source.index("for ") : source.index("tl.reduce(")]  # the first loop
+    assert online.count("tl.exp(") == 1 and "tl.abs(" in online and "tl.fma(" in online
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_online_softmax_in_gpu_chunks_matches_torch(
+    scale: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interpreter's own tiling holds these rows whole; the GPU's loops over them
+    in chunks (the online pass), which this runs on the CPU too."""
+    from irc.target import CPU_TILING_ENV
+
+    monkeypatch.setenv(CPU_TILING_ENV, "gpu")
+    compiled = irc.compile(irc.parse(LONG), device=DEVICE)
+    assert "tl.abs(" in compiled.source
+    x = torch.randn(5, 60000, device=DEVICE) * scale
+    x[0, :30000] = -float("inf")  # lanes that see only -inf for a while
+    x[1] = -float("inf")  # a row of -inf: NaN, as torch
+    x[2, 7] = float("nan")
+    x[3, 59999] = 80.0  # the max in the last, ragged chunk
+    x[4, 123] = float("inf")
+    torch.testing.assert_close(compiled.softmax(x), torch.softmax(x, 1), equal_nan=True)
+    want = torch.softmax(x[0].double(), 0)
+    got, theirs = compiled.softmax(x)[0].double(), torch.softmax(x, 1)[0].double()
+    assert (got - want).abs().max() <= 4 * (theirs - want).abs().max()
+
+
 def test_the_pass_runs_in_the_default_pipeline_and_alone() -> None:
     from irc.pipeline import LOWERING
 
-    assert LOWERING.index("tile") < LOWERING.index("online-softmax") < LOWERING.index("loop-to-tile")
+    assert (
+        LOWERING.index("tile") < LOWERING.index("online-softmax") < LOWERING.index("loop-to-tile")
+    )
     module = irc.parse(LONG)
     irc.run_pipeline(module, "decompose,fuse,graph-to-loop,tile,online-softmax")
     text = irc.print_module(module)
@@ -71,7 +103,10 @@ def test_a_softmax_reduce_on_rows_in_registers_is_right() -> None:
     # Rewritten while rows are looped, then re-tiled so that they fit in registers:
     # loop-to-tile lowers the op in one chunk.
     module = irc.parse(LONG.replace("60000", "3000"))
-    irc.run_pipeline(module, "decompose,fuse,graph-to-loop,tile{persistent-rblock=2048 rblock=1024 unrolled-rblock=0},online-softmax")
+    irc.run_pipeline(
+        module,
+        "decompose,fuse,graph-to-loop,tile{persistent-rblock=2048 rblock=1024 unrolled-rblock=0},online-softmax",
+    )
     irc.run_pipeline(module, "tile")
     assert "loop.softmax_reduce" in irc.print_module(module)
     irc.run_pipeline(module, "loop-to-tile,tile-cse,dce")
