@@ -282,12 +282,13 @@ def _gemm_kernels(s: Shape) -> int:
     asked, on the row's program."""
     import irc
     from irc.dialects import loop
+    from irc.passes.pad_gemm_operands import KERNEL_PREFIX
     from irc.pipeline import run_pipeline
 
     module = irc.parse(_gemm_bias_gelu(s), "gemm_bias_gelu.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands")
     names = [k.kernel_name.data for k in module.walk() if isinstance(k, loop.KernelOp)]
-    return 1 + sum(name.startswith("pad_rows_") for name in names)
+    return 1 + sum(name.startswith(KERNEL_PREFIX) for name in names)
 
 
 def _causal_attention(s: Shape) -> str:

@@ -605,6 +605,10 @@ class BlockStoreOp(IRDLOperation):
         check_flag(self, "whole", self.whole)
         _check_block_access(self, self.shape, self.box(), _element(self.value.type))
 
+    def buffer_shape(self) -> list[int]:
+        """The shape of the buffer the block is stored into (its `shape`)."""
+        return [int(d.value.data) for d in self.shape.data]  # type: ignore[attr-defined]
+
     def slices(self) -> int:
         """The TMA stores the value is written in, one a column slice."""
         dims = _shape(self.value.type)

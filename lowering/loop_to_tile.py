@@ -1452,7 +1452,8 @@ class KernelTranslator:
                 if part:
                     start = self.apply("add", [whole, self.const(part * width, self.index)])
                 cols = self.expand(self.apply("add", [start, self.arange(width)]), 0)
-                mask = None if self.col_mask is None else self.apply("lt", [cols, self.const(n, self.index)])
+                # Masked where the whole tile is (a part may lie wholly past n).
+                mask = self.mask_below(cols, n, bn)
                 self.scopes[-1].axis_masks = [self.row_mask, mask]
                 self.bind(self.col_iv, cols)
                 for op, acc in zip(contractions, accumulators, strict=True):

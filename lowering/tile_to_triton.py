@@ -211,7 +211,7 @@ class KernelPrinter:
             if key not in made:
                 made[key] = f"d{len(made)}"
                 rows, cols = (_int(d) for d in op.shape.data)
-                pitch = _int(op.pitch) if isinstance(op, tile.BlockLoadOp) and op.pitch else cols
+                pitch = op.buffer_shape()[1]
                 self.emit(
                     1,
                     f"{made[key]} = tl.make_tensor_descriptor({self.name(op.ptr)}, "
@@ -227,40 +227,43 @@ class KernelPrinter:
         self.counter += 1
         return f"v{self.counter - 1}"
 
+    def split_columns(
+        self, value: str, rows: int, cols: int, depth: int, names: list[str] | None = None
+    ) -> list[str]:
+        """Emits the two column halves of the block `value` (`names`, or fresh ones):
+        a reshape to [rows, 2, cols / 2], a permute and a split, which move no data."""
+        halves = names if names is not None else [self.fresh(), self.fresh()]
+        self.emit(
+            depth,
+            f"{halves[0]}, {halves[1]} = "
+            f"tl.split(tl.permute(tl.reshape({value}, ({rows}, 2, {cols // 2})), (0, 2, 1)))",
+        )
+        return halves
+
     def column_part(self, op: tile.ColumnPartOp, depth: int) -> None:
-        """Halves the columns until the part is left, the high half second at each
-        step: a reshape to [rows, 2, cols / 2], a permute and a split, as the
-        block store's slices are made."""
+        """Halves the columns until the part is left (`split_columns`), the high half
+        second at each step."""
         value = self.name(op.input)
         rows, cols = _shape(op.input)
         parts, part = _int(op.parts), _int(op.part)
         while parts > 1:
-            cols, parts = cols // 2, parts // 2
-            halves = [self.fresh(), self.fresh()]
-            if parts == 1:  # the last halving makes the result
-                halves[part] = self.name(op.result)
-            self.emit(
-                depth,
-                f"{halves[0]}, {halves[1]} = "
-                f"tl.split(tl.permute(tl.reshape({value}, ({rows}, 2, {cols})), (0, 2, 1)))",
-            )
-            value = halves[part // parts]
-            part %= parts
+            names = [self.fresh(), self.fresh()]
+            if parts == 2:  # the last halving makes the result
+                names[part] = self.name(op.result)
+            value = self.split_columns(value, rows, cols, depth, names)[part * 2 // parts]
+            cols, parts, part = cols // 2, parts // 2, part % (parts // 2)
 
     def block_store(self, op: tile.BlockStoreOp, depth: int) -> None:
-        """One TMA store a column slice (`tile.BlockStoreOp.slices`): the value splits
-        into halves by a reshape to [rows, 2, cols / 2], a permute and a split."""
+        """One TMA store a column slice (`tile.BlockStoreOp.slices`): the value's
+        halves (`split_columns`)."""
         d, row, col, value = self.descriptor[op], self.name(op.row), self.name(op.col), self.name(op.value)
         rows, cols = _shape(op.value)
         if op.slices() == 1:
             self.emit(depth, f"{d}.store([{row}, {col}], {value})")
             return
-        half = cols // 2
-        slices, left, right = self.fresh(), self.fresh(), self.fresh()
-        self.emit(depth, f"{slices} = tl.permute(tl.reshape({value}, ({rows}, 2, {half})), (0, 2, 1))")
-        self.emit(depth, f"{left}, {right} = tl.split({slices})")
+        left, right = self.split_columns(value, rows, cols, depth)
         self.emit(depth, f"{d}.store([{row}, {col}], {left})")
-        self.emit(depth, f"{d}.store([{row}, {col} + {half}], {right})")
+        self.emit(depth, f"{d}.store([{row}, {col} + {cols // 2}], {right})")
 
     def address(self, ptr: SSAValue, offsets: SSAValue) -> str:
         """`ptr + offsets`; where the offsets are `a + b` of a narrower and a wider

@@ -836,7 +836,7 @@ def _check_tile_access(
         )
         return
     if kind is tile.BlockLoadOp or kind is tile.BlockStoreOp:
-        declared = op.buffer_shape() if kind is tile.BlockLoadOp else _ints(op.properties.get("shape"))  # type: ignore[union-attr]
+        declared = op.buffer_shape()  # type: ignore[union-attr]
         for launch, buffers in check.launches:
             buffer = buffers[ptr.index]
             real = list(buffer.type.get_shape())  # type: ignore[attr-defined]
