@@ -383,6 +383,16 @@ OPT_ARGS: dict[str, tuple[list[str], str]] = {
     "tile-on-graph": (["-p", "tile"], "graph level"),
     "graph-to-loop-twice": (["-p", "graph-to-loop,graph-to-loop"], "loop level"),
     "fuse-on-loop": (["-p", "graph-to-loop,fuse"], "loop level"),
+    "pad-min-flops-negative": (
+        ["-p", "graph-to-loop,pad-gemm-operands{min_flops=-1}"],
+        "min-flops",
+    ),
+    "pad-rereads-zero": (["-p", "graph-to-loop,pad-gemm-operands{rereads=0}"], "rereads"),
+    "pad-persistent-code": (
+        ["-p", 'graph-to-loop,pad-gemm-operands{persistent_only="x\');import os#"}'],
+        "true or false",
+    ),
+    "pad-on-graph": (["-p", "pad-gemm-operands"], "graph level"),
 }
 
 
