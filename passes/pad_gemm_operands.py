@@ -13,8 +13,8 @@ The copy kernel reads the operand once and writes it once, into rows padded to a
 multiple of 16 bytes; the pad is never read (TMA reads the first columns of each
 row, `tile.block_load {pitch}`; pointer loads index inside them). The GEMM reads
 an operand's tiles once for every tile of its other output dimension, so the copy
-pays where that is `PAD_REREADS` tiles or more and the product is large enough to
-outweigh a launch (`PAD_MIN_FLOPS`), and where the GEMM is persistent (the tile
+pays where that is `REREADS` tiles or more and the product is large enough to
+outweigh a launch (`MIN_FLOPS`), and where the GEMM is persistent (the tile
 pass's choice, asked here): those lose the most, their operands then moving by
 TMA. A GEMM a program a tile (a short K under a heavy epilogue, or batched) loads
 by pointers either way: 2048x517 @ 517x2048 bf16 + erf GELU took 25.9 us
@@ -28,24 +28,23 @@ import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import IndexType, MemRefType, ModuleOp, StringAttr
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
 from irc.analysis.tma import TMA_BYTES
 from irc.dialects import loop
-from irc.ir.kernel_kind import KernelKind
-from irc.ir.types import HALF_TYPES, element_bytes, int_array
+from irc.ir.types import HALF_TYPES, element_bytes
+from irc.passes.gemm_operand_copies import (
+    MIN_FLOPS,
+    REREADS,
+    Operand,
+    copy_before,
+    gemm_flops,
+    gemm_operands,
+)
 from irc.passes.options import check_option
 from irc.passes.tile import gemm_tiling, kernel_shape
-
-PAD_REREADS = 2
-"""Tiles of the other output dimension (of 128) from which an operand is padded:
-read that many times by the GEMM, it is read once more and written once by the copy."""
-
-PAD_MIN_FLOPS = 2**31
-"""The smallest product (2 M N K) worth a copy kernel's launch (a few us): about
-4 us of an H100's half-precision tensor cores."""
 
 KERNEL_PREFIX = "pad_rows_"
 """The copies' kernel names: `pad_rows_0`, `pad_rows_1`..."""
@@ -56,9 +55,6 @@ WHY = (
 )
 """What the fusion report says of a copy (`irc.passes.fuse.resolve_reports`)."""
 
-GEMM_TILE = 128
-"""The side of the output tiles the re-reads are counted in (`tile.gemm_tiling`'s)."""
-
 
 def padded_columns(columns: int, element_bytes_: int) -> int:
     """`columns` rounded up to a whole number of 16-byte granules."""
@@ -66,70 +62,16 @@ def padded_columns(columns: int, element_bytes_: int) -> int:
     return -(-columns // per_granule) * per_granule
 
 
-@dataclass(frozen=True)
-class Operand:
-    """A contraction's operand load from a whole 2-d buffer, and how often the GEMM
-    reads each of its tiles."""
-
-    load: loop.LoadOp
-    rereads: int
-
-
 def unaligned_operands(kernel: loop.KernelOp) -> list[Operand]:
     """The half-precision operands of `kernel`'s contractions whose 2-d buffers have
     rows that are not 16-byte aligned."""
-    parallel = kernel.parallel_bounds()
-    if len(parallel) != 2:
-        return []
-    ivs = list(kernel.body.block.args)
     out = []
-    for red in kernel.body.block.ops:
-        if not (isinstance(red, loop.ReduceOp) and red.contract is not None):
-            continue
-        (kiv,) = red.body.block.args
-        for load in red.body.block.ops:
-            if not isinstance(load, loop.LoadOp) or load.result.type not in HALF_TYPES:
-                continue
-            shape = list(load.buffer.type.get_shape())  # type: ignore[attr-defined]
-            indices = list(load.indices)
-            if len(shape) != 2 or kiv not in indices or len(set(indices)) != 2:
-                continue
-            (other,) = [i for i in indices if i is not kiv]
-            if other not in ivs:
-                continue
-            if shape[1] * element_bytes(load.result.type) % TMA_BYTES == 0:
-                continue
-            # The tiles of the parallel dimension this operand does not index.
-            across = parallel[1 - ivs.index(other)]
-            out.append(Operand(load, -(-across // GEMM_TILE)))
+    for operand in gemm_operands(kernel):
+        element = operand.load.result.type
+        columns = operand.load.buffer.type.get_shape()[1]  # type: ignore[attr-defined]
+        if element in HALF_TYPES and columns * element_bytes(element) % TMA_BYTES:
+            out.append(operand)
     return out
-
-
-def _flops(kernel: loop.KernelOp) -> int:
-    m, n = kernel.parallel_bounds()
-    k = max(
-        (loop.int_list(r.bounds)[0] for r in kernel.body.block.ops if isinstance(r, loop.ReduceOp)),
-        default=0,
-    )
-    return 2 * m * n * k
-
-
-def copy_kernel(source: SSAValue, target: SSAValue, name: str) -> loop.KernelOp:
-    """`target[i, j] = source[i, j]` over `source`'s shape."""
-    shape = list(source.type.get_shape())  # type: ignore[attr-defined]
-    body = Block(arg_types=[IndexType(), IndexType()])
-    i, j = body.args
-    value = loop.LoadOp.create(operands=[source, i, j], result_types=[source.type.element_type])  # type: ignore[attr-defined]
-    body.add_op(value)
-    body.add_op(loop.StoreOp.create(operands=[value.result, target, i, j]))
-    return loop.KernelOp.create(
-        properties={
-            "name": StringAttr(name),
-            "bounds": int_array(shape),
-            "kind": StringAttr(KernelKind.POINTWISE),
-        },
-        regions=[Region(body)],
-    )
 
 
 @dataclass(frozen=True)
@@ -140,8 +82,8 @@ class PadGemmOperandsPass(ModulePass):
     name = "pad-gemm-operands"
     levels = ("loop",)
 
-    min_flops: int = PAD_MIN_FLOPS
-    rereads: int = PAD_REREADS
+    min_flops: int = MIN_FLOPS
+    rereads: int = REREADS
     persistent_only: bool = True
     """Pad only GEMMs the tile pass would make persistent (false: any GEMM)."""
 
@@ -154,7 +96,7 @@ class PadGemmOperandsPass(ModulePass):
         padded: dict[SSAValue, SSAValue] = {}
         for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
             operands = unaligned_operands(kernel)  # contractions with 2-d outputs only
-            if not operands or _flops(kernel) < self.min_flops:
+            if not operands or gemm_flops(kernel) < self.min_flops:
                 continue
             if self.persistent_only and not gemm_tiling(kernel_shape(kernel)).persistent:
                 continue
@@ -171,16 +113,5 @@ class PadGemmOperandsPass(ModulePass):
         """A row-padded copy of `buffer`, made just before `kernel`."""
         rows, cols = buffer.type.get_shape()  # type: ignore[attr-defined]
         element = buffer.type.element_type  # type: ignore[attr-defined]
-        alloc = loop.AllocOp.create(
-            result_types=[MemRefType(element, [rows, padded_columns(cols, element_bytes(element))])]
-        )
-        n = 0
-        while f"{KERNEL_PREFIX}{n}" in taken:
-            n += 1
-        taken.add(f"{KERNEL_PREFIX}{n}")
-        copy = copy_kernel(buffer, alloc.result, f"{KERNEL_PREFIX}{n}")
-        copy.location = kernel.location
-        block = kernel.parent_block()
-        assert block is not None
-        block.insert_ops_before([alloc, copy], kernel)
-        return alloc.result
+        padded = MemRefType(element, [rows, padded_columns(cols, element_bytes(element))])
+        return copy_before(kernel, buffer, padded, KERNEL_PREFIX, taken)

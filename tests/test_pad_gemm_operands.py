@@ -21,8 +21,8 @@ from torch.testing import assert_close
 import irc
 from irc.compiler import CompiledModule
 from irc.dialects import loop, tile
+from irc.passes.gemm_operand_copies import MIN_FLOPS
 from irc.passes.pad_gemm_operands import (
-    PAD_MIN_FLOPS,
     WHY,
     PadGemmOperandsPass,
     padded_columns,
@@ -86,7 +86,7 @@ def test_aligned_small_or_once_read_operands_are_left() -> None:
     # K and N whole granules: nothing to pad.
     assert len(kernels(loop_module(gemm_text(300, 304, 256, "bf16")))) == 1
     # Below the default product size: a copy's launch would outweigh it.
-    assert 2 * 300 * 301 * 257 < PAD_MIN_FLOPS
+    assert 2 * 300 * 301 * 257 < MIN_FLOPS
     assert len(kernels(loop_module(gemm_text(300, 301, 257, "bf16"), "pad-gemm-operands"))) == 1
     # N = 100 is one tile: x is read once by the GEMM and stays; w (read by 3 row
     # tiles) is padded.

@@ -1,0 +1,127 @@
+"""What `pad-gemm-operands` and `k-major-gemm-operands` share: finding a GEMM's
+operands, counting how often the GEMM reads each tile of one, and copying one
+once, just before the GEMM, into the layout the tensor cores read well.
+
+A copy reads the operand once and writes it once; the GEMM reads each of the
+operand's tiles once for every output tile of the dimension the operand does not
+index. The copy pays where that is a few tiles or more (`rereads`) and the
+product outweighs a launch (`min_flops`); both passes take those as options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import IndexType, MemRefType, StringAttr
+from xdsl.ir import Block, Region, SSAValue
+
+from irc.dialects import loop
+from irc.ir.kernel_kind import KernelKind
+from irc.ir.types import int_array
+
+MIN_FLOPS = 2**31
+"""The smallest product (2 M N K) worth a copy kernel's launch (a few us): about
+4 us of an H100's half-precision tensor cores."""
+
+REREADS = 2
+"""Tiles of the other output dimension (of `GEMM_TILE`) from which an operand is
+copied: read that many times by the GEMM, it is read once more and written once
+by the copy."""
+
+GEMM_TILE = 128
+"""The side of the output tiles the re-reads are counted in (`tile.gemm_tiling`'s)."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A contraction's operand load from a whole 2-d buffer, how often the GEMM reads
+    each of its tiles, and whether K is the buffer's contiguous (last) dimension."""
+
+    load: loop.LoadOp
+    rereads: int
+    k_contiguous: bool
+
+
+def gemm_operands(kernel: loop.KernelOp) -> list[Operand]:
+    """The operands of `kernel`'s contractions that are 2-d buffers indexed by the
+    reduced index and one output index (a GEMM with a 2-d output only)."""
+    parallel = kernel.parallel_bounds()
+    if len(parallel) != 2:
+        return []
+    ivs = list(kernel.body.block.args)
+    out = []
+    for red in kernel.body.block.ops:
+        if not (isinstance(red, loop.ReduceOp) and red.contract is not None):
+            continue
+        (kiv,) = red.body.block.args
+        for load in red.body.block.ops:
+            if not isinstance(load, loop.LoadOp):
+                continue
+            indices = list(load.indices)
+            if len(indices) != 2 or kiv not in indices or len(set(indices)) != 2:
+                continue
+            (other,) = [i for i in indices if i is not kiv]
+            if other not in ivs:
+                continue
+            # The tiles of the output dimension this operand does not index.
+            across = parallel[1 - ivs.index(other)]
+            out.append(Operand(load, -(-across // GEMM_TILE), indices[1] is kiv))
+    return out
+
+
+def gemm_flops(kernel: loop.KernelOp) -> int:
+    """2 M N K of a GEMM kernel (K: its longest contraction)."""
+    m, n = kernel.parallel_bounds()
+    k = max(
+        (loop.int_list(r.bounds)[0] for r in kernel.body.block.ops if isinstance(r, loop.ReduceOp)),
+        default=0,
+    )
+    return 2 * m * n * k
+
+
+def copy_kernel(
+    source: SSAValue, target: SSAValue, name: str, order: Sequence[int] = (0, 1)
+) -> loop.KernelOp:
+    """`target[i_order[0], i_order[1]] = source[i, j]` over `source`'s shape: a copy,
+    or with `order = (1, 0)` a transposition."""
+    shape = list(source.type.get_shape())  # type: ignore[attr-defined]
+    body = Block(arg_types=[IndexType(), IndexType()])
+    value = loop.LoadOp.create(
+        operands=[source, *body.args], result_types=[source.type.element_type]
+    )  # type: ignore[attr-defined]
+    body.add_op(value)
+    body.add_op(
+        loop.StoreOp.create(operands=[value.result, target, *(body.args[d] for d in order)])
+    )
+    return loop.KernelOp.create(
+        properties={
+            "name": StringAttr(name),
+            "bounds": int_array(shape),
+            "kind": StringAttr(KernelKind.POINTWISE),
+        },
+        regions=[Region(body)],
+    )
+
+
+def copy_before(
+    kernel: loop.KernelOp,
+    buffer: SSAValue,
+    target: MemRefType,
+    prefix: str,
+    taken: set[str],
+    order: Sequence[int] = (0, 1),
+) -> SSAValue:
+    """A new `target` buffer filled from `buffer` (`copy_kernel`) just before
+    `kernel`, by a kernel named `prefix` and the first number no kernel has."""
+    alloc = loop.AllocOp.create(result_types=[target])
+    n = 0
+    while f"{prefix}{n}" in taken:
+        n += 1
+    taken.add(f"{prefix}{n}")
+    copy = copy_kernel(buffer, alloc.result, f"{prefix}{n}", order)
+    copy.location = kernel.location
+    block = kernel.parent_block()
+    assert block is not None
+    block.insert_ops_before([alloc, copy], kernel)
+    return alloc.result
