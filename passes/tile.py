@@ -597,14 +597,13 @@ TENSOR_CORE_TILES = (GemmTile(128, 256, 3, 8, 1.0, deeper=4), GemmTile(128, 128,
 in 55 us for 8.7 rounds: a 128x128 program does 0.88 of a 128x256 one's output
 elements a second (it reads more operand bytes per product)."""
 
-SPLIT_TF32_SMALL_RATE = 0.89
-"""f32 GEMMs (split-tf32): 64x64x32 programs (4 warps, 2 stages) against 128x128x32
-(8 warps, 3 stages), measured on an H200 with the first split-tf32 kernel, which
-accumulated the three products in place (8192 x 768 @ 768 x 2304: 442 us against
-395). With the kernel as it is (each K step summed from zero) the same H200 gave
-0.75-0.85 on GPT-2's five GEMM shapes, median 0.82: not yet re-fitted here.
-128x128x32 takes 0.66-0.80 of cuBLAS's FFMA SGEMM on them, where FMA dots of
-64x64x32 took 1.01-1.07 on an H100."""
+SPLIT_TF32_SMALL_RATE = 0.71
+"""f32 GEMMs (split-tf32): the rate of 64x64x32 programs (4 warps, 2 stages) against
+128x128x32 (8 warps, 3 stages), fitted as the median over eleven GEMM + bias + erf
+GELU shapes with K-major operands (`k-major-gemm-operands`) on an H200, each
+tiling's time over its rounds of tiles: 0.63-0.81 (3000x1023 @ 1023x2049 415 us
+against 377; 1024^3 55 against 77, where 128x128 fills half the SMs). 128x128x32
+takes 0.80-0.94 of cuBLAS's FFMA SGEMM at 4096^3 and GPT-2's shapes."""
 
 SMALL_TILE_RATE = 0.47
 """64x64x32 programs, 4 warps, 2 stages, against 128x256 on the same GEMM (101 us)."""
