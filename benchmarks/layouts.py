@@ -277,18 +277,22 @@ func @gemm_bias_gelu(%x: {_t([m, k], d)}, %w: {_t([k, n], d)}, %b: {_t([n], d)})
 
 
 def _gemm_kernels(s: Shape) -> int:
-    """The GEMM's kernel, and the copy of each operand `pad-gemm-operands` pads
-    (half precision, rows not 16-byte aligned, a persistent GEMM): the pass is
-    asked, on the row's program."""
+    """The GEMM's kernel, and the copy of each operand `pad-gemm-operands` pads (half
+    precision, rows not 16-byte aligned, a persistent GEMM) or `k-major-gemm-operands`
+    makes K-major (f32, K strided or odd): the passes are asked, on the row's program."""
     import irc
     from irc.dialects import loop
-    from irc.passes.pad_gemm_operands import KERNEL_PREFIX
+    from irc.passes import k_major_gemm_operands, pad_gemm_operands
     from irc.pipeline import run_pipeline
 
     module = irc.parse(_gemm_bias_gelu(s), "gemm_bias_gelu.ir")
-    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands")
+    run_pipeline(
+        module,
+        "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,k-major-gemm-operands",
+    )
+    prefixes = (pad_gemm_operands.KERNEL_PREFIX, k_major_gemm_operands.KERNEL_PREFIX)
     names = [k.kernel_name.data for k in module.walk() if isinstance(k, loop.KernelOp)]
-    return 1 + sum(name.startswith(KERNEL_PREFIX) for name in names)
+    return 1 + sum(name.startswith(prefixes) for name in names)
 
 
 def _causal_attention(s: Shape) -> str:

@@ -46,6 +46,7 @@ LOWERING = (
     "one-pass-variance",
     "split-reduction",
     "pad-gemm-operands",
+    "k-major-gemm-operands",
     "tile",
     "online-softmax",
     "loop-to-tile",

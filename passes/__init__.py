@@ -46,6 +46,12 @@ def _pad_gemm_operands() -> type[ModulePass]:
     return PadGemmOperandsPass
 
 
+def _k_major_gemm_operands() -> type[ModulePass]:
+    from irc.passes.k_major_gemm_operands import KMajorGemmOperandsPass
+
+    return KMajorGemmOperandsPass
+
+
 def _tile() -> type[ModulePass]:
     from irc.passes.tile import TilePass
 
@@ -95,6 +101,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "one-pass-variance": _one_pass_variance,
     "split-reduction": _split_reduction,
     "pad-gemm-operands": _pad_gemm_operands,
+    "k-major-gemm-operands": _k_major_gemm_operands,
     "tile": _tile,
     "online-softmax": _online_softmax,
     "loop-to-tile": _loop_to_tile,

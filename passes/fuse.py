@@ -686,12 +686,13 @@ def launched_kernels(lowered: ModuleOp) -> dict[str, list[tuple[str, str]]]:
 
 
 def _why_other(origin: str) -> str:
-    """Why a kernel made from no group is launched: a padded GEMM operand's copy, or
-    graph-to-loop's copy of a returned view or constant."""
-    from irc.passes import pad_gemm_operands
+    """Why a kernel made from no group is launched: a GEMM operand's copy (padded or
+    K-major), or graph-to-loop's copy of a returned view or constant."""
+    from irc.passes import k_major_gemm_operands, pad_gemm_operands
 
-    if origin.startswith(pad_gemm_operands.KERNEL_PREFIX):
-        return pad_gemm_operands.WHY
+    for copies in (pad_gemm_operands, k_major_gemm_operands):
+        if origin.startswith(copies.KERNEL_PREFIX):
+            return copies.WHY
     return COPY_WHY
 
 

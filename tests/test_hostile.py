@@ -393,6 +393,15 @@ OPT_ARGS: dict[str, tuple[list[str], str]] = {
         "true or false",
     ),
     "pad-on-graph": (["-p", "pad-gemm-operands"], "graph level"),
+    "k-major-min-flops-code": (
+        ["-p", 'graph-to-loop,k-major-gemm-operands{min_flops="1);import os#"}'],
+        "min-flops",
+    ),
+    "k-major-rereads-zero": (
+        ["-p", "graph-to-loop,k-major-gemm-operands{rereads=0}"],
+        "rereads",
+    ),
+    "k-major-on-graph": (["-p", "k-major-gemm-operands"], "graph level"),
 }
 
 

@@ -15,7 +15,9 @@ from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.tile import Tiling, set_tiling
 from irc.pipeline import AFTER_TILING, run_pipeline
 
-UP_TO_TILE = "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,tile"
+UP_TO_TILE = (
+    "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,k-major-gemm-operands,tile"
+)
 """The passes a graph-level program goes through before a tiling is forced."""
 
 

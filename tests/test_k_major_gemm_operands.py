@@ -1,0 +1,190 @@
+"""`k-major-gemm-operands`: f32 GEMM operands stored with K strided (`x @ w` with
+`w` `[K, N]`, `x.T @ w`) or in rows not 16 bytes apart (K odd) are copied once
+into K-major rows 16 bytes apart, the layout TF32 tensor cores read fast. Checked: which operands the rule copies and why not others,
+the loop IR it leads to, the fusion report, and results against torch on the CPU
+interpreter (thresholds lowered so that small shapes are copied).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import irc
+from irc.dialects import loop, tile
+from irc.passes.gemm_operand_copies import MIN_FLOPS
+from irc.passes.k_major_gemm_operands import (
+    KERNEL_PREFIX,
+    WHY,
+    KMajorGemmOperandsPass,
+    slow_f32_operands,
+)
+from irc.pipeline import LOWERING, run_pipeline
+from irc.testing.forced_tiling import compile_with_tiling
+from irc.tools.opt import run as irc_opt
+
+DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
+COPY_ALL = "k-major-gemm-operands{min_flops=0}"
+
+
+def gemm_text(m: int, n: int, k: int, el: str = "f32", a_t: bool = False, b_t: bool = False) -> str:
+    """(a @ b + bias) then GELU; `a_t`: a stored [K, M]; `b_t`: b stored [N, K]."""
+    a_type = f"tensor<{k}x{m}x{el}>" if a_t else f"tensor<{m}x{k}x{el}>"
+    b_type = f"tensor<{n}x{k}x{el}>" if b_t else f"tensor<{k}x{n}x{el}>"
+    views = ""
+    if a_t:
+        views += "  %at = graph.transpose %a {perm = [1, 0]}\n"
+    if b_t:
+        views += "  %bt = graph.transpose %b {perm = [1, 0]}\n"
+    a, b = ("%at" if a_t else "%a"), ("%bt" if b_t else "%b")
+    return f"""func @f(%a: {a_type}, %b: {b_type}, %c: tensor<{n}x{el}>) -> tensor<{m}x{n}x{el}> {{
+{views}  %mm = graph.matmul {a}, {b}
+  %s = graph.add %mm, %c
+  %r = graph.gelu %s
+  return %r : tensor<{m}x{n}x{el}>
+}}
+"""
+
+
+def loop_module(text: str, copies: str = COPY_ALL) -> object:
+    module = irc.parse(text, "gemm.ir")
+    run_pipeline(module, f"fuse,decompose,graph-to-loop,split-reduction,{copies}")
+    irc.verify(module)
+    return module
+
+
+def kernels(module: object) -> list[loop.KernelOp]:
+    return [k for k in module.walk() if isinstance(k, loop.KernelOp)]  # type: ignore[attr-defined]
+
+
+def buffer_shapes(kernel: loop.KernelOp) -> list[tuple[int, ...]]:
+    loads = [op for op in kernel.walk() if isinstance(op, loop.LoadOp)]
+    return [tuple(ld.buffer.type.get_shape()) for ld in loads]  # type: ignore[attr-defined]
+
+
+def test_the_pass_is_in_the_lowering_before_tile() -> None:
+    assert LOWERING.index("pad-gemm-operands") < LOWERING.index("k-major-gemm-operands")
+    assert LOWERING.index("k-major-gemm-operands") < LOWERING.index("tile")
+
+
+def test_a_weight_stored_k_by_n_is_copied_k_major() -> None:
+    """w [256, 300] (K strided) becomes [300, 256]: rows along K; the copy transposes
+    (loads [i, j], stores [j, i]); the GEMM reads it [n, k]. x [200, 256] is K-major
+    in aligned rows and stays."""
+    module = loop_module(gemm_text(200, 300, 256))
+    copy, gemm = kernels(module)
+    assert copy.kernel_name.data == f"{KERNEL_PREFIX}0" and copy.parallel_bounds() == [256, 300]
+    (load,) = [op for op in copy.walk() if isinstance(op, loop.LoadOp)]
+    (store,) = [op for op in copy.walk() if isinstance(op, loop.StoreOp)]
+    assert list(store.indices) == list(reversed(list(load.indices)))
+    assert buffer_shapes(gemm) == [(200, 256), (300, 256), (300,)]
+    (reduce,) = [op for op in gemm.walk() if isinstance(op, loop.ReduceOp) and op.contract]
+    (kiv,) = reduce.body.block.args
+    loads = [op for op in reduce.walk() if isinstance(op, loop.LoadOp)]
+    assert all(op.indices[-1] is kiv for op in loads)  # both operands K-major now
+    assert slow_f32_operands(gemm) == []
+
+
+def test_rows_of_odd_k_are_padded_to_16_bytes() -> None:
+    """K = 257: x [200, 257] is K-major but its rows are 1028 bytes apart; it is
+    copied (no transposition: loads and stores [i, j]) into [200, 260]. w [257, 300]
+    is transposed into [300, 260]."""
+    module = loop_module(gemm_text(200, 300, 257))
+    x_copy, w_copy, gemm = kernels(module)
+    (load,) = [op for op in x_copy.walk() if isinstance(op, loop.LoadOp)]
+    (store,) = [op for op in x_copy.walk() if isinstance(op, loop.StoreOp)]
+    assert list(store.indices) == list(load.indices)
+    assert w_copy.parallel_bounds() == [257, 300]
+    assert buffer_shapes(gemm) == [(200, 260), (300, 260), (300,)]
+
+
+def test_an_lhs_stored_k_by_m_is_copied_too() -> None:
+    module = loop_module(gemm_text(200, 300, 256, a_t=True, b_t=True))
+    copy, gemm = kernels(module)
+    assert copy.parallel_bounds() == [256, 200]
+    assert buffer_shapes(gemm) == [(200, 256), (300, 256), (300,)]
+
+
+def test_k_major_half_precision_small_or_once_read_operands_are_left() -> None:
+    # Both operands K-major already (w stored [N, K]), in rows 16 bytes apart.
+    assert len(kernels(loop_module(gemm_text(200, 300, 256, b_t=True)))) == 1
+    # 16-bit operands: wgmma reads them in either order.
+    assert len(kernels(loop_module(gemm_text(200, 300, 256, "bf16")))) == 1
+    # Below the default product size: a copy's launch would outweigh it.
+    assert 2 * 200 * 300 * 256 < MIN_FLOPS
+    assert len(kernels(loop_module(gemm_text(200, 300, 256), "k-major-gemm-operands"))) == 1
+    # M = 100 is one row tile: w is read once by the GEMM and stays.
+    assert len(kernels(loop_module(gemm_text(100, 300, 256)))) == 1
+    # By default, a large f32 GEMM's [K, N] weight is copied.
+    big = loop_module(gemm_text(1024, 1024, 1024), "k-major-gemm-operands")
+    assert [k.kernel_name.data for k in kernels(big)][0] == f"{KERNEL_PREFIX}0"
+
+
+def test_pass_options_are_checked() -> None:
+    with pytest.raises(Exception, match="rereads"):
+        KMajorGemmOperandsPass(rereads=0)
+    with pytest.raises(Exception, match="min-flops"):
+        KMajorGemmOperandsPass(min_flops=-1)
+
+
+def test_an_operand_of_two_gemms_is_copied_once() -> None:
+    text = """func @f(%x: tensor<300x256xf32>, %w: tensor<256x304xf32>, %v: tensor<300x304xf32>) -> (tensor<300x304xf32>, tensor<300x256xf32>) {
+  %a = graph.matmul %x, %w
+  %wt = graph.transpose %w {perm = [1, 0]}
+  %b = graph.matmul %v, %wt
+  return %a, %b : tensor<300x304xf32>, tensor<300x256xf32>
+}
+"""
+    names = [k.kernel_name.data for k in kernels(loop_module(text))]
+    # The first GEMM reads w [K, N], K strided: copied. The second reads w's transpose,
+    # whose K (304) is w's contiguous dimension: left. One copy in all.
+    assert sum(n.startswith(KERNEL_PREFIX) for n in names) == 1
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "a_t", "b_t", "copies"),
+    [
+        (200, 300, 257, False, False, 2),  # x padded, w transposed (and padded)
+        (150, 260, 131, True, False, 2),  # both transposed
+        (130, 257, 96, True, True, 1),  # a transposed; b K-major in aligned rows
+        (140, 200, 64, False, True, 0),  # nothing to copy
+    ],
+)
+def test_k_major_copies_match_torch(
+    m: int, n: int, k: int, a_t: bool, b_t: bool, copies: int
+) -> None:
+    up_to_tile = f"fuse,decompose,graph-to-loop,split-reduction,{COPY_ALL},tile"
+    compiled, module = compile_with_tiling(
+        gemm_text(m, n, k, a_t=a_t, b_t=b_t), None, DEVICE, up_to_tile
+    )
+    launched = [op for op in module.body.ops if isinstance(op, tile.KernelOp)]  # type: ignore[attr-defined]
+    assert len(launched) == 1 + copies
+    g = torch.Generator().manual_seed(m + n + k)
+    a = torch.randn((k, m) if a_t else (m, k), generator=g)
+    b = torch.randn((n, k) if b_t else (k, n), generator=g) / k**0.5
+    c = torch.randn(n, generator=g)
+    want = F.gelu((a.T if a_t else a) @ (b.T if b_t else b) + c)
+    got = compiled["f"](a.to(DEVICE), b.to(DEVICE), c.to(DEVICE))
+    assert_close(got.cpu(), want)
+
+
+def test_the_fusion_report_says_why_a_copy_is_launched(tmp_path: Path) -> None:
+    path = tmp_path / "gemm.ir"
+    path.write_text(gemm_text(1024, 1024, 1024))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = irc_opt(
+            [str(path), "--fuse", "--fusion-report", "-o", str(tmp_path / "o")], stdout=out
+        )
+    assert status == 0
+    lines = err.getvalue().splitlines()
+    assert lines[0] == "fusion report for @f: 2 kernels launched"
+    (copy,) = [ln for ln in lines if f"triton_{KERNEL_PREFIX}0 (copy)" in ln]
+    assert copy.endswith(WHY)
