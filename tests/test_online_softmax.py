@@ -1,4 +1,4 @@
-"""Softmax rows too long for registers (more than 51,200 elements: see tile's
+"""Softmax rows too long for registers (more than 59,392 elements: see tile's
 `unrolled_row_tiling`): max and sum share one pass (online softmax)."""
 
 from __future__ import annotations
