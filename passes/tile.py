@@ -114,6 +114,12 @@ class KernelShape:
     row_reads: int = 1
     """Reductions: loops over the longest reduced space (a max, a sum, an
     epilogue); a looped row is read from memory that many times."""
+    row_granule: int = 0
+    """Row reductions whose rows do not start 8 bytes apart (`PEELED_ROW_BYTES`), and
+    whose every access along the row is a whole row of a full-size buffer: the
+    elements of the narrowest such buffer in 16 bytes. A row held in registers as
+    chunks is then read from the 16-byte-aligned address before its start
+    (`loop-to-tile`'s `RowPeel`), one more chunk at most. 0 otherwise."""
 
 
 def index_args(v: SSAValue) -> set[BlockArgument]:
@@ -269,6 +275,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
             return KernelShape(
                 kind, parallel, longest, False, epilogue, columns, widest,
                 shared_bytes=shared_bytes(kernel), row_reads=reads,
+                row_granule=0 if columns else row_granule(kernel),
             )  # fmt: skip
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
     loaded, widest = streams(kernel)
@@ -279,6 +286,50 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
         kind, parallel, (), element_bytes=widest, across=transposed_dim(kernel),
         loaded_bytes=loaded, transcendentals=work,
     )  # fmt: skip
+
+
+ALIGNED_ROW_BYTES = 16
+"""The widest access of a thread (and of a `cp.async`): rows whose starts are this
+many bytes apart load in vectors."""
+PEELED_ROW_BYTES = 8
+"""Rows whose starts are not this many bytes apart are peeled: they load 1 or 2
+elements a lane (2- or 4-byte vectors). Rows 8 bytes apart already load 8-byte
+vectors, and the peel's extra masked chunk did not pay there: on an H100, softmax
+1094 x 59,372 bf16 held took 140 us peeled against 102 (ptxas spilled more at 29
+chunks), where 4096 x 50,257 bf16 took 317 against 436, 5772 x 56,119 bf16 543
+against 762 and 4163 x 51,938 bf16 (4-byte rows) 310 against 374; 4096 x 50,257 f32
+556 against 564."""
+
+
+def row_granule(kernel: loop.KernelOp) -> int:
+    """`KernelShape.row_granule` of a reduction kernel: every load and store that a
+    loop index of a reduction or foreach reaches must be `buffer[*kept, r]`, `r`
+    that loop's own index over a whole row of a buffer shaped `[*parallel, R]`."""
+    parallel = list(kernel.parallel_bounds())
+    ivs = list(kernel.body.block.args)
+    rows: list[tuple[int, int]] = []
+    for op in kernel.body.walk():
+        if not isinstance(op, loop.LoadOp | loop.StoreOp):
+            continue
+        indices = list(op.indices)
+        if not set().union(*(index_args(i) for i in indices)) - set(ivs):
+            continue  # a value per row (a reduction's result), or a constant
+        shape = list(op.buffer.type.get_shape())  # type: ignore[attr-defined]
+        last = indices[-1]
+        owner = last.block.parent_op() if isinstance(last, BlockArgument) else None
+        if (
+            indices[:-1] != ivs
+            or shape[:-1] != parallel
+            or not isinstance(owner, loop.LOOPS)
+            or loop.int_list(owner.bounds) != shape[-1:]
+        ):
+            return 0
+        rows.append((shape[-1], element_bytes(op.buffer.type.element_type)))  # type: ignore[attr-defined]
+    if len({length for length, _ in rows}) != 1:
+        return 0  # rows of different lengths (none, or a split stage's)
+    if all(length * b % PEELED_ROW_BYTES == 0 for length, b in rows):
+        return 0
+    return ALIGNED_ROW_BYTES // min(b for _, b in rows)
 
 
 HEAVY = frozenset(
@@ -537,7 +588,8 @@ def unrolled_row_tiling(shape: KernelShape, most: int = UNROLLED_ROW_ELEMENTS) -
     against 239. One loses: that f32 layer norm with its weight and bias, 342
     against 297 us; the rule does not yet weigh an epilogue's other operands."""
     r = numel(shape.reduction)
-    held = -(-r // UNROLLED_CHUNK) * UNROLLED_CHUNK
+    # A row read from its aligned start spans up to `row_granule - 1` lanes more.
+    held = -(-(r + max(shape.row_granule - 1, 0)) // UNROLLED_CHUNK) * UNROLLED_CHUNK
     if not shape.epilogue or r <= UNROLLED_CHUNK or held > most:
         return None
     return Tiling((1, UNROLLED_CHUNK), UNROLLED_CHUNK // (32 * 4), unrolled=True)

@@ -1,0 +1,179 @@
+"""Rows held in chunks whose starts are not 8 bytes apart are read from the
+16-byte-aligned address before each start (`loop-to-tile`'s `RowPeel`), the lanes
+before the start and past the end masked: the rule (`row_granule`), the addresses
+it emits, and results against torch on the interpreter with the GPU's chunking
+forced on small rows. Looped rows are left as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import irc
+from irc.dialects import loop
+from irc.lowering.tile_to_triton import emit_triton
+from irc.passes.tile import Tiling, kernel_shape
+from irc.pipeline import run_pipeline
+from irc.testing.forced_tiling import compile_with_tiling
+
+DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
+TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+UNROLLED = Tiling((1, 512), 4, unrolled=True)
+LOOPED = Tiling((1, 512), 4)
+
+
+def softmax(rows: int, n: int, el: str) -> str:
+    t = f"tensor<{rows}x{n}x{el}>"
+    return f"""func @f(%x: {t}) -> {t} {{
+  %y = graph.softmax %x {{dim = 1}}
+  return %y : {t}
+}}
+"""
+
+
+def softmax_of_sum(rows: int, n: int, el: str) -> str:
+    """Two full-size rows read, one f32 row written: each is peeled alike."""
+    t = f"tensor<{rows}x{n}x{el}>"
+    return f"""func @f(%x: {t}, %y: {t}) -> tensor<{rows}x{n}xf32> {{
+  %s = graph.add %x, %y
+  %c = graph.cast %s : tensor<{rows}x{n}xf32>
+  %p = graph.softmax %c {{dim = 1}}
+  return %p : tensor<{rows}x{n}xf32>
+}}
+"""
+
+
+def shape_of(text: str) -> object:
+    module = irc.parse(text)
+    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction")
+    (kernel,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    return kernel_shape(kernel)
+
+
+def test_granule_is_the_narrowest_rows_elements_in_16_bytes() -> None:
+    assert shape_of(softmax(64, 50257, "bf16")).row_granule == 8  # type: ignore[attr-defined]
+    assert shape_of(softmax(64, 50257, "f32")).row_granule == 4  # type: ignore[attr-defined]
+    assert shape_of(softmax(64, 51938, "bf16")).row_granule == 8  # type: ignore[attr-defined]
+    # Rows 8 bytes apart already load 8-byte vectors: left (the extra chunk lost).
+    assert shape_of(softmax(64, 59372, "bf16")).row_granule == 0  # type: ignore[attr-defined]
+    assert shape_of(softmax(64, 50264, "bf16")).row_granule == 0  # type: ignore[attr-defined]
+    assert shape_of(softmax(64, 50258, "f32")).row_granule == 0  # type: ignore[attr-defined]
+
+
+def test_a_weight_read_along_the_row_keeps_the_rows_as_they_are() -> None:
+    """A layer norm's weight is indexed by the row's index alone: read from a shifted
+    start its loads would lose their own alignment."""
+    t = "tensor<64x5001xbf16>"
+    text = f"""func @f(%x: {t}, %w: tensor<5001xbf16>, %b: tensor<5001xbf16>) -> {t} {{
+  %y = graph.layer_norm %x, %w, %b {{dims = [1], eps = 1.0e-05}}
+  return %y : {t}
+}}
+"""
+    assert shape_of(text).row_granule == 0  # type: ignore[attr-defined]
+
+
+def test_chunks_load_from_the_aligned_row_start() -> None:
+    """4096 x 50,257 bf16 in 25 chunks of 2048 (the GPU's tiling): the row's start
+    `i * 50257` rounded down to 8 elements, `(i * 50257 // 8) * 8`, is the base of
+    every access; the first chunk masks the lanes before the start."""
+    _, module = compile_with_tiling(
+        softmax(4096, 50257, "bf16"), Tiling((1, 2048), 16, unrolled=True), DEVICE
+    )
+    kernel = emit_triton(module, "peel.ir").split("def fn0")[0]
+    assert "tl.full([], 8, tl.int32)" in kernel
+    (row,) = re.findall(
+        r"(v\d+) = v\d+ \* v\d+\n    (v\d+) = \1 // v\d+\n    (v\d+) = \2 \* v", kernel
+    )
+    aligned = row[2]
+    accesses = re.findall(r"tl\.(load|store)\(ptr\d \+ (v\d+) \+", kernel)
+    assert len(accesses) == 50 and all(base == aligned for _, base in accesses)
+    assert kernel.count(f">= {row[0]}") == 1  # the first chunk's lower mask
+
+
+def test_looped_rows_are_not_peeled() -> None:
+    _, module = compile_with_tiling(softmax(7, 2001, "bf16"), LOOPED, DEVICE)
+    kernel = emit_triton(module, "looped.ir").split("def fn0")[0]
+    assert "tl.full([], 8, tl.int32)" not in kernel
+
+
+@pytest.mark.parametrize(
+    ("rows", "n", "el"),
+    [
+        (7, 2001, "bf16"),
+        (5, 1539, "f32"),  # 4-byte rows of f32
+        (6, 1533, "f16"),
+        (9, 1025, "bf16"),  # a lane past two chunks: a chunk more
+    ],
+)
+def test_peeled_rows_match_torch(rows: int, n: int, el: str) -> None:
+    compiled, _ = compile_with_tiling(softmax(rows, n, el), UNROLLED, DEVICE)
+    g = torch.Generator().manual_seed(rows * n)
+    x = (torch.randn(rows, n, generator=g) * 4).to(TORCH[el])
+    want = torch.softmax(x.float(), dim=1).to(TORCH[el])
+    assert_close(compiled["f"](x.to(DEVICE)).cpu(), want)
+
+
+def test_rows_of_two_inputs_and_a_wider_output_match_torch() -> None:
+    text = softmax_of_sum(5, 1001, "bf16")
+    assert shape_of(text).row_granule == 8  # type: ignore[attr-defined]
+    compiled, _ = compile_with_tiling(text, UNROLLED, DEVICE)
+    g = torch.Generator().manual_seed(7)
+    x, y = ((torch.randn(5, 1001, generator=g) * 3).to(torch.bfloat16) for _ in range(2))
+    want = torch.softmax((x + y).float(), dim=1)
+    assert_close(compiled["f"](x.to(DEVICE), y.to(DEVICE)).cpu(), want)
+
+
+def test_peeled_row_reductions_only_match_torch() -> None:
+    """A logsumexp held in chunks: its max and sum read the peeled chunks."""
+    t, col = "tensor<6x3001xbf16>", "tensor<6x1xbf16>"
+    text = f"""func @f(%x: {t}) -> {col} {{
+  %m = graph.reduce_max %x {{dims = [1], keepdim = true}} : {col}
+  %s = graph.sub %x, %m : {t}
+  %e = graph.exp %s : {t}
+  %z = graph.reduce_sum %e {{dims = [1], keepdim = true}} : {col}
+  %l = graph.log %z : {col}
+  %y = graph.add %l, %m : {col}
+  return %y : {col}
+}}
+"""
+    assert shape_of(text).row_granule == 8  # type: ignore[attr-defined]
+    compiled, _ = compile_with_tiling(text, UNROLLED, DEVICE)
+    x = (torch.randn(6, 3001, generator=torch.Generator().manual_seed(3)) * 3).to(torch.bfloat16)
+    want = torch.logsumexp(x.float(), 1, keepdim=True).to(torch.bfloat16)
+    assert_close(compiled["f"](x.to(DEVICE)).cpu(), want)
+
+
+def test_edge_values_in_the_masked_lanes_stay_out() -> None:
+    """The lanes before a row's start are the previous row's last elements: a +inf
+    or NaN there must not reach this row's max or sum."""
+    x = torch.randn(4, 1003)
+    x[0, -3:] = float("inf")
+    x[1, -1] = float("nan")
+    x[2, :2] = float("-inf")
+    compiled, _ = compile_with_tiling(softmax(4, 1003, "f32"), UNROLLED, DEVICE)
+    got = compiled["f"](x.to(DEVICE)).cpu()
+    want = torch.softmax(x, 1)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert_close(got[3], want[3])
+    assert_close(got[2], want[2])
+
+
+@pytest.mark.parametrize("shape", ["3x5x17", "1x5x17", "3x1x17"])
+def test_rows_of_several_or_unit_kept_dims_match_torch(shape: str) -> None:
+    """The kept indices' terms cancel against the peeled index's whatever the kept
+    dims (a unit dim leaves `x % 17`, which `refold` does not fold); the bounds
+    analysis proves the accesses."""
+    text = f"""func @f(%x: tensor<{shape}xf32>) -> tensor<{shape}xf32> {{
+  %y = graph.softmax %x {{dim = 2}}
+  return %y : tensor<{shape}xf32>
+}}
+"""
+    assert shape_of(text).row_granule == 4  # type: ignore[attr-defined]
+    compiled, _ = compile_with_tiling(text, Tiling((1, 8), 1, unrolled=True), DEVICE)
+    x = torch.randn(*[int(d) for d in shape.split("x")], generator=torch.Generator().manual_seed(5))
+    assert_close(compiled["f"](x.to(DEVICE)).cpu(), torch.softmax(x, 2))
