@@ -13,8 +13,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xdsl.dialects.builtin import IndexType, MemRefType, StringAttr
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.dialects.builtin import (
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    StringAttr,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
@@ -81,19 +89,45 @@ def gemm_flops(kernel: loop.KernelOp) -> int:
 
 
 def copy_kernel(
-    source: SSAValue, target: SSAValue, name: str, order: Sequence[int] = (0, 1)
+    source: SSAValue,
+    target: SSAValue,
+    name: str,
+    order: Sequence[int] = (0, 1),
+    zero_pad: bool = False,
 ) -> loop.KernelOp:
-    """`target[i_order[0], i_order[1]] = source[i, j]` over `source`'s shape: a copy,
-    or with `order = (1, 0)` a transposition."""
-    shape = list(source.type.get_shape())  # type: ignore[attr-defined]
+    """`target[i_order[0], i_order[1]] = source[i, j]`: a copy, or with `order = (1, 0)`
+    a transposition, over `source`'s shape; with `zero_pad`, over `target`'s, whose
+    columns past the source's are written 0 (a GEMM may then run its K loop over
+    them, unmasked)."""
+    element = source.type.element_type  # type: ignore[attr-defined]
+    shape = list((target if zero_pad else source).type.get_shape())  # type: ignore[attr-defined]
     body = Block(arg_types=[IndexType(), IndexType()])
-    value = loop.LoadOp.create(
-        operands=[source, *body.args], result_types=[source.type.element_type]
-    )  # type: ignore[attr-defined]
-    body.add_op(value)
-    body.add_op(
-        loop.StoreOp.create(operands=[value.result, target, *(body.args[d] for d in order)])
-    )
+    if not zero_pad:
+        value = loop.LoadOp.create(operands=[source, *body.args], result_types=[element])
+        body.add_op(value)
+        store_at = [body.args[d] for d in order]
+        body.add_op(loop.StoreOp.create(operands=[value.result, target, *store_at]))
+    else:
+        row, col = body.args
+        columns = source.type.get_shape()[order[1]]  # type: ignore[attr-defined]
+        last = loop.ConstantOp.create(
+            properties={"value": IntegerAttr(columns - 1, i64)}, result_types=[IndexType()]
+        )
+        width = loop.ConstantOp.create(
+            properties={"value": IntegerAttr(columns, i64)}, result_types=[IndexType()]
+        )
+        zero = loop.ConstantOp.create(
+            properties={"value": FloatAttr(0.0, element)}, result_types=[element]
+        )
+        clamped = _apply("minimum", [col, last.result], IndexType())
+        inside = _apply("lt", [col, width.result], i1)
+        at = [row, clamped.result]  # target [r, c] reads source [r, c] or [c, r]
+        value = loop.LoadOp.create(
+            operands=[source, *(at if order == (0, 1) else at[::-1])], result_types=[element]
+        )
+        chosen = _apply("where", [inside.result, value.result, zero.result], element)
+        body.add_ops([last, width, zero, clamped, inside, value, chosen])
+        body.add_op(loop.StoreOp.create(operands=[chosen.result, target, row, col]))
     return loop.KernelOp.create(
         properties={
             "name": StringAttr(name),
@@ -104,6 +138,12 @@ def copy_kernel(
     )
 
 
+def _apply(fn: str, args: list[SSAValue], result: Attribute) -> loop.ApplyOp:
+    return loop.ApplyOp.create(
+        operands=args, properties={"fn": loop.apply_fn(fn)}, result_types=[result]
+    )
+
+
 def copy_before(
     kernel: loop.KernelOp,
     buffer: SSAValue,
@@ -111,6 +151,7 @@ def copy_before(
     prefix: str,
     taken: set[str],
     order: Sequence[int] = (0, 1),
+    zero_pad: bool = False,
 ) -> SSAValue:
     """A new `target` buffer filled from `buffer` (`copy_kernel`) just before
     `kernel`, by a kernel named `prefix` and the first number no kernel has."""
@@ -119,7 +160,7 @@ def copy_before(
     while f"{prefix}{n}" in taken:
         n += 1
     taken.add(f"{prefix}{n}")
-    copy = copy_kernel(buffer, alloc.result, f"{prefix}{n}", order)
+    copy = copy_kernel(buffer, alloc.result, f"{prefix}{n}", order, zero_pad)
     copy.location = kernel.location
     block = kernel.parent_block()
     assert block is not None

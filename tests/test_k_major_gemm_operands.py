@@ -74,41 +74,60 @@ def test_the_pass_is_in_the_lowering_before_tile() -> None:
     assert LOWERING.index("k-major-gemm-operands") < LOWERING.index("tile")
 
 
-def test_a_weight_stored_k_by_n_is_copied_k_major() -> None:
-    """w [256, 300] (K strided) becomes [300, 256]: rows along K; the copy transposes
-    (loads [i, j], stores [j, i]); the GEMM reads it [n, k]. x [200, 256] is K-major
-    in aligned rows and stays."""
-    module = loop_module(gemm_text(200, 300, 256))
-    copy, gemm = kernels(module)
-    assert copy.kernel_name.data == f"{KERNEL_PREFIX}0" and copy.parallel_bounds() == [256, 300]
+def copy_indices(copy: loop.KernelOp) -> tuple[list[object], list[object]]:
+    """The copy kernel's load and store indices, as the copy's own indices where they
+    are one (a clamped column shows as None)."""
     (load,) = [op for op in copy.walk() if isinstance(op, loop.LoadOp)]
     (store,) = [op for op in copy.walk() if isinstance(op, loop.StoreOp)]
-    assert list(store.indices) == list(reversed(list(load.indices)))
+    args = list(copy.body.block.args)
+
+    def name(v: object) -> object:
+        return args.index(v) if v in args else None
+
+    return [name(i) for i in load.indices], [name(i) for i in store.indices]
+
+
+def test_a_weight_stored_k_by_n_is_copied_k_major() -> None:
+    """w [256, 300] (K strided) becomes [300, 256]: rows along K; the copy runs over
+    the target and reads the source transposed ([k, n] for [n, k]); the GEMM reads it
+    [n, k]. x [200, 256] is K-major in aligned rows and stays."""
+    module = loop_module(gemm_text(200, 300, 256))
+    copy, gemm = kernels(module)
+    assert copy.kernel_name.data == f"{KERNEL_PREFIX}0" and copy.parallel_bounds() == [300, 256]
+    loads, stores = copy_indices(copy)
+    assert stores == [0, 1] and loads[1] == 0  # the source's row index is the clamped k
     assert buffer_shapes(gemm) == [(200, 256), (300, 256), (300,)]
     (reduce,) = [op for op in gemm.walk() if isinstance(op, loop.ReduceOp) and op.contract]
     (kiv,) = reduce.body.block.args
     loads = [op for op in reduce.walk() if isinstance(op, loop.LoadOp)]
     assert all(op.indices[-1] is kiv for op in loads)  # both operands K-major now
     assert slow_f32_operands(gemm) == []
+    # x is no copy: the K loop keeps its bound.
+    assert loop.int_list(reduce.bounds) == [256]
 
 
-def test_rows_of_odd_k_are_padded_to_16_bytes() -> None:
+def test_rows_of_odd_k_are_padded_with_zeros_and_k_runs_over_them() -> None:
     """K = 257: x [200, 257] is K-major but its rows are 1028 bytes apart; it is
-    copied (no transposition: loads and stores [i, j]) into [200, 260]. w [257, 300]
-    is transposed into [300, 260]."""
+    copied into [200, 260] (no transposition), w [257, 300] transposed into [300,
+    260], their pads written 0. Both operands are copies: K runs to 260, unmasked
+    by a ragged 257 (the products of the pads add 0)."""
     module = loop_module(gemm_text(200, 300, 257))
     x_copy, w_copy, gemm = kernels(module)
-    (load,) = [op for op in x_copy.walk() if isinstance(op, loop.LoadOp)]
-    (store,) = [op for op in x_copy.walk() if isinstance(op, loop.StoreOp)]
-    assert list(store.indices) == list(load.indices)
-    assert w_copy.parallel_bounds() == [257, 300]
+    assert x_copy.parallel_bounds() == [200, 260] and w_copy.parallel_bounds() == [300, 260]
+    assert copy_indices(x_copy) == ([0, None], [0, 1])
+    assert copy_indices(w_copy) == ([None, 0], [0, 1])
+    for copy in (x_copy, w_copy):
+        fns = [op.fn.data for op in copy.walk() if isinstance(op, loop.ApplyOp)]
+        assert fns == ["minimum", "lt", "where"]
     assert buffer_shapes(gemm) == [(200, 260), (300, 260), (300,)]
+    (reduce,) = [op for op in gemm.walk() if isinstance(op, loop.ReduceOp) and op.contract]
+    assert loop.int_list(reduce.bounds) == [260]
 
 
 def test_an_lhs_stored_k_by_m_is_copied_too() -> None:
     module = loop_module(gemm_text(200, 300, 256, a_t=True, b_t=True))
     copy, gemm = kernels(module)
-    assert copy.parallel_bounds() == [256, 200]
+    assert copy.parallel_bounds() == [200, 256]
     assert buffer_shapes(gemm) == [(200, 256), (300, 256), (300,)]
 
 
@@ -188,3 +207,26 @@ def test_the_fusion_report_says_why_a_copy_is_launched(tmp_path: Path) -> None:
     assert lines[0] == "fusion report for @f: 2 kernels launched"
     (copy,) = [ln for ln in lines if f"triton_{KERNEL_PREFIX}0 (copy)" in ln]
     assert copy.endswith(WHY)
+
+
+def test_infinities_and_nans_survive_the_zero_pads() -> None:
+    """K = 21 runs to 24 over both copies' zero pads: an inf or NaN operand stays
+    what torch makes of it (the pads only ever multiply each other)."""
+    text = """func @f(%a: tensor<130x21xf32>, %b: tensor<21x257xf32>) -> tensor<130x257xf32> {
+  %c = graph.matmul %a, %b
+  return %c : tensor<130x257xf32>
+}
+"""
+    up_to_tile = f"fuse,decompose,graph-to-loop,split-reduction,{COPY_ALL},tile"
+    compiled, _ = compile_with_tiling(text, None, DEVICE, up_to_tile)
+    a = torch.randn(130, 21, generator=torch.Generator().manual_seed(1))
+    b = torch.randn(21, 257, generator=torch.Generator().manual_seed(2))
+    a[0, 20] = float("inf")
+    a[1, 0] = float("nan")
+    b[20, 3] = -float("inf")
+    got = compiled["f"](a.to(DEVICE), b.to(DEVICE)).cpu()
+    want = a @ b
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert_close(got[finite], want[finite])
