@@ -23,10 +23,12 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.passes import ModulePass
 
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import int_array
+from irc.passes.options import check_option
 
 MIN_FLOPS = 2**31
 """The smallest product (2 M N K) worth a copy kernel's launch (a few us): about
@@ -39,6 +41,20 @@ by the copy."""
 
 GEMM_TILE = 128
 """The side of the output tiles the re-reads are counted in (`tile.gemm_tiling`'s)."""
+
+
+@dataclass(frozen=True)
+class GemmOperandCopyPass(ModulePass):
+    """The options both GEMM-operand passes take, checked alike."""
+
+    min_flops: int = MIN_FLOPS
+    """The smallest product (2 M N K) whose operands are copied."""
+    rereads: int = REREADS
+    """The fewest times the GEMM reads each tile of an operand it copies."""
+
+    def __post_init__(self) -> None:
+        check_option(self.name, "min_flops", self.min_flops, 0)
+        check_option(self.name, "rereads", self.rereads, 1)
 
 
 @dataclass(frozen=True)

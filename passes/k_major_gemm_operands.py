@@ -35,20 +35,17 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import Float32Type, MemRefType, ModuleOp
 from xdsl.ir import SSAValue
-from xdsl.passes import ModulePass
 
 from irc.analysis.tma import TMA_BYTES
 from irc.dialects import loop
 from irc.ir.types import element_bytes, int_array
 from irc.passes.gemm_operand_copies import (
-    MIN_FLOPS,
-    REREADS,
+    GemmOperandCopyPass,
     Operand,
     copy_before,
     gemm_flops,
     gemm_operands,
 )
-from irc.passes.options import check_option
 from irc.passes.pad_gemm_operands import padded_columns
 
 KERNEL_PREFIX = "k_major_"
@@ -76,18 +73,11 @@ def slow_f32_operands(kernel: loop.KernelOp) -> list[Operand]:
 
 
 @dataclass(frozen=True)
-class KMajorGemmOperandsPass(ModulePass):
+class KMajorGemmOperandsPass(GemmOperandCopyPass):
     """`k-major-gemm-operands{min_flops=2147483648 rereads=2}` on loop-level IR."""
 
     name = "k-major-gemm-operands"
     levels = ("loop",)
-
-    min_flops: int = MIN_FLOPS
-    rereads: int = REREADS
-
-    def __post_init__(self) -> None:
-        check_option(self.name, "min_flops", self.min_flops, 0)
-        check_option(self.name, "rereads", self.rereads, 1)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         taken = {k.kernel_name.data for k in op.walk() if isinstance(k, loop.KernelOp)}

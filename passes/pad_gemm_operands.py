@@ -30,20 +30,17 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import SSAValue
-from xdsl.passes import ModulePass
 
 from irc.analysis.tma import TMA_BYTES
 from irc.dialects import loop
 from irc.ir.types import HALF_TYPES, element_bytes
 from irc.passes.gemm_operand_copies import (
-    MIN_FLOPS,
-    REREADS,
+    GemmOperandCopyPass,
     Operand,
     copy_before,
     gemm_flops,
     gemm_operands,
 )
-from irc.passes.options import check_option
 from irc.passes.tile import gemm_tiling, kernel_shape
 
 KERNEL_PREFIX = "pad_rows_"
@@ -75,21 +72,15 @@ def unaligned_operands(kernel: loop.KernelOp) -> list[Operand]:
 
 
 @dataclass(frozen=True)
-class PadGemmOperandsPass(ModulePass):
+class PadGemmOperandsPass(GemmOperandCopyPass):
     """`pad-gemm-operands{min_flops=2147483648 rereads=2 persistent_only=true}` on
     loop-level IR."""
 
     name = "pad-gemm-operands"
     levels = ("loop",)
 
-    min_flops: int = MIN_FLOPS
-    rereads: int = REREADS
     persistent_only: bool = True
     """Pad only GEMMs the tile pass would make persistent (false: any GEMM)."""
-
-    def __post_init__(self) -> None:
-        check_option(self.name, "min_flops", self.min_flops, 0)
-        check_option(self.name, "rereads", self.rereads, 1)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         taken = {k.kernel_name.data for k in op.walk() if isinstance(k, loop.KernelOp)}
