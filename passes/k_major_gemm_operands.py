@@ -8,24 +8,25 @@ An operand whose contiguous dimension is M or N (`x @ w` with `w` stored
 `[K, N]`, or `x.T @ w`) cannot be read that way, and Triton moves its tiles
 through a slower path; one whose rows are not 16 bytes apart (K odd) cannot be
 copied to shared memory 16 bytes at a time. Measured on an H200 (f32 GEMM + bias
-+ erf GELU, kernel time, one run; cuBLAS's SGEMM for scale):
++ erf GELU, kernel time with the copies, one run; cuBLAS's SGEMM for scale):
 
-| GEMM | w stored | before (ms) | after (ms) | `torch.mm` (ms) |
+| GEMM | layout | before (ms) | after (ms) | `torch.mm` (ms) |
 |---|---|---:|---:|---:|
-| 6430x6456 @ 6456x4924 | [K, N] | 15.85 | 7.38 | 8.66 |
-| 4096x4096 @ 4096x4096 | [K, N] | 5.15 | 2.19 | 2.67 |
-| 4429x820 @ 820x1208 | [K, N] | 0.397 | 0.206 | 0.224 |
-| 3000x1023 @ 1023x2049 | [K, N] | 1.336 | 0.418 | 0.315 |
+| 6430x6456 @ 6456x4924 | `x @ w` | 15.93 | 7.46 | 8.67 |
+| 6430x6456 @ 6456x4924 | `x.T @ w` | 17.42 | 7.56 | 8.67 |
+| 4096x4096 @ 4096x4096 | `x @ w` | 5.20 | 2.16 | 2.68 |
+| 4429x820 @ 820x1208 | `x @ w` | 0.400 | 0.210 | 0.224 |
+| 3000x1023 @ 1023x2049 | `x @ w` | 1.344 | 0.428 | 0.315 |
 
-(The last, with x's rows of 1023 left unaligned; `w` stored `[N, K]` with K =
-1023 took 1.174.) A copy costs a read and a write of the operand (0.23 ms for
-the first `w`).
+A copy costs a read and a write of the operand (0.23 ms for the first `w`).
 
 The copy pays where the GEMM reads the operand's tiles `rereads` times or more
-and the product outweighs a launch (`min_flops`), as for `pad-gemm-operands`;
-its rows are padded to 16 bytes as that pass pads them (the pad is never read).
-It runs on loop IR before `tile`, so the copy is tiled as any copy or
-transposition is (both sides coalesced).
+and the product outweighs a launch (`min_flops`), as for `pad-gemm-operands`.
+Its rows are padded to 16 bytes, and the pad written 0: where every operand of a
+contraction is such a copy, K runs over the padded width with no mask
+(`run_k_over_padding`; on an H100, 3000x1023 @ 1023x2049 then took 333 us
+against 393). It runs on loop IR before `tile`, so the copy is tiled as any copy
+or transposition is (both sides coalesced).
 """
 
 from __future__ import annotations
