@@ -623,7 +623,8 @@ class KernelTranslator:
             self.bind(iv, v)
         self.rbase = self.expand(self.arange(rb), 0)
         granule = self.shape.row_granule
-        if granule and a_program_a_row and self.tiling.unrolled:
+        # Chunks narrower than a granule could not load 16 bytes a lane anyway.
+        if granule and a_program_a_row and self.tiling.unrolled and rb >= granule:
             row_start = self.iapply("mul", x, numel(self.shape.reduction))
             aligned = self.iapply("mul", self.iapply("floordiv", row_start, granule), granule)
             self.peel = RowPeel(granule, row_start, aligned, self.row_terms())
@@ -1119,6 +1120,8 @@ class KernelTranslator:
                     offset = self.const(start, self.index)
                     rflat = self.index_add(self.rbase, offset) if start else self.rbase
                     if self.peel is not None:
+                        # Lanes before the row's start (at most granule - 1) sit in the
+                        # first chunk, which is a granule wide at least.
                         self.bind_peeled(rflat, xmask, r, first=start == 0, last=start + rb > r)
                     else:
                         self.bind_reduction(rflat, bounds, xmask, r, rb, ragged=start + rb > r)
