@@ -60,7 +60,7 @@ from irc.ir.types import (
     numel,
 )
 from irc.lowering.attention_to_tile import lay_out_attention
-from irc.passes.tile import KernelShape, epilogue_parts, kernel_shape, tiling_of
+from irc.passes.tile import KernelShape, epilogue_parts, index_args, kernel_shape, tiling_of
 from irc.syntax.diagnostics import IrcError, op_location
 
 I32 = ELEMENT_TYPES["i32"]
@@ -222,22 +222,6 @@ def streamed_buffers(kernel: loop.KernelOp, shape: KernelShape) -> set[SSAValue]
         if n == 1 and 2 * numel(b.type.get_shape()) > space  # type: ignore[attr-defined]
     }
     return streamed if len(streamed) == 1 else set()
-
-
-def _depends_on(v: SSAValue, iv: SSAValue | None) -> bool:
-    """Whether loop value `v` is computed from `iv` (through element-wise ops)."""
-    seen: set[SSAValue] = set()
-    todo = [v]
-    while todo:
-        x = todo.pop()
-        if x is iv:
-            return True
-        if x in seen:
-            continue
-        seen.add(x)
-        if isinstance(x.owner, loop.ApplyOp):
-            todo.extend(x.owner.operands)
-    return False
 
 
 def combined(terms: list[tuple[SSAValue, int]]) -> list[tuple[SSAValue, int]]:
@@ -1509,7 +1493,7 @@ class KernelTranslator:
             return 1
         for op in block.ops:
             if isinstance(op, loop.StoreOp):
-                if not any(_depends_on(i, self.col_iv) for i in op.indices):
+                if not any(self.col_iv in index_args(i) for i in op.indices):
                     return 1
             elif isinstance(op, loop.ReduceOp):
                 if op.contract is None:

@@ -10,6 +10,7 @@ product outweighs a launch (`min_flops`); both passes take those as options.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,9 +26,10 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irc.analysis.tma import TMA_BYTES
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
-from irc.ir.types import int_array
+from irc.ir.types import element_bytes, int_array
 from irc.passes.options import check_option
 
 MIN_FLOPS = 2**31
@@ -65,6 +67,18 @@ class Operand:
     load: loop.LoadOp
     rereads: int
     k_contiguous: bool
+
+    @property
+    def aligned_rows(self) -> bool:
+        """Whether the buffer's rows start 16 bytes apart (TMA's and `cp.async`'s unit)."""
+        columns = self.load.buffer.type.get_shape()[1]  # type: ignore[attr-defined]
+        return columns * element_bytes(self.load.result.type) % TMA_BYTES == 0
+
+
+def padded_columns(columns: int, element_bytes_: int) -> int:
+    """`columns` rounded up to a whole number of 16-byte granules."""
+    per_granule = TMA_BYTES // math.gcd(TMA_BYTES, element_bytes_)
+    return -(-columns // per_granule) * per_granule
 
 
 def gemm_operands(kernel: loop.KernelOp) -> list[Operand]:

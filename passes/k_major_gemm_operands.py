@@ -37,7 +37,6 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import Float32Type, MemRefType, ModuleOp
 from xdsl.ir import SSAValue
 
-from irc.analysis.tma import TMA_BYTES
 from irc.dialects import loop
 from irc.ir.types import element_bytes, int_array
 from irc.passes.gemm_operand_copies import (
@@ -46,8 +45,8 @@ from irc.passes.gemm_operand_copies import (
     copy_before,
     gemm_flops,
     gemm_operands,
+    padded_columns,
 )
-from irc.passes.pad_gemm_operands import padded_columns
 
 KERNEL_PREFIX = "k_major_"
 """The copies' kernel names: `k_major_0`, `k_major_1`..."""
@@ -62,15 +61,12 @@ WHY = (
 def slow_f32_operands(kernel: loop.KernelOp) -> list[Operand]:
     """The f32 operands of `kernel`'s contractions stored with K strided, or in rows
     that do not start 16 bytes apart."""
-    out = []
-    for operand in gemm_operands(kernel):
-        element = operand.load.result.type
-        if not isinstance(element, Float32Type):
-            continue
-        columns = operand.load.buffer.type.get_shape()[1]  # type: ignore[attr-defined]
-        if not operand.k_contiguous or columns * element_bytes(element) % TMA_BYTES:
-            out.append(operand)
-    return out
+    return [
+        operand
+        for operand in gemm_operands(kernel)
+        if isinstance(operand.load.result.type, Float32Type)
+        and not (operand.k_contiguous and operand.aligned_rows)
+    ]
 
 
 @dataclass(frozen=True)

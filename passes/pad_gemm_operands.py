@@ -24,14 +24,12 @@ before `tile`, so the copy is tiled as any element-wise kernel is.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import SSAValue
 
-from irc.analysis.tma import TMA_BYTES
 from irc.dialects import loop
 from irc.ir.types import HALF_TYPES, element_bytes
 from irc.passes.gemm_operand_copies import (
@@ -40,6 +38,7 @@ from irc.passes.gemm_operand_copies import (
     copy_before,
     gemm_flops,
     gemm_operands,
+    padded_columns,
 )
 from irc.passes.tile import gemm_tiling, kernel_shape
 
@@ -53,22 +52,14 @@ WHY = (
 """What the fusion report says of a copy (`irc.passes.fuse.resolve_reports`)."""
 
 
-def padded_columns(columns: int, element_bytes_: int) -> int:
-    """`columns` rounded up to a whole number of 16-byte granules."""
-    per_granule = TMA_BYTES // math.gcd(TMA_BYTES, element_bytes_)
-    return -(-columns // per_granule) * per_granule
-
-
 def unaligned_operands(kernel: loop.KernelOp) -> list[Operand]:
     """The half-precision operands of `kernel`'s contractions whose 2-d buffers have
     rows that are not 16-byte aligned."""
-    out = []
-    for operand in gemm_operands(kernel):
-        element = operand.load.result.type
-        columns = operand.load.buffer.type.get_shape()[1]  # type: ignore[attr-defined]
-        if element in HALF_TYPES and columns * element_bytes(element) % TMA_BYTES:
-            out.append(operand)
-    return out
+    return [
+        operand
+        for operand in gemm_operands(kernel)
+        if operand.load.result.type in HALF_TYPES and not operand.aligned_rows
+    ]
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,10 @@ from torch.testing import assert_close
 import irc
 from irc.compiler import CompiledModule
 from irc.dialects import loop, tile
-from irc.passes.gemm_operand_copies import MIN_FLOPS
+from irc.passes.gemm_operand_copies import MIN_FLOPS, padded_columns
 from irc.passes.pad_gemm_operands import (
     WHY,
     PadGemmOperandsPass,
-    padded_columns,
     unaligned_operands,
 )
 from irc.passes.tile import Tiling
