@@ -20,6 +20,13 @@ TMA. A GEMM a program a tile (a short K under a heavy epilogue, or batched) load
 by pointers either way: 2048x517 @ 517x2048 bf16 + erf GELU took 25.9 us
 unaligned and 29.4 padded, the copy's 3.5 (H100, kernel time). It runs on loop IR
 before `tile`, so the copy is tiled as any element-wise kernel is.
+
+The right operand stored [K, N] (`w` in `x @ w`) wants more: rows 128 bytes apart
+(`LINE_ALIGNED_BYTES`). Where its rows are 16 bytes apart but not 128, the GEMM
+runs up to 25% slower rather than several times, and the copy, which takes
+e R / (M BW) of the GEMM's time (e bytes an element, R/BW about 233 flops a byte
+on an H100), pays only where M is long: from `LINE_REREADS` row tiles. Such an
+operand is padded to whole lines whichever rule copies it.
 """
 
 from __future__ import annotations
@@ -40,42 +47,67 @@ from irc.passes.gemm_operand_copies import (
     gemm_operands,
     padded_columns,
 )
+from irc.passes.options import check_option
 from irc.passes.tile import gemm_tiling, kernel_shape
 
 KERNEL_PREFIX = "pad_rows_"
 """The copies' kernel names: `pad_rows_0`, `pad_rows_1`..."""
 
 WHY = (
-    "pad-gemm-operands copies a GEMM operand whose rows are not 16-byte aligned into "
-    "rows that are, which the GEMM reads by TMA"
+    "pad-gemm-operands copies a GEMM operand whose rows are not 16-byte aligned (for "
+    "the right operand stored [K, N], 128) into rows that are, which the GEMM reads by TMA"
 )
 """What the fusion report says of a copy (`irc.passes.fuse.resolve_reports`)."""
+
+LINE_REREADS = 32
+"""Row tiles (of 128) from which a right operand whose rows are 16 bytes aligned but
+not `LINE_ALIGNED_BYTES` is copied. The copy takes e R / (M BW) of the GEMM's time
+(bf16 on an H100: 466 / M); what the lines save ranged from nothing to a quarter
+of the GEMM (H100, bf16 + bias + erf GELU, kernel time with the copy, 16-byte rows
+-> lines: 12800x4096 @ 4096x4088 783 -> 652 us, 8295x5120 @ 5120x1140 231 -> 185,
+but 2100x4096 @ 4096x1000 51.0 -> 55.4 and 2048x1024 @ 1024x4088 44.9 -> 46.8).
+At 32 tiles (M over 3968) the copy costs under 12% of the GEMM."""
 
 
 def unaligned_operands(kernel: loop.KernelOp) -> list[Operand]:
     """The half-precision operands of `kernel`'s contractions whose 2-d buffers have
-    rows that are not 16-byte aligned."""
+    rows that do not start `Operand.row_granule` bytes apart (16, or 128 for the
+    right operand stored [K, N])."""
     return [
         operand
         for operand in gemm_operands(kernel)
-        if operand.load.result.type in HALF_TYPES and not operand.aligned_rows
+        if operand.load.result.type in HALF_TYPES and not operand.line_aligned_rows
     ]
+
+
+def least_rereads(operand: Operand, rereads: int, line_rereads: int = LINE_REREADS) -> int:
+    """The fewest re-reads from which `operand` is copied: `rereads` where its rows
+    are not 16 bytes aligned, and at least `line_rereads` where only the line is
+    missing (the GEMM loses a quarter there, not several times its time)."""
+    return rereads if not operand.aligned_rows else max(rereads, line_rereads)
 
 
 @dataclass(frozen=True)
 class PadGemmOperandsPass(GemmOperandCopyPass):
-    """`pad-gemm-operands{min_flops=2147483648 rereads=2 persistent_only=true}` on
-    loop-level IR."""
+    """`pad-gemm-operands{min_flops=2147483648 rereads=2 line_rereads=32
+    persistent_only=true}` on loop-level IR."""
 
     name = "pad-gemm-operands"
     levels = ("loop",)
 
+    line_rereads: int = LINE_REREADS
+    """The fewest re-reads from which an operand only missing its 128-byte rows is
+    copied (`rereads` or more)."""
     persistent_only: bool = True
     """Pad only GEMMs the tile pass would make persistent (false: any GEMM)."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_option(self.name, "line_rereads", self.line_rereads, 1)
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         taken = {k.kernel_name.data for k in op.walk() if isinstance(k, loop.KernelOp)}
-        padded: dict[SSAValue, SSAValue] = {}
+        padded: dict[tuple[SSAValue, int], SSAValue] = {}
         for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
             operands = unaligned_operands(kernel)  # contractions with 2-d outputs only
             if not operands or gemm_flops(kernel) < self.min_flops:
@@ -83,17 +115,19 @@ class PadGemmOperandsPass(GemmOperandCopyPass):
             if self.persistent_only and not gemm_tiling(kernel_shape(kernel)).persistent:
                 continue
             for operand in operands:
-                if operand.rereads < self.rereads:
+                if operand.rereads < least_rereads(operand, self.rereads, self.line_rereads):
                     continue
-                buffer = operand.load.buffer
-                if buffer not in padded:
-                    padded[buffer] = self.pad(kernel, buffer, taken)
-                operand.load.operands[0] = padded[buffer]
+                key = (operand.load.buffer, operand.row_granule)
+                if key not in padded:
+                    padded[key] = self.pad(kernel, *key, taken)
+                operand.load.operands[0] = padded[key]
 
     @staticmethod
-    def pad(kernel: loop.KernelOp, buffer: SSAValue, taken: set[str]) -> SSAValue:
-        """A row-padded copy of `buffer`, made just before `kernel`."""
+    def pad(kernel: loop.KernelOp, buffer: SSAValue, granule: int, taken: set[str]) -> SSAValue:
+        """A copy of `buffer` whose rows are padded to `granule` bytes, made just before
+        `kernel`."""
         rows, cols = buffer.type.get_shape()  # type: ignore[attr-defined]
         element = buffer.type.element_type  # type: ignore[attr-defined]
-        padded = MemRefType(element, [rows, padded_columns(cols, element_bytes(element))])
+        width = padded_columns(cols, element_bytes(element), granule)
+        padded = MemRefType(element, [rows, width])
         return copy_before(kernel, buffer, padded, KERNEL_PREFIX, taken)

@@ -388,6 +388,10 @@ OPT_ARGS: dict[str, tuple[list[str], str]] = {
         "min-flops",
     ),
     "pad-rereads-zero": (["-p", "graph-to-loop,pad-gemm-operands{rereads=0}"], "rereads"),
+    "pad-line-rereads-zero": (
+        ["-p", "graph-to-loop,pad-gemm-operands{line_rereads=0}"],
+        "line-rereads",
+    ),
     "pad-persistent-code": (
         ["-p", 'graph-to-loop,pad-gemm-operands{persistent_only="x\');import os#"}'],
         "true or false",

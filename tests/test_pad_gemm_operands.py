@@ -62,11 +62,14 @@ def kernels(module: object) -> list[loop.KernelOp]:
     return [k for k in module.walk() if isinstance(k, loop.KernelOp)]  # type: ignore[attr-defined]
 
 
-def test_padded_columns_are_whole_16_byte_granules() -> None:
+def test_padded_columns_are_whole_granules() -> None:
     assert padded_columns(257, 2) == 264
     assert padded_columns(1140, 2) == 1144
     assert padded_columns(1024, 2) == 1024
     assert padded_columns(3, 4) == 4
+    assert padded_columns(4084, 2, 128) == 4096
+    assert padded_columns(4096, 2, 128) == 4096
+    assert padded_columns(3, 4, 128) == 32
 
 
 def test_both_odd_operands_are_copied_before_the_gemm() -> None:
@@ -75,8 +78,9 @@ def test_both_odd_operands_are_copied_before_the_gemm() -> None:
     assert [k.kernel_name.data for k in pads] == ["pad_rows_0", "pad_rows_1"]
     loads = [op for op in gemm.walk() if isinstance(op, loop.LoadOp)]
     shapes = [tuple(ld.buffer.type.get_shape()) for ld in loads]  # type: ignore[attr-defined]
-    # x [300, 257] -> [300, 264], w [257, 301] -> [257, 304]; the bias stays.
-    assert shapes == [(300, 264), (257, 304), (301,)]
+    # x [300, 257] -> [300, 264] (16-byte rows: K-major), w [257, 301] -> [257, 320]
+    # (128-byte rows: its rows run along N); the bias stays.
+    assert shapes == [(300, 264), (257, 320), (301,)]
     for pad in pads:
         assert pad.parallel_bounds() in ([300, 257], [257, 301])
 
@@ -96,12 +100,88 @@ def test_aligned_small_or_once_read_operands_are_left() -> None:
 
 
 def test_only_gemms_the_tile_pass_makes_persistent_are_padded_by_default() -> None:
-    """2000x1025 @ 1025x1000 + GELU: K outweighs the GELU, persistent, x padded.
+    """2000x1025 @ 1025x1000 + GELU: K outweighs the GELU, persistent, x padded (w's
+    2000-byte rows miss the line, but only 16 row tiles read it).
     2048x517 @ 517x2048: the GELU outweighs K = 517, a program a tile, left (its
     pointer loads ran as fast unaligned on an H100; the copy only added)."""
     (pad, _) = kernels(loop_module(gemm_text(2000, 1000, 1025, "bf16"), "pad-gemm-operands"))
     assert pad.kernel_name.data == "pad_rows_0" and pad.parallel_bounds() == [2000, 1025]
     assert len(kernels(loop_module(gemm_text(2048, 2048, 517, "bf16"), "pad-gemm-operands"))) == 1
+
+
+def gemm_of_transposed_x(m: int, n: int, k: int) -> str:
+    """x stored [K, M] and read transposed: its rows run along M."""
+    return f"""func @f(%x: tensor<{k}x{m}xbf16>, %w: tensor<{k}x{n}xbf16>) -> tensor<{m}x{n}xbf16> {{
+  %xt = graph.transpose %x {{perm = [1, 0]}}
+  %mm = graph.matmul %xt, %w
+  return %mm : tensor<{m}x{n}xbf16>
+}}
+"""
+
+
+def copied_shapes(module: object) -> list[tuple[list[int], tuple[int, ...]]]:
+    """(source shape, padded shape) of each copy kernel."""
+    out = []
+    for k in kernels(module):
+        if k.kernel_name.data.startswith("pad_rows_"):
+            (store,) = [op for op in k.walk() if isinstance(op, loop.StoreOp)]
+            out.append((k.parallel_bounds(), tuple(store.buffer.type.get_shape())))  # type: ignore[attr-defined]
+    return out
+
+
+def test_n_major_right_operands_are_padded_to_lines_where_m_is_long() -> None:
+    """w [64, 200] bf16 has 400-byte rows: 16-byte aligned, not a 128-byte line. It is
+    copied to 256 columns where 32 row tiles read it (M = 4096), not at 31 (M = 3968:
+    the copy would cost more than the GEMM is likely to save). x [M, 64], K-major, is
+    left; so are a K-major x of 400-byte rows and an x stored [K, M] (the left
+    operand ran as fast either way)."""
+    assert copied_shapes(loop_module(gemm_text(4096, 200, 64, "bf16"))) == [([64, 200], (64, 256))]
+    assert copied_shapes(loop_module(gemm_text(3968, 200, 64, "bf16"))) == []
+    assert copied_shapes(loop_module(gemm_text(4096, 4096, 200, "bf16"))) == []
+    assert copied_shapes(loop_module(gemm_of_transposed_x(200, 4096, 64))) == []
+    # x stored [K, M] with M odd: copied for that, to 16-byte rows.
+    assert copied_shapes(loop_module(gemm_of_transposed_x(201, 256, 64))) == [
+        ([64, 201], (64, 208))
+    ]
+    # line_rereads lowers the bar; rows 2 bytes apart still pad at `rereads`.
+    lowered = "pad-gemm-operands{min_flops=0 persistent_only=false line_rereads=1}"
+    assert copied_shapes(loop_module(gemm_text(300, 200, 64, "bf16"), lowered)) == [
+        ([64, 200], (64, 256))
+    ]
+
+
+def test_gemms_of_line_padded_operands_match_torch() -> None:
+    """w [40, 200] copied to 256 columns, x stored [K, M] of odd M to 208: read by TMA
+    at pitches of 256 and 208, and a program a tile by pointers, against torch."""
+    lowered = "pad-gemm-operands{min_flops=0 persistent_only=false line_rereads=1}"
+    up_to_tile = f"fuse,decompose,graph-to-loop,split-reduction,{lowered},tile"
+    g = torch.Generator().manual_seed(7)
+    x = torch.randint(-3, 4, (40, 201), generator=g).to(torch.bfloat16)
+    w = torch.randint(-3, 4, (40, 200), generator=g).to(torch.bfloat16)
+    want = (x.double().T @ w.double()).to(torch.bfloat16)
+    for tiling, pitches in [
+        (Tiling((64, 64, 16), 4, 2, persistent=True), {208, 256}),
+        (Tiling((64, 64, 16), 4, 2), set()),
+    ]:
+        compiled, module = compile_with_tiling(
+            gemm_of_transposed_x(201, 200, 40),
+            tiling,
+            DEVICE,
+            up_to_tile,
+            lambda k: k.kernel_name.data.startswith("mm"),
+        )
+        loads = [op for op in module.walk() if isinstance(op, tile.BlockLoadOp)]  # type: ignore[attr-defined]
+        assert {op.pitch.value.data for op in loads if op.pitch is not None} == pitches
+        assert len(tile_copy_kernels(module)) == 2
+        assert_close(compiled["f"](x.to(DEVICE), w.to(DEVICE)).cpu(), want)
+
+
+def tile_copy_kernels(module: object) -> list[str]:
+    return [
+        op.kernel_name.data  # type: ignore[attr-defined]
+        for op in module.walk()  # type: ignore[attr-defined]
+        if isinstance(op, tile.KernelOp) and "pad_rows_" in op.kernel_name.data
+    ]
 
 
 def test_pass_options_are_checked() -> None:
@@ -122,8 +202,8 @@ def lower(text: str, tiling: Tiling | None) -> tuple[CompiledModule, object]:
     [
         # persistent: the padded x by TMA at a pitch of 264, w (N = 304 aligned) exact
         (300, 304, 257, "bf16", False, Tiling((64, 64, 16), 4, 2, persistent=True), {264}),
-        # both odd: x at 264, w [257, 301] at 304; the output keeps pointer stores
-        (300, 301, 257, "f16", False, Tiling((64, 64, 16), 4, 2, persistent=True), {264, 304}),
+        # both odd: x at 264, w [257, 301] at 320; the output keeps pointer stores
+        (300, 301, 257, "f16", False, Tiling((64, 64, 16), 4, 2, persistent=True), {264, 320}),
         # a weight stored [N, K] with K odd: read transposed from its padded copy
         (200, 296, 131, "bf16", True, Tiling((64, 64, 16), 4, 2, persistent=True), {136}),
         # a program a tile: pointer loads of the padded buffers
