@@ -15,7 +15,14 @@ import irc
 from irc.autotune import candidates
 from irc.compiler import triton_source
 from irc.dialects import loop
-from irc.passes.tile import LONG_CHAIN, TilePass, Tiling, kernel_shape, tiling_of
+from irc.passes.tile import (
+    LONG_CHAIN,
+    THREAD_TRANSCENDENTALS,
+    TilePass,
+    Tiling,
+    kernel_shape,
+    tiling_of,
+)
 from irc.pipeline import build_pipeline, run_pipeline
 from irc.runtime.loader import load_source
 from irc.target import Target, cuda_target, dram_gbps, target_for
@@ -93,6 +100,54 @@ def test_a_long_chain_of_functions_takes_twice_the_warps() -> None:
     (long,) = _kernels(None, chain(LONG_CHAIN)).values()
     assert short.block == long.block == (1024,)
     assert long.warps == 2 * short.warps == 8
+
+
+def test_two_functions_of_each_streamed_element_take_8_half_elements_a_thread() -> None:
+    """sin(x) * cos(x) in bf16: at most `THREAD_TRANSCENDENTALS` functions a thread, 8
+    elements rather than the 16 one function (GELU) takes. Functions of broadcast
+    operands alone do not count: batch norm's normalization computes two divisions
+    and an rsqrt of column statistics an element, and keeps 16."""
+    x = "%x: tensor<4096x1024xbf16>"
+    out = "tensor<4096x1024xbf16>"
+    sincos = f"""func @f({x}) -> {out} {{
+  %s = graph.sin %x
+  %c = graph.cos %x
+  %y = graph.mul %s, %c
+  return %y : {out}
+}}
+"""
+    gelu = f"func @f({x}) -> {out} {{\n  %y = graph.gelu %x\n  return %y : {out}\n}}\n"
+    norm = """func @f(%x: tensor<16384x1000xbf16>) -> tensor<16384x1000xbf16> {
+  %mean = graph.reduce_mean %x {dims = [0], keepdim = true} : tensor<1x1000xbf16>
+  %c = graph.sub %x, %mean
+  %sq = graph.mul %c, %c
+  %var = graph.reduce_mean %sq {dims = [0], keepdim = true} : tensor<1x1000xbf16>
+  %inv = graph.rsqrt %var
+  %y = graph.mul %c, %inv
+  return %y : tensor<16384x1000xbf16>
+}
+"""
+
+    def elementwise(program: str, target: Target | None) -> tuple[int, int]:
+        """(functions an element, elements a thread) of the program's element-wise kernel."""
+        module = irc.parse(program)
+        run_pipeline(module, "fuse")
+        run_pipeline(
+            module, "decompose,graph-to-loop,split-reduction," + (target or Target()).tile_pass()
+        )
+        (kernel,) = [
+            k
+            for k in module.walk()
+            if isinstance(k, loop.KernelOp) and kernel_shape(k).reduction == ()
+        ]
+        tiling = tiling_of(kernel)
+        return kernel_shape(kernel).transcendentals, tiling.block[0] // (32 * tiling.warps)
+
+    for target in (None, target_for(H100)):
+        assert elementwise(sincos, target) == (2, THREAD_TRANSCENDENTALS // 2)
+        assert elementwise(gelu, target) == (1, 16)
+        functions, per_thread = elementwise(norm, target)
+        assert functions >= 2 and per_thread == 16
 
 
 ROWS = """
@@ -249,7 +304,9 @@ def test_a_smaller_gpus_gemm_compiles_within_its_shared_memory() -> None:
     from irc.passes.tile import gemm_shared_bytes
 
     module = irc.parse(text)
-    run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction," + target_for(ADA).tile_pass())
+    run_pipeline(
+        module, "fuse,decompose,graph-to-loop,split-reduction," + target_for(ADA).tile_pass()
+    )
     (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
     t = tiling_of(k)
     assert gemm_shared_bytes(*t.block, t.stages, 2) <= ADA["max_shared_mem"]
