@@ -68,7 +68,7 @@ class Operand:
     load: loop.LoadOp
     rereads: int
     k_contiguous: bool
-    indexes_n: bool = True
+    indexes_n: bool
 
     @property
     def row_granule(self) -> int:
@@ -94,8 +94,8 @@ class Operand:
 
 LINE_ALIGNED_BYTES = 128
 """Bytes apart the rows of an N-major right operand (`w` in `x @ w`, stored [K, N])
-should start. Rows only 16 bytes aligned made the whole GEMM up to 25% slower on an
-H100 (bf16 + bias + erf GELU, 128x256 tiles, the GEMM kernel's time: 12800x4096 @
+should start. Rows only 16 bytes aligned made the whole GEMM up to a third slower on
+an H100 (bf16 + bias + erf GELU, 128x256 tiles, the GEMM kernel's time: 12800x4096 @
 4096x4088 783 us against 632 with `w`'s rows 128-byte aligned, 7768x2988 @
 2988x2680 303 against 228, 8295x5120 @ 5120x1144 223 against 178; 32-byte rows,
 4080 columns, 629 against 614 at 4096). Rows of the left operand ran as fast 16

@@ -23,7 +23,7 @@ before `tile`, so the copy is tiled as any element-wise kernel is.
 
 The right operand stored [K, N] (`w` in `x @ w`) wants more: rows 128 bytes apart
 (`LINE_ALIGNED_BYTES`). Where its rows are 16 bytes apart but not 128, the GEMM
-runs up to 25% slower rather than several times, and the copy, which takes
+runs up to a third slower rather than several times, and the copy, which takes
 e R / (M BW) of the GEMM's time (e bytes an element, R/BW about 233 flops a byte
 on an H100), pays only where M is long: from `LINE_REREADS` row tiles. Such an
 operand is padded to whole lines whichever rule copies it.
@@ -83,7 +83,7 @@ def unaligned_operands(kernel: loop.KernelOp) -> list[Operand]:
 def least_rereads(operand: Operand, rereads: int, line_rereads: int = LINE_REREADS) -> int:
     """The fewest re-reads from which `operand` is copied: `rereads` where its rows
     are not 16 bytes aligned, and at least `line_rereads` where only the line is
-    missing (the GEMM loses a quarter there, not several times its time)."""
+    missing (the GEMM loses up to a quarter of its time there, not several times it)."""
     return rereads if not operand.aligned_rows else max(rereads, line_rereads)
 
 

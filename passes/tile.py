@@ -370,10 +370,8 @@ def streamed_values(kernel: loop.KernelOp) -> set[SSAValue]:
     space = numel(kernel.parallel_bounds())
     out: set[SSAValue] = set()
     for op in kernel.body.walk():
-        if isinstance(op, loop.LoadOp):
-            if full_size(op.buffer.type, space):  # type: ignore[arg-type]
-                out.add(op.result)
-        elif any(v in out for v in op.operands):
+        full = isinstance(op, loop.LoadOp) and full_size(op.buffer.type, space)  # type: ignore[arg-type]
+        if full or any(v in out for v in op.operands):  # a gather by streamed indices too
             out.update(op.results)
     return out
 
