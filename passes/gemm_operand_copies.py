@@ -11,7 +11,7 @@ product outweighs a launch (`min_flops`); both passes take those as options.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import (
@@ -19,6 +19,7 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     MemRefType,
+    ModuleOp,
     StringAttr,
     i1,
     i64,
@@ -57,6 +58,35 @@ class GemmOperandCopyPass(ModulePass):
     def __post_init__(self) -> None:
         check_option(self.name, "min_flops", self.min_flops, 0)
         check_option(self.name, "rereads", self.rereads, 1)
+
+    def gemms_to_copy(
+        self, op: ModuleOp, operands_of: Callable[[loop.KernelOp], list[Operand]]
+    ) -> Iterator[tuple[loop.KernelOp, list[Operand]]]:
+        """Each GEMM kernel of `op` whose product reaches `min_flops` and that
+        `copies_for` takes, with those of its operands (`operands_of`) that it reads
+        `least_rereads` times or more."""
+        for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
+            operands = operands_of(kernel)  # contractions with 2-d outputs only
+            if not operands or gemm_flops(kernel) < self.min_flops:
+                continue
+            if not self.copies_for(kernel):
+                continue
+            chosen = [o for o in operands if o.rereads >= self.least_rereads(o)]
+            if chosen:
+                yield kernel, chosen
+
+    def copies_for(self, kernel: loop.KernelOp) -> bool:
+        """Whether the pass copies operands of this GEMM at all."""
+        return True
+
+    def least_rereads(self, operand: Operand) -> int:
+        """The fewest re-reads from which `operand` is copied."""
+        return self.rereads
+
+
+def kernel_names(op: ModuleOp) -> set[str]:
+    """The names `op`'s kernels take, which a new copy kernel's must not."""
+    return {k.kernel_name.data for k in op.walk() if isinstance(k, loop.KernelOp)}
 
 
 @dataclass(frozen=True)

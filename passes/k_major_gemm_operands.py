@@ -43,8 +43,8 @@ from irc.passes.gemm_operand_copies import (
     GemmOperandCopyPass,
     Operand,
     copy_before,
-    gemm_flops,
     gemm_operands,
+    kernel_names,
     padded_columns,
 )
 
@@ -77,15 +77,10 @@ class KMajorGemmOperandsPass(GemmOperandCopyPass):
     levels = ("loop",)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        taken = {k.kernel_name.data for k in op.walk() if isinstance(k, loop.KernelOp)}
+        taken = kernel_names(op)
         copies: dict[tuple[SSAValue, bool], SSAValue] = {}
-        for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
-            operands = slow_f32_operands(kernel)  # contractions with 2-d outputs only
-            if not operands or gemm_flops(kernel) < self.min_flops:
-                continue
+        for kernel, operands in self.gemms_to_copy(op, slow_f32_operands):
             for operand in operands:
-                if operand.rereads < self.rereads:
-                    continue
                 load, transpose = operand.load, not operand.k_contiguous
                 key = (load.buffer, transpose)
                 if key not in copies:

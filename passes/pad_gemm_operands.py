@@ -43,8 +43,8 @@ from irc.passes.gemm_operand_copies import (
     GemmOperandCopyPass,
     Operand,
     copy_before,
-    gemm_flops,
     gemm_operands,
+    kernel_names,
     padded_columns,
 )
 from irc.passes.options import check_option
@@ -80,13 +80,6 @@ def unaligned_operands(kernel: loop.KernelOp) -> list[Operand]:
     ]
 
 
-def least_rereads(operand: Operand, rereads: int, line_rereads: int = LINE_REREADS) -> int:
-    """The fewest re-reads from which `operand` is copied: `rereads` where its rows
-    are not 16 bytes aligned, and at least `line_rereads` where only the line is
-    missing (the GEMM loses up to a quarter of its time there, not several times it)."""
-    return rereads if not operand.aligned_rows else max(rereads, line_rereads)
-
-
 @dataclass(frozen=True)
 class PadGemmOperandsPass(GemmOperandCopyPass):
     """`pad-gemm-operands{min_flops=2147483648 rereads=2 line_rereads=32
@@ -105,18 +98,21 @@ class PadGemmOperandsPass(GemmOperandCopyPass):
         super().__post_init__()
         check_option(self.name, "line_rereads", self.line_rereads, 1)
 
+    def copies_for(self, kernel: loop.KernelOp) -> bool:
+        """Only GEMMs the tile pass makes persistent, unless `persistent_only` is off."""
+        return not self.persistent_only or gemm_tiling(kernel_shape(kernel)).persistent
+
+    def least_rereads(self, operand: Operand) -> int:
+        """`rereads` where the operand's rows are not 16 bytes aligned, and at least
+        `line_rereads` where only the line is missing (the GEMM loses up to a quarter
+        of its time there, not several times it)."""
+        return self.rereads if not operand.aligned_rows else max(self.rereads, self.line_rereads)
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        taken = {k.kernel_name.data for k in op.walk() if isinstance(k, loop.KernelOp)}
+        taken = kernel_names(op)
         padded: dict[tuple[SSAValue, int], SSAValue] = {}
-        for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
-            operands = unaligned_operands(kernel)  # contractions with 2-d outputs only
-            if not operands or gemm_flops(kernel) < self.min_flops:
-                continue
-            if self.persistent_only and not gemm_tiling(kernel_shape(kernel)).persistent:
-                continue
+        for kernel, operands in self.gemms_to_copy(op, unaligned_operands):
             for operand in operands:
-                if operand.rereads < least_rereads(operand, self.rereads, self.line_rereads):
-                    continue
                 key = (operand.load.buffer, operand.row_granule)
                 if key not in padded:
                     padded[key] = self.pad(kernel, *key, taken)
