@@ -291,9 +291,6 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
     )  # fmt: skip
 
 
-ALIGNED_ROW_BYTES = 16
-"""The widest access of a thread (and of a `cp.async`): rows whose starts are this
-many bytes apart load in vectors."""
 PEELED_ROW_BYTES = 8
 """Rows whose starts are not this many bytes apart are peeled: they load 1 or 2
 elements a lane (2- or 4-byte vectors). Rows 8 bytes apart already load 8-byte
@@ -332,7 +329,7 @@ def row_granule(kernel: loop.KernelOp) -> int:
         return 0  # rows of different lengths (none, or a split stage's)
     if all(length * b % PEELED_ROW_BYTES == 0 for length, b in rows):
         return 0
-    return ALIGNED_ROW_BYTES // min(b for _, b in rows)
+    return VECTOR_BYTES // min(b for _, b in rows)  # a row's 16-byte vectors
 
 
 HEAVY = frozenset(
