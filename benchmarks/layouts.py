@@ -278,7 +278,8 @@ func @gemm_bias_gelu(%x: {_t([m, k], d)}, %w: {_t([k, n], d)}, %b: {_t([n], d)})
 
 def _gemm_kernels(s: Shape) -> int:
     """The GEMM's kernel, and the copy of each operand `pad-gemm-operands` pads (half
-    precision, rows not 16-byte aligned, a persistent GEMM) or `k-major-gemm-operands`
+    precision, rows not 16-byte aligned or, for the right operand stored [K, N] read
+    by 32 row tiles, not 128, a persistent GEMM) or `k-major-gemm-operands`
     makes K-major (f32, K strided or odd): the passes are asked, on the row's program."""
     import irc
     from irc.dialects import loop
