@@ -392,6 +392,14 @@ OPT_ARGS: dict[str, tuple[list[str], str]] = {
         ["-p", "graph-to-loop,pad-gemm-operands{line_rereads=0}"],
         "line-rereads",
     ),
+    "pad-line-rereads-code": (
+        ["-p", 'graph-to-loop,pad-gemm-operands{line_rereads="1\');import os#"}'],
+        "must be an integer",
+    ),
+    "pad-line-rereads-float": (
+        ["-p", "graph-to-loop,pad-gemm-operands{line_rereads=1.5}"],
+        "must be an integer",
+    ),
     "pad-persistent-code": (
         ["-p", 'graph-to-loop,pad-gemm-operands{persistent_only="x\');import os#"}'],
         "true or false",
