@@ -813,8 +813,9 @@ def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int) -> Ti
     elements as keep the same loaded bytes in flight (an H100: two f32 operands 2
     elements a thread, one f32 operand 4, one bf16 operand 8: 16-byte vectors,
     where 2 bf16 a thread ran a permute 1.32x slower), twice as many in a kernel
-    whose time goes to arithmetic, at most two 16-byte vectors an access and
-    `THREAD_TRANSCENDENTALS` functions a thread, and half as many where each
+    whose time goes to arithmetic, at most two 16-byte vectors an access (and 8
+    elements where each computes a few functions, `SEVERAL_FUNCTIONS_THREAD_ELEMENTS`),
+    and half as many where each
     element's chain of functions is long (`LONG_CHAIN`). Where the
     element count is not a multiple of the vector width, the mask of the last
     program makes Triton load and store element by element, and a thread takes at
@@ -828,7 +829,7 @@ def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int) -> Ti
         e *= 2
     e = min(e, max(1, 2 * VECTOR_BYTES // shape.element_bytes))
     if 1 < shape.streamed_transcendentals < LONG_CHAIN:
-        e = min(e, floor_pow2(THREAD_TRANSCENDENTALS // shape.streamed_transcendentals))
+        e = min(e, SEVERAL_FUNCTIONS_THREAD_ELEMENTS)
     if n % max(1, VECTOR_BYTES // shape.element_bytes):
         e = min(e, SCALAR_THREAD_ELEMENTS)
     x = min(32 * warps * e, next_pow2(n))
@@ -837,10 +838,11 @@ def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int) -> Ti
     return Tiling((x,), _warps(x, e, most=32))
 
 
-THREAD_TRANSCENDENTALS = 16
-"""Transcendental functions of its streamed elements a thread of an element-wise
-program computes at most where each element takes 2 or 3 (below `LONG_CHAIN`): 8
-bf16 elements a thread rather than 16. Measured on an H100 (bf16, 1024 elements and
+SEVERAL_FUNCTIONS_THREAD_ELEMENTS = 8
+"""Elements a thread of an element-wise program takes at most where each computes 2
+or 3 transcendental functions of the streamed elements (below `LONG_CHAIN`, whose
+halving gives bf16 chains 8 a thread too): 8 bf16 elements rather than 16; f32
+stays at its two 16-byte vectors, 8. Measured on an H100 (bf16, 1024 elements and
 4 warps against 2048): sin(x) * cos(x) 140.4 us against 173.1 at 8192 x 8192 (45.4
 against 56.9 at 4096 x 5120), cos(cos(x)) 139.5 against 143.3, cos -> reshape ->
 cos times a row vector 188.3 against 207.5 at 11184 x 6515; f16 cos(cos(x)) 137.6

@@ -17,7 +17,7 @@ from irc.compiler import triton_source
 from irc.dialects import loop
 from irc.passes.tile import (
     LONG_CHAIN,
-    THREAD_TRANSCENDENTALS,
+    SEVERAL_FUNCTIONS_THREAD_ELEMENTS,
     TilePass,
     Tiling,
     kernel_shape,
@@ -103,10 +103,11 @@ def test_a_long_chain_of_functions_takes_twice_the_warps() -> None:
 
 
 def test_two_functions_of_each_streamed_element_take_8_half_elements_a_thread() -> None:
-    """sin(x) * cos(x) in bf16: at most `THREAD_TRANSCENDENTALS` functions a thread, 8
-    elements rather than the 16 one function (GELU) takes. Functions of broadcast
-    operands alone do not count: batch norm's normalization computes two divisions
-    and an rsqrt of column statistics an element, and keeps 16."""
+    """sin(x) * cos(x) in bf16: 8 elements a thread (`SEVERAL_FUNCTIONS_THREAD_ELEMENTS`)
+    rather than the 16 one function (GELU) takes; three functions take 8 too, as four
+    (`LONG_CHAIN`, twice the warps) do. Functions of broadcast operands alone do not
+    count: batch norm's normalization computes two divisions and an rsqrt of column
+    statistics an element, and keeps 16."""
     x = "%x: tensor<4096x1024xbf16>"
     out = "tensor<4096x1024xbf16>"
     sincos = f"""func @f({x}) -> {out} {{
@@ -143,8 +144,19 @@ def test_two_functions_of_each_streamed_element_take_8_half_elements_a_thread() 
         tiling = tiling_of(kernel)
         return kernel_shape(kernel).transcendentals, tiling.block[0] // (32 * tiling.warps)
 
+    three = f"""func @f({x}) -> {out} {{
+  %t = graph.tanh %x
+  %e = graph.erf %t
+  %s = graph.sigmoid %e
+  %y = graph.mul %s, %x
+  return %y : {out}
+}}
+"""
+    four = three.replace("%y = graph.mul %s, %x", "%c = graph.cos %s\n  %y = graph.mul %c, %x")
     for target in (None, target_for(H100)):
-        assert elementwise(sincos, target) == (2, THREAD_TRANSCENDENTALS // 2)
+        assert elementwise(sincos, target) == (2, SEVERAL_FUNCTIONS_THREAD_ELEMENTS)
+        assert elementwise(three, target) == (3, 8)
+        assert elementwise(four, target) == (4, 8)
         assert elementwise(gelu, target) == (1, 16)
         functions, per_thread = elementwise(norm, target)
         assert functions >= 2 and per_thread == 16
