@@ -52,11 +52,13 @@ LOWERING = (
     "loop-to-tile",
     "tile-cse",
     "dce",
+    "contract-mul-add",
     "tile-sink",
 )
 """Passes from the graph level down to tile kernels, in order. `loop-to-tile`
 only translates: `tile-cse` shares the equal ops and loads it makes, `dce`
-drops the index pieces no access needed, `tile-sink` moves a persistent GEMM's
+drops the index pieces no access needed, `contract-mul-add` makes a
+single-use float product and its addition one FMA, `tile-sink` moves a persistent GEMM's
 epilogue index math below its K loop. Autotuning goes right after `tile`, since
 what follows reads the tiling."""
 

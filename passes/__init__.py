@@ -88,6 +88,12 @@ def _dce() -> type[ModulePass]:
     return DeadCodeElimination
 
 
+def _contract_mul_add() -> type[ModulePass]:
+    from irc.passes.contract_mul_add import ContractMulAddPass
+
+    return ContractMulAddPass
+
+
 def _tile_sink() -> type[ModulePass]:
     from irc.passes.tile_sink import TileSinkPass
 
@@ -107,6 +113,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "loop-to-tile": _loop_to_tile,
     "tile-cse": _tile_cse,
     "dce": _dce,
+    "contract-mul-add": _contract_mul_add,
     "tile-sink": _tile_sink,
 }
 """Every pass by name, in pipeline order (`irc-opt` makes one flag of each)."""

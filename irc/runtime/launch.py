@@ -44,7 +44,8 @@ def persistent_grid(tiles: int, sms: int) -> tuple[int]:
 FP_FUSION = False
 """Triton's `enable_fp_fusion` at every launch: no FMA contraction. torch rounds every
 op's result, and a contracted `x*c - min(x*c, y)` is a rounding error instead of 0
-(whose sqrt is NaN). A lowering that wants an FMA says so (`mul_add`)."""
+(whose sqrt is NaN). A lowering that wants an FMA says so (`mul_add`), as
+`contract-mul-add` does for a product whose only use is an addition."""
 
 INTERPRETED_SMS = 3
 """SMs a persistent grid assumes on the interpreter: a few programs, which still walk
