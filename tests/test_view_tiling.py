@@ -24,6 +24,7 @@ from irc.passes.tile import Tiling, kernel_shape, tiling_of
 from irc.pipeline import AFTER_TILING, run_pipeline
 from irc.runtime.loader import load_source
 from irc.target import Target
+from irc.testing.verdict import judge
 
 H100 = Target(512, 2, 16, "an H100's tiling (irc.target.target_for)", 132)
 
@@ -254,6 +255,57 @@ def test_rows_that_share_an_operand_share_programs_and_fill_the_gpu(
     k_op = only_kernel(tiled(neighbor(n, k)))
     assert [int(g.value.data) for g in k_op.grid.data] == [grid]
     assert grid >= H100.sms
+
+
+def cos_outer_sums(n: int, m: int, el: str = "f32") -> str:
+    """cos(a_i * b_j) summed over each dim: every row reads all of b (or of a), and
+    each element computes a cosine."""
+    return f"""func @f(%a: {t((n, 1), el)}, %b: {t((1, m), el)}) -> ({t((n,), el)}, {t((m,), el)}) {{
+  %p = graph.mul %a, %b : {t((n, m), el)}
+  %c = graph.cos %p : {t((n, m), el)}
+  %r = graph.reduce_sum %c {{dims = [1]}} : {t((n,), el)}
+  %s = graph.reduce_sum %c {{dims = [0]}} : {t((m,), el)}
+  return %r, %s : {t((n,), el)}, {t((m,), el)}
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("n", "m", "el"), [(3350, 2892, "bf16"), (6238, 8769, "f32"), (700, 5000, "f32")]
+)
+def test_rows_that_share_an_operand_and_compute_a_function_take_fewer_rows(
+    n: int, m: int, el: str
+) -> None:
+    """A cosine an element hides the shared operand's L2 reads: 4 rows a program
+    (`SHARED_ROWS_COMPUTING`), where the neighbor's cheap elements take 16, so that
+    more programs balance the SMs; never fewer programs than SMs."""
+    tilings = loop_tilings(cos_outer_sums(n, m, el), H100)
+    assert len(tilings) == 2
+    for tiling, rows in zip(tilings, (n, m), strict=True):
+        x = tiling.block[0]
+        assert x <= 4 and x * tiling.block[1] <= 4096
+        assert x == 4 or -(-rows // (2 * x)) < H100.sms
+        assert -(-rows // x) >= H100.sms
+    module = irc.parse(cos_outer_sums(n, m, el), "t.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop")
+    shapes = [kernel_shape(k) for k in module.walk() if isinstance(k, loop.KernelOp)]
+    assert [(s.transcendentals, s.shared_bytes > 0) for s in shapes] == [(1, True), (1, True)]
+
+
+def test_shared_rows_computing_a_function_match_torch() -> None:
+    """4 rows a program with the last one masked (37 rows), the reduction in one
+    step of 512 or looped (300 and 37 columns); sms=1 keeps 4 rows."""
+    text = cos_outer_sums(37, 300)
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, "fuse")
+    one_sm = Target(512, 2, 16, "one SM", sms=1)
+    assert [t.block[0] for t in loop_tilings(text, one_sm)] == [4, 4]
+    source = triton_source(module, target=one_sm)
+    torch.manual_seed(0)
+    a, b = torch.randn(37, 1), torch.randn(1, 300)
+    rows, cols = load_source(source, "cpu").FUNCTIONS["f"](a, b)
+    c = torch.cos(a * b)
+    assert judge(rows, c.sum(1)).ok and judge(cols, c.sum(0)).ok
 
 
 def test_one_row_is_no_shared_operand() -> None:
