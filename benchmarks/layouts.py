@@ -283,7 +283,7 @@ def _gemm_kernels(s: Shape) -> int:
     makes K-major (f32, K strided or odd): the passes are asked, on the row's program."""
     import irc
     from irc.dialects import loop
-    from irc.passes.gemm_operand_copies import copy_kernel_reasons
+    from irc.passes import k_major_gemm_operands, pad_gemm_operands
     from irc.pipeline import run_pipeline
 
     module = irc.parse(_gemm_bias_gelu(s), "gemm_bias_gelu.ir")
@@ -291,7 +291,7 @@ def _gemm_kernels(s: Shape) -> int:
         module,
         "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,k-major-gemm-operands",
     )
-    prefixes = tuple(copy_kernel_reasons())
+    prefixes = (pad_gemm_operands.KERNEL_PREFIX, k_major_gemm_operands.KERNEL_PREFIX)
     names = [k.kernel_name.data for k in module.walk() if isinstance(k, loop.KernelOp)]
     return 1 + sum(name.startswith(prefixes) for name in names)
 

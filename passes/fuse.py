@@ -688,11 +688,11 @@ def launched_kernels(lowered: ModuleOp) -> dict[str, list[tuple[str, str]]]:
 def _why_other(origin: str) -> str:
     """Why a kernel made from no group is launched: a GEMM operand's copy (padded or
     K-major), or graph-to-loop's copy of a returned view or constant."""
-    from irc.passes.gemm_operand_copies import copy_kernel_reasons
+    from irc.passes import k_major_gemm_operands, pad_gemm_operands
 
-    for prefix, why in copy_kernel_reasons().items():
-        if origin.startswith(prefix):
-            return why
+    for copies in (pad_gemm_operands, k_major_gemm_operands):
+        if origin.startswith(copies.KERNEL_PREFIX):
+            return copies.WHY
     return COPY_WHY
 
 

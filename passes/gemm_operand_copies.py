@@ -33,17 +33,6 @@ from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import element_bytes, int_array
 from irc.passes.options import check_option
 
-
-def copy_kernel_reasons() -> dict[str, str]:
-    """The name prefix of each GEMM-operand copy pass's kernels, with why that pass
-    copies (the fusion report's reason for such a kernel; benchmarks count them)."""
-    from irc.passes import k_major_gemm_operands, pad_gemm_operands
-
-    return {
-        copies.KERNEL_PREFIX: copies.WHY for copies in (pad_gemm_operands, k_major_gemm_operands)
-    }
-
-
 MIN_FLOPS = 2**31
 """The smallest product (2 M N K) worth a copy kernel's launch (a few us): about
 4 us of an H100's half-precision tensor cores."""
