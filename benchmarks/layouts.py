@@ -328,6 +328,21 @@ func @neighbor(%a: {_t([n, 1, k], d)}, %b: {_t([1, n, k], d)}) -> {_t([n], d)} {
 """
 
 
+def _neighbor_kernels(s: Shape) -> int:
+    """1 where the sum over k unrolls into the max's kernel (its terms fit one kernel:
+    `decompose.unrolled_ops`), else 2."""
+    import irc
+    from irc.dialects import graph
+    from irc.passes.decompose import UNROLL_LIMIT, UNROLLED_SHARE, unrolled_ops
+    from irc.passes.fuse import MAX_OPS
+
+    k = s.dims["k"]
+    (sums,) = [
+        o for o in irc.parse(_neighbor(s), "neighbor.ir").walk() if isinstance(o, graph.ReduceSumOp)
+    ]
+    return 1 if k <= UNROLL_LIMIT and unrolled_ops(sums, k) <= UNROLLED_SHARE * MAX_OPS else 2
+
+
 def _shared_producer(s: Shape) -> str:
     n, m, d = s.dims["n"], s.dims["m"], s.dtype
     return f"""// cos(a * b) of an outer product, summed over each dim: a cheap shared producer of two
@@ -518,7 +533,7 @@ def _workloads() -> list[Workload]:
                  neighbor, _inputs(lambda s: [s.dims["n"], 1, s.dims["k"]],
                                    lambda s: [1, s.dims["n"], s.dims["k"]]),
                  [_S("f32", n=4096, k=8), _S("f32", n=1000, k=4), _S("bf16", n=3001, k=3)],
-                 _S("f32", n=10, k=4), irc_kernels=lambda s: 1),
+                 _S("f32", n=10, k=4), irc_kernels=_neighbor_kernels),
         Workload("shared_producer", "peer: cheap shared producer of two reductions (keops)",
                  _shared_producer, shared_producer,
                  _inputs(lambda s: [s.dims["n"], 1], lambda s: [1, s.dims["m"]]),

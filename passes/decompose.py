@@ -231,16 +231,28 @@ class DecomposePass(ModulePass):
 
 # --- small reductions that feed another reduction ---------------------------------
 
-UNROLL_LIMIT = 8
-"""Elements a reduction may have to be unrolled (Inductor's unroll_reductions_threshold)."""
+UNROLL_LIMIT = 32
+"""Elements a reduction may have to be unrolled, whatever its ops (Inductor's
+unroll_reductions_threshold is 8); `UNROLLED_SHARE` bounds the ops it becomes."""
+
+UNROLLED_SHARE = 0.75
+"""Of the ops one kernel takes (`fuse`'s `max-ops`), the share an unrolled reduction's
+terms may take, leaving the rest to the reduction it feeds and that kernel's other
+ops. Past it the unrolled terms do not fit one kernel: fusion writes some out
+full-size, slower than the two kernels unrolling was to save (neighbor, H100:
+16 terms of 4 ops with bf16's widening, 138 us against 122 not unrolled; 24 terms
+of 3 ops in f32, 796 against 176). Within it, one kernel instead of two: 3288 x 11
+bf16 35.6 us against 254.7, 4096 x 12 f32 23.2 against 161.5, 2000 x 16 f32 22.0
+against 36.0."""
 
 MAX_UNROLLED_CHAIN = 8
 """Element-wise ops before the reduction that each unrolled element recomputes."""
 
 
-def unroll_small_reductions(block: Block) -> list[str]:
+def unroll_small_reductions(block: Block, max_ops: int) -> list[str]:
     """Rewrites a reduction over at most `UNROLL_LIMIT` elements that feeds another
-    reduction over other dims into element-wise ops, one term an element; and a
+    reduction over other dims into element-wise ops, one term an element, where the
+    terms' ops fit `UNROLLED_SHARE` of a kernel's `max_ops` (`unrolled_ops`); and a
     reduction over one element (its dims all of size 1) wherever it is, since it is
     its input reshaped and would otherwise be a kernel of its own.
 
@@ -264,6 +276,8 @@ def unroll_small_reductions(block: Block) -> list[str]:
         fed = _reduction_fed(op)
         if fed is None and count > 1:
             continue
+        if count > 1 and unrolled_ops(op, count) > UNROLLED_SHARE * max_ops:
+            continue
         name = op.result.name_hint
         result = _unroll(op, dims, block)
         if name is not None:
@@ -286,6 +300,14 @@ def unroll_small_reductions(block: Block) -> list[str]:
             if all(not r.uses for r in dead.results):
                 block.erase_op(dead)
     return notes
+
+
+def unrolled_ops(op: graph.ReduceOp, count: int) -> int:
+    """Compute ops `_unroll` makes of `op` over `count` elements: each term's chain, a
+    combine and, for a half-precision sum, a widening cast; then a mean's division
+    and the narrowing cast (views are free, as fusion counts them)."""
+    widen = op.COMBINER is graph.AddOp and element_of(op.result.type) in HALF_TYPES
+    return count * (len(_chain(op.input)) + 1 + widen) + isinstance(op, graph.ReduceMeanOp) + widen
 
 
 def _reduction_fed(op: graph.ReduceOp) -> graph.ReduceOp | None:

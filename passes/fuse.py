@@ -1622,7 +1622,7 @@ def fuse_module(module: ModuleOp, max_ops: int = MAX_OPS) -> list[FusionReport]:
     reports: list[FusionReport] = []
     for op in list(module.body.ops):
         if isinstance(op, func.FuncOp) and _is_unfused_graph(op):
-            unrolled = unroll_small_reductions(op.body.block)
+            unrolled = unroll_small_reductions(op.body.block, max_ops)
             nested = nest_reductions(op.body.block)
             report = fuse_function(op, counter, max_ops)
             report.unrolled = unrolled

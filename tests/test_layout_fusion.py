@@ -18,8 +18,9 @@ from torch.testing import assert_close
 from xdsl.dialects import func
 
 import irc
-from irc.dialects import loop
+from irc.dialects import graph, loop
 from irc.ir.types import numel
+from irc.testing.verdict import judge
 
 
 def _compile(text: str) -> Any:
@@ -320,9 +321,57 @@ def test_neighbor_is_one_kernel(k: int, elements: int) -> None:
     )
 
 
-def test_a_reduction_over_more_than_eight_elements_is_not_unrolled() -> None:
-    assert moved_elements(_neighbor(9))[0] == 2
-    assert _report(_neighbor(9)).unrolled == []
+def _neighbor_of(k: int, el: str) -> str:
+    return _neighbor(k).replace("f32", el)
+
+
+@pytest.mark.parametrize(("k", "el"), [(16, "f32"), (11, "bf16"), (9, "f32")])
+def test_a_reduction_whose_terms_fit_a_kernel_is_unrolled_past_eight(k: int, el: str) -> None:
+    """3 ops a term in f32 (sub, mul, add), 4 in bf16 (and the widening cast): 16 and
+    11 terms fit `UNROLLED_SHARE` of 64 ops, and one kernel computes both reductions."""
+    text = _neighbor_of(k, el)
+    assert moved_elements(text)[0] == 1 and len(_report(text).unrolled) == 1
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[el]
+    torch.manual_seed(0)
+    a, b = torch.randn(10, 1, k).to(dtype), torch.randn(1, 10, k).to(dtype)
+    got = _compile(text).run("f", [a, b])[0]
+    want = ((a.float() - b.float()) ** 2).sum(-1).amax(1)
+    assert judge(got, ((a - b) ** 2).sum(-1).amax(1)).ok
+    assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize(("k", "el"), [(17, "f32"), (12, "bf16"), (24, "f32")])
+def test_a_reduction_whose_terms_do_not_fit_a_kernel_is_not_unrolled(k: int, el: str) -> None:
+    """Unrolled, fusion would write some terms out full-size (slower than two kernels)."""
+    from irc.passes.decompose import UNROLLED_SHARE, unrolled_ops
+    from irc.passes.fuse import MAX_OPS
+
+    text = _neighbor_of(k, el)
+    assert moved_elements(text)[0] == 2 and _report(text).unrolled == []
+    module = irc.parse(text, "<test>")
+    (sums,) = [o for o in module.walk() if isinstance(o, graph.ReduceSumOp)]
+    assert unrolled_ops(sums, k) > UNROLLED_SHARE * MAX_OPS
+
+
+def _long_chain(k: int) -> str:
+    return f"""func @f(%a: tensor<10x1x{k}xf32>, %b: tensor<1x10x{k}xf32>) -> tensor<10xf32> {{
+  %d = graph.sub %a, %b : tensor<10x10x{k}xf32>
+  %e = graph.exp %d
+  %s = graph.sin %e
+  %c = graph.cos %s
+  %t = graph.tanh %c
+  %n = graph.neg %t
+  %r = graph.reduce_sum %n {{dims = [2]}} : tensor<10x10xf32>
+  %m = graph.reduce_max %r {{dims = [1]}} : tensor<10xf32>
+  return %m : tensor<10xf32>
+}}
+"""
+
+
+def test_eight_terms_of_a_long_chain_are_not_unrolled() -> None:
+    """7 ops a term: 8 terms (56 ops) do not fit beside the max, 6 (42) do."""
+    assert _report(_long_chain(8)).unrolled == [] and moved_elements(_long_chain(8))[0] == 2
+    assert len(_report(_long_chain(6)).unrolled) == 1 and moved_elements(_long_chain(6))[0] == 1
 
 
 MEAN_KEEPDIM = """func @f(%x: tensor<6x5x3xbf16>) -> tensor<6x1x1xbf16> {
