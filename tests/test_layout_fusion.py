@@ -353,6 +353,21 @@ def test_a_reduction_whose_terms_do_not_fit_a_kernel_is_not_unrolled(k: int, el:
     assert unrolled_ops(sums, k) > UNROLLED_SHARE * MAX_OPS
 
 
+def test_the_unrolling_budget_follows_fuses_max_ops() -> None:
+    """16 bf16 terms (65 ops) do not fit 48 of 64 ops, but fit 96 of `max-ops=128`;
+    `max-ops=16` leaves even 4 f32 terms (12 ops, beside 12 allowed) unrolled and 5 not."""
+    from irc.passes.fuse import fuse_module
+
+    def unrolled(text: str, max_ops: int) -> int:
+        (report,) = fuse_module(irc.parse(text, "<test>"), max_ops)
+        return len(report.unrolled)
+
+    assert unrolled(_neighbor_of(16, "bf16"), 64) == 0
+    assert unrolled(_neighbor_of(16, "bf16"), 128) == 1
+    assert unrolled(_neighbor_of(4, "f32"), 16) == 1
+    assert unrolled(_neighbor_of(5, "f32"), 16) == 0
+
+
 def _long_chain(k: int) -> str:
     return f"""func @f(%a: tensor<10x1x{k}xf32>, %b: tensor<1x10x{k}xf32>) -> tensor<10xf32> {{
   %d = graph.sub %a, %b : tensor<10x10x{k}xf32>
