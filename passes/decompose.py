@@ -249,7 +249,7 @@ MAX_UNROLLED_CHAIN = 8
 """Element-wise ops before the reduction that each unrolled element recomputes."""
 
 
-def unroll_small_reductions(block: Block, max_ops: int) -> list[str]:
+def unroll_small_reductions(block: Block, max_ops: int, kept: list[str] | None = None) -> list[str]:
     """Rewrites a reduction over at most `UNROLL_LIMIT` elements that feeds another
     reduction over other dims into element-wise ops, one term an element, where the
     terms' ops fit `UNROLLED_SHARE` of a kernel's `max_ops` (`unrolled_ops`); and a
@@ -262,7 +262,8 @@ def unroll_small_reductions(block: Block, max_ops: int) -> list[str]:
     on the second's space, and both are one kernel: each term recomputes the
     element-wise ops the reduction read, on slices of their inputs (views, so no
     data moves). Sums are added in f32 and rounded once, as torch's reduction does.
-    Returns a line for the fusion report for each reduction unrolled.
+    Returns a line for the fusion report for each reduction unrolled; `kept` gets
+    one for each that feeds another but stays a reduction for its ops.
     """
     notes: list[str] = []
     for op in list(block.ops):
@@ -276,18 +277,27 @@ def unroll_small_reductions(block: Block, max_ops: int) -> list[str]:
         fed = _reduction_fed(op)
         if fed is None and count > 1:
             continue
-        if count > 1 and unrolled_ops(op, count) > UNROLLED_SHARE * max_ops:
-            continue
         name = op.result.name_hint
+        label = f"{op.name.removeprefix('graph.')} %{name}" if name else op.name
+        fed_label = ""
+        if fed is not None:
+            fed_name = fed.result.name_hint
+            fed_label = fed.name.removeprefix("graph.") + (f" %{fed_name}" if fed_name else "")
+        ops = unrolled_ops(op, count)
+        if count > 1 and ops > UNROLLED_SHARE * max_ops:
+            if kept is not None:
+                kept.append(
+                    f"{label} over {count} elements stays a reduction: unrolled, it would "
+                    f"be {ops} ops, more than {int(UNROLLED_SHARE * max_ops)} of the "
+                    f"{max_ops} a kernel takes, beside {fed_label}"
+                )
+            continue
         result = _unroll(op, dims, block)
         if name is not None:
             set_value_name(result, name)
-        label = f"{op.name.removeprefix('graph.')} %{name}" if name else op.name
         if fed is None:
             notes.append(f"{label} over dims of size 1 is its input reshaped: no reduction left")
         else:
-            fed_name = fed.result.name_hint
-            fed_label = fed.name.removeprefix("graph.") + (f" %{fed_name}" if fed_name else "")
             notes.append(
                 f"{label} over {count} element{'s' if count > 1 else ''} unrolled into "
                 f"element-wise ops: it feeds {fed_label}, over other dims, and one kernel "

@@ -598,6 +598,8 @@ class FusionReport:
     recomputed: list[Recompute] = field(default_factory=list[Recompute])
     unrolled: list[str] = field(default_factory=list[str])
     """Small reductions rewritten into element-wise ops before the search, and why."""
+    not_unrolled: list[str] = field(default_factory=list[str])
+    """Small reductions feeding another that stay reductions (their ops), and why."""
     nested: list[str] = field(default_factory=list[str])
     """Reductions over several dims split around a row reduction (`nest_reductions`)."""
     copies: dict[str, str] = field(default_factory=dict[str, str])
@@ -613,6 +615,7 @@ class FusionReport:
             "rejected": [vars(r) for r in self.rejected],
             "recomputed": [vars(r) for r in self.recomputed],
             "unrolled": list(self.unrolled),
+            "not_unrolled": list(self.not_unrolled),
             "nested": list(self.nested),
         }
 
@@ -641,6 +644,8 @@ class FusionReport:
             )
         for note in self.unrolled:
             lines.append(f"  unrolled: {note}")
+        for note in self.not_unrolled:
+            lines.append(f"  not unrolled: {note}")
         for note in self.nested:
             lines.append(f"  nested: {note}")
         for c in self.recomputed:
@@ -1622,10 +1627,12 @@ def fuse_module(module: ModuleOp, max_ops: int = MAX_OPS) -> list[FusionReport]:
     reports: list[FusionReport] = []
     for op in list(module.body.ops):
         if isinstance(op, func.FuncOp) and _is_unfused_graph(op):
-            unrolled = unroll_small_reductions(op.body.block, max_ops)
+            kept: list[str] = []
+            unrolled = unroll_small_reductions(op.body.block, max_ops, kept)
             nested = nest_reductions(op.body.block)
             report = fuse_function(op, counter, max_ops)
             report.unrolled = unrolled
+            report.not_unrolled = kept
             report.nested = nested
             reports.append(report)
     return reports

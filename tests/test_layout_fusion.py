@@ -350,7 +350,14 @@ def test_a_reduction_whose_terms_do_not_fit_a_kernel_is_not_unrolled(k: int, el:
     assert moved_elements(text)[0] == 2 and _report(text).unrolled == []
     module = irc.parse(text, "<test>")
     (sums,) = [o for o in module.walk() if isinstance(o, graph.ReduceSumOp)]
-    assert unrolled_ops(sums, k) > UNROLLED_SHARE * MAX_OPS
+    ops = unrolled_ops(sums, k)
+    assert ops > UNROLLED_SHARE * MAX_OPS
+    # The report says why, with the numbers.
+    assert _report(text).not_unrolled == [
+        f"reduce_sum %r over {k} elements stays a reduction: unrolled, it would be {ops} "
+        "ops, more than 48 of the 64 a kernel takes, beside reduce_max %m"
+    ]
+    assert f"  not unrolled: reduce_sum %r over {k} elements" in _report(text).text()
 
 
 def test_the_unrolling_budget_follows_fuses_max_ops() -> None:
