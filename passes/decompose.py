@@ -35,7 +35,7 @@ from irc.ir.types import (
     shape_of,
     tensor,
 )
-from irc.ir.value_names import set_value_name
+from irc.ir.value_names import set_value_name, written_label
 
 I32 = ELEMENT_TYPES["i32"]
 
@@ -278,11 +278,8 @@ def unroll_small_reductions(block: Block, max_ops: int, kept: list[str] | None =
         if fed is None and count > 1:
             continue
         name = op.result.name_hint
-        label = f"{op.name.removeprefix('graph.')} %{name}" if name else op.name
-        fed_label = ""
-        if fed is not None:
-            fed_name = fed.result.name_hint
-            fed_label = fed.name.removeprefix("graph.") + (f" %{fed_name}" if fed_name else "")
+        label = written_label(op)
+        fed_label = written_label(fed) if fed is not None else ""
         ops = unrolled_ops(op, count)
         if count > 1 and ops > UNROLLED_SHARE * max_ops:
             if kept is not None:

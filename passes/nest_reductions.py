@@ -23,7 +23,7 @@ from xdsl.ir import Block, SSAValue
 
 from irc.dialects import graph
 from irc.ir.types import HALF_TYPES, element_of, int_array, shape_of
-from irc.ir.value_names import set_value_name
+from irc.ir.value_names import set_value_name, written_label
 
 EXACT_ANY_TYPE = frozenset({"max", "min"})
 """Combining kinds (`graph.ReduceOp.COMBINE`) whose nesting changes no bit whatever
@@ -79,8 +79,7 @@ def nest_reductions(block: Block) -> list[str]:
         if name is not None:
             set_value_name(outer.results[0], name)
             set_value_name(inner.results[0], name + "_rows")
-        short = op.name.removeprefix("graph.")
-        label = f"{short} %{name}" if name else short
+        label = written_label(outer)
         notes.append(
             f"{label} over dims {dims} nested: dims {inner_dims} first, "
             f"in the kernel of the reduction over them that its input is computed from"

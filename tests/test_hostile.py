@@ -574,6 +574,48 @@ def test_numbered_names_in_every_output(args: list[str], tmp_path: Path) -> None
             assert "%1" in out.getvalue() + err.getvalue()
 
 
+NOTED = """func @f(%0: tensor<10x1x{k}xf32>, %1: tensor<1x10x{k}xf32>, %2: tensor<6x8xf32>) -> (tensor<10xf32>, tensor<f32>) {{
+  %3 = graph.sub %0, %1 : tensor<10x10x{k}xf32>
+  %4 = graph.mul %3, %3 : tensor<10x10x{k}xf32>
+  %s.u$m-1 = graph.reduce_sum %4 {{dims = [2]}} : tensor<10x10xf32>
+  %5 = graph.reduce_max %s.u$m-1 {{dims = [1]}} : tensor<10xf32>
+  %6 = graph.reduce_max %2 {{dims = [1], keepdim = true}} : tensor<6x1xf32>
+  %7 = graph.sub %2, %6 : tensor<6x8xf32>
+  %8 = graph.reduce_max %7 {{dims = [0, 1]}} : tensor<f32>
+  return %5, %8 : tensor<10xf32>, tensor<f32>
+}}
+"""
+
+
+@pytest.mark.parametrize("k", [4, 17], ids=["unrolled", "not-unrolled"])
+def test_numbered_and_odd_names_in_the_reports_notes(k: int, tmp_path: Path) -> None:
+    """The notes of rewrites before fusion (unrolled, not unrolled, nested) name values
+    as written, `%5` and `%s.u$m-1`, in text and in JSON: they once showed `%$irc$5`,
+    the spelling names take while a pass runs."""
+    import contextlib
+    import io
+    import json
+
+    from irc.tools.opt import run
+
+    path = tmp_path / "noted.ir"
+    path.write_text(NOTED.format(k=k))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert run([str(path), "--fuse", "--fusion-report"], stdout=io.StringIO()) == 0
+    text = err.getvalue()
+    note = "  unrolled: " if k == 4 else "  not unrolled: "
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(note)]
+    assert line.startswith(f"{note}reduce_sum %s.u$m-1 over {k} elements")
+    assert line.endswith("reduce_max %5" if k == 17 else "one kernel computes both")
+    assert "  nested: reduce_max %8 over dims [0, 1] nested" in text
+    out = io.StringIO()
+    assert run([str(path), "--fuse", "--fusion-report=json"], stdout=out) == 0
+    (report,) = json.loads(out.getvalue())
+    notes = report["unrolled"] + report["not_unrolled"] + report["nested"]
+    assert len(notes) == 2 and "$irc$" not in text + out.getvalue()
+
+
 def run_to_text(argv: list[str]) -> str:
     import io
 

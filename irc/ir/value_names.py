@@ -55,6 +55,14 @@ def written_name(value: SSAValue) -> str | None:
     return name.removeprefix(_NAME_PREFIX) or None if name is not None else None
 
 
+def written_label(op: Operation) -> str:
+    """`op` as a report names it: `reduce_sum %x` (its first value's name as written,
+    also while a pass runs), or `reduce_sum` for an unnamed value."""
+    short = op.name.removeprefix("graph.")
+    name = written_name(op.results[0]) if op.results else None
+    return f"{short} %{name}" if name else short
+
+
 OpT = typing.TypeVar("OpT", bound=Operation)
 
 
