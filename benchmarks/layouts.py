@@ -329,18 +329,17 @@ func @neighbor(%a: {_t([n, 1, k], d)}, %b: {_t([1, n, k], d)}) -> {_t([n], d)} {
 
 
 def _neighbor_kernels(s: Shape) -> int:
-    """1 where the sum over k unrolls into the max's kernel (its terms fit one kernel:
-    `decompose.unrolled_ops`), else 2."""
+    """1 where the sum over k unrolls into the max's kernel (`decompose.unrolled_fits`),
+    else 2."""
     import irc
     from irc.dialects import graph
-    from irc.passes.decompose import UNROLL_LIMIT, UNROLLED_SHARE, unrolled_ops
+    from irc.passes.decompose import unrolled_fits
     from irc.passes.fuse import MAX_OPS
 
-    k = s.dims["k"]
     (sums,) = [
         o for o in irc.parse(_neighbor(s), "neighbor.ir").walk() if isinstance(o, graph.ReduceSumOp)
     ]
-    return 1 if k <= UNROLL_LIMIT and unrolled_ops(sums, k) <= UNROLLED_SHARE * MAX_OPS else 2
+    return 1 if unrolled_fits(sums, s.dims["k"], MAX_OPS) else 2
 
 
 def _shared_producer(s: Shape) -> str:

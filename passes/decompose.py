@@ -280,13 +280,13 @@ def unroll_small_reductions(block: Block, max_ops: int, kept: list[str] | None =
         name = op.result.name_hint
         label = written_label(op)
         fed_label = written_label(fed) if fed is not None else ""
-        ops = unrolled_ops(op, count)
-        if count > 1 and ops > UNROLLED_SHARE * max_ops:
+        if not unrolled_fits(op, count, max_ops):
             if kept is not None:
                 kept.append(
                     f"{label} over {count} elements stays a reduction: unrolled, it would "
-                    f"be {ops} ops, more than {int(UNROLLED_SHARE * max_ops)} of the "
-                    f"{max_ops} a kernel takes, beside {fed_label}"
+                    f"be {unrolled_ops(op, count)} ops, more than "
+                    f"{int(UNROLLED_SHARE * max_ops)} of the {max_ops} a kernel takes, "
+                    f"beside {fed_label}"
                 )
             continue
         result = _unroll(op, dims, block)
@@ -307,6 +307,14 @@ def unroll_small_reductions(block: Block, max_ops: int, kept: list[str] | None =
             if all(not r.uses for r in dead.results):
                 block.erase_op(dead)
     return notes
+
+
+def unrolled_fits(op: graph.ReduceOp, count: int, max_ops: int) -> bool:
+    """Whether `op` over `count` elements unrolls into terms that fit one kernel of
+    `max_ops` beside the reduction they feed (one element is no term: it always does)."""
+    if count > UNROLL_LIMIT:
+        return False
+    return count == 1 or unrolled_ops(op, count) <= UNROLLED_SHARE * max_ops
 
 
 def unrolled_ops(op: graph.ReduceOp, count: int) -> int:

@@ -51,6 +51,7 @@ Warps grow with the elements a program holds: in reductions one per 256 or
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from xdsl.context import Context
@@ -250,11 +251,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                     and access not in inside
                     and sum(d > 1 for d in access.buffer.type.get_shape()) >= 2  # type: ignore[attr-defined]
                 )
-                work = sum(
-                    1
-                    for e in kernel.body.walk()
-                    if isinstance(e, loop.ApplyOp) and e.fn.data in HEAVY and e not in inside
-                )
+                work = len(heavy_ops(e for e in kernel.body.walk() if e not in inside))
                 bounds = tuple(loop.int_list(op.bounds))
                 return KernelShape(
                     kind, parallel, bounds, half, element_bytes=operand_bytes,
@@ -276,22 +273,21 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
             columns, widest = column_extent(kernel)
             longest = max(spaces, key=numel)
             reads = sum(numel(s) == numel(longest) for s in spaces)
-            reduced = [
+            reduced = {
                 e
                 for red in kernel.body.walk()
                 if isinstance(red, loop.REDUCING_LOOPS)
                 for e in red.body.walk()
-                if isinstance(e, loop.ApplyOp) and e.fn.data in HEAVY
-            ]
+            }
             return KernelShape(
                 kind, parallel, longest, False, epilogue, columns, widest,
                 shared_bytes=shared_bytes(kernel), row_reads=reads,
                 row_granule=0 if columns else row_granule(kernel),
-                transcendentals=len(reduced),
+                transcendentals=len(heavy_ops(reduced)),
             )  # fmt: skip
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
     loaded, widest = streams(kernel)
-    heavy = [op for op in kernel.body.walk() if isinstance(op, loop.ApplyOp) and op.fn.data in HEAVY]
+    heavy = heavy_ops(kernel.body.walk())
     streamed = streamed_values(kernel)
     return KernelShape(
         kind, parallel, (), element_bytes=widest, across=transposed_dim(kernel),
@@ -348,6 +344,11 @@ HEAVY = frozenset(
     for fn in (op.FN, *op.EXTRA_FNS)
 )
 """The `loop.apply` functions that cost a multi-instruction sequence (graph.Cost)."""
+
+
+def heavy_ops(ops: Iterable[Operation]) -> list[loop.ApplyOp]:
+    """The applies among `ops` that compute a transcendental function (`HEAVY`)."""
+    return [op for op in ops if isinstance(op, loop.ApplyOp) and op.fn.data in HEAVY]
 
 
 def full_size(buffer: MemRefType, space: int) -> bool:
@@ -824,9 +825,8 @@ def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int) -> Ti
     where 2 bf16 a thread ran a permute 1.32x slower), twice as many in a kernel
     whose time goes to arithmetic, at most two 16-byte vectors an access (and 8
     elements where each computes a few functions, `SEVERAL_FUNCTIONS_THREAD_ELEMENTS`),
-    and half as many where each
-    element's chain of functions is long (`LONG_CHAIN`). Where the
-    element count is not a multiple of the vector width, the mask of the last
+    and half as many where each element's chain of functions is long (`LONG_CHAIN`).
+    Where the element count is not a multiple of the vector width, the mask of the last
     program makes Triton load and store element by element, and a thread takes at
     most `SCALAR_THREAD_ELEMENTS`.
     """
