@@ -293,19 +293,27 @@ def test_rows_that_share_an_operand_and_compute_a_function_take_fewer_rows(
 
 
 def test_shared_rows_computing_a_function_match_torch() -> None:
-    """4 rows a program with the last one masked (37 rows), the reduction in one
-    step of 512 or looped (300 and 37 columns); sms=1 keeps 4 rows."""
-    text = cos_outer_sums(37, 300)
+    """4 rows a program over rows 1500 long, looped in steps of 1024, the last row
+    masked (37 rows); 16 rows over rows 37 long (a step of 64 each); sms=1 keeps them."""
+    text = cos_outer_sums(37, 1500)
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse")
     one_sm = Target(512, 2, 16, "one SM", sms=1)
-    assert [t.block[0] for t in loop_tilings(text, one_sm)] == [4, 4]
+    assert [t.block for t in loop_tilings(text, one_sm)] == [(4, 1024), (16, 64)]
     source = triton_source(module, target=one_sm)
     torch.manual_seed(0)
-    a, b = torch.randn(37, 1), torch.randn(1, 300)
+    a, b = torch.randn(37, 1), torch.randn(1, 1500)
     rows, cols = load_source(source, "cpu").FUNCTIONS["f"](a, b)
     c = torch.cos(a * b)
     assert judge(rows, c.sum(1)).ok and judge(cols, c.sum(0)).ok
+
+
+@pytest.mark.parametrize(("n", "m", "rows"), [(100001, 7, 16), (3001, 300, 8), (50000, 130, 16)])
+def test_short_rows_computing_a_function_still_fill_a_step(n: int, m: int, rows: int) -> None:
+    """Rows shorter than a quarter step take as many as fill `SHARED_STEP_ELEMENTS`
+    (up to 16): 7-long rows are programs of 16 x 8, not 4 x 8."""
+    first = loop_tilings(cos_outer_sums(n, m), H100)[0]
+    assert first.block == (rows, min(4096 // rows, 1 << (m - 1).bit_length()))
 
 
 def test_one_row_is_no_shared_operand() -> None:
