@@ -1033,7 +1033,7 @@ function: the shared operand's L2 reads then hide under that math, and more,
 smaller programs balance the SMs (3350 rows: 838 programs instead of 210 for 132
 SMs). cos(a_i * b_j) summed over either dim on an H100, four shapes in bf16 and
 f32 whose rows are 1614-8769 long: 4 rows 24.7-143.0 us, 8 rows 25.6-145.1, 16 rows
-31.1-157.8. Rows shorter than `SHARED_STEP_ELEMENTS` / 4 (not measured) take as many
+31.1-157.8. Rows of `SHARED_STEP_ELEMENTS` / 8 or fewer (not measured) take as many
 as still fill a step, up to `SHARED_ROWS`, so that a program is not a few dozen
 elements (7-long rows: 16 rows of 8, as before, not 4)."""
 
@@ -1048,7 +1048,7 @@ def shared_rows_tiling(shape: KernelShape, sms: int) -> Tiling:
     neighbor: 512 MiB of L2 reads at one row a program, 32 MiB at sixteen)."""
     rows, r = numel(shape.parallel), numel(shape.reduction)
     most = SHARED_ROWS
-    if shape.transcendentals:  # rows shorter than a step's quarter still fill a step
+    if shape.transcendentals:  # rows of 512 or fewer still fill a step
         most = max(SHARED_ROWS_COMPUTING, min(SHARED_ROWS, SHARED_STEP_ELEMENTS // next_pow2(r)))
     x = min(most, next_pow2(rows))
     while x > 1 and -(-rows // x) < sms:
