@@ -122,11 +122,15 @@ class CompiledTorchModule:
             for spec, p in zip(ep.graph_signature.input_specs, placeholders, strict=True)
             if spec.kind == InputKind.USER_INPUT
         ]
-        self._mutations = [
-            (i, spec.target)
-            for i, spec in enumerate(ep.graph_signature.output_specs)
-            if spec.kind == OutputKind.BUFFER_MUTATION
-        ]
+        user_inputs = [name for name, _ in self._expected]
+        self._mutations: list[tuple[int, str, int | None]] = []
+        for i, out in enumerate(ep.graph_signature.output_specs):
+            if out.kind == OutputKind.BUFFER_MUTATION:
+                self._mutations.append((i, out.target, None))
+            elif out.kind == OutputKind.USER_INPUT_MUTATION:
+                self._mutations.append((i, out.target, user_inputs.index(out.target)))
+            elif out.kind != OutputKind.USER_OUTPUT:
+                raise Unsupported(f"output {out.arg} of kind {out.kind.name}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat, spec = pytree.tree_flatten((args, kwargs))
@@ -142,9 +146,10 @@ class CompiledTorchModule:
             check_input(name, want, got)
         outputs = self.graph_module(*(read() for read in self._state), *flat)
         outputs = list(outputs) if isinstance(outputs, tuple | list) else [outputs]
-        for i, target in self._mutations:
-            self.module.get_buffer(target).copy_(outputs[i])
-        user = [o for i, o in enumerate(outputs) if i not in {m for m, _ in self._mutations}]
+        for i, target, user_input in self._mutations:  # what eager writes in place
+            written = self.module.get_buffer(target) if user_input is None else flat[user_input]
+            written.copy_(outputs[i])
+        user = [o for i, o in enumerate(outputs) if i not in {m for m, _, _ in self._mutations}]
         return pytree.tree_unflatten(user, self._out_spec)
 
 
