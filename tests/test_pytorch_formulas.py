@@ -6,6 +6,7 @@ obvious `log(1 + x)` and `exp(x) - 1` lose every digit."""
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -115,6 +116,8 @@ ARG_REDUCTIONS = {
     "max_dim": lambda t: t.max(1),
     "min_dim_keepdim": lambda t: t.min(0, keepdim=True),
     "integer_max": lambda t: (t.nan_to_num() * 3).long().max(2),
+    "max_all": lambda t: (t.max(), t[:, :2].max()),  # the first has a NaN, the second not
+    "min_all": lambda t: (t.min(), t[:, :2].min(), (t.nan_to_num() * 3).long().min()),
 }
 
 
@@ -156,6 +159,15 @@ LAYOUT = {
     "unfold_overlapping_frames": lambda t: t.unfold(-1, 3, 2) * 2,
     "unfold_patches": lambda t: t.unfold(1, 2, 2),
     "unfold_whole": lambda t: t.unfold(2, 6, 1) + 1,
+    "diagonal": lambda t: t.diagonal() * 2,
+    "diagonal_offset_last_dims": lambda t: t.diagonal(2, 1, 2) + 1,
+    "diagonal_below_swapped_dims": lambda t: t.diagonal(-1, 2, 0) + 1,
+    "diagonal_copy": lambda t: torch.diagonal_copy(t, -3, -1, 1),
+    "bool_products_and_sums": lambda t: (
+        ((t > 0) * (t < 1)).float() + ((t > 1) + (t < -1)).float() * 2
+        + torch.maximum(t > 0, t < -2).float() * 4 + torch.minimum(t > -1, t < 0).float() * 8
+    ),
+    "isfinite_all": lambda t: (torch.isfinite(1 / t.round()).all(-1), torch.isfinite(t).all()),
 }
 
 
@@ -164,6 +176,15 @@ def test_layout_and_norm_formulas(name: str) -> None:
     fn = LAYOUT[name]
     b = torch.randn(3, 4, 6)
     torch.testing.assert_close(compiled(fn, b), fn(b), rtol=1e-5, atol=1e-5)
+
+
+def test_round_to_decimals_is_torchs_formula() -> None:
+    """round(x * 10^d) / 10^d, half to even, as torch computes it: the same bits."""
+    x = torch.randn(4, 50) * 300
+    x[0, :4] = torch.tensor([0.125, 2.5, -0.35, 12345.5])
+    for decimals in (0, 1, 3, -1, -2):
+        fn = functools.partial(torch.round, decimals=decimals)
+        torch.testing.assert_close(compiled(fn, x), fn(x), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(
@@ -217,6 +238,18 @@ def test_an_op_with_an_empty_result_runs_in_eager_and_says_why() -> None:
     for got, want in zip(module(x), fn(x), strict=True):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want)
+
+
+def test_a_reduction_of_an_empty_tensor_runs_in_eager() -> None:
+    """A sum over an empty dimension is not empty (zeros), but its operand is: the
+    sum runs in eager beside the island that adds it, not as a graph op of an empty
+    tensor (which failed in `fuse`)."""
+    x = torch.randn(4, 6)
+    fn = Fn(lambda t: torch.zeros(3, 0).sum(-1) + t[:3, 0])
+    module = irc.compile(fn, (x,))
+    assert module.report.eager_ops["aten.sum.dim_IntList"] == 1
+    assert "an input is empty" in str(module.report)
+    torch.testing.assert_close(module(x), fn(x))
 
 
 class PatchEmbedding(nn.Module):

@@ -4,6 +4,7 @@ interpreter)."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import operator
 from typing import Any
@@ -272,6 +273,46 @@ def test_buffer_mutations_are_written_back() -> None:
     compiled(x)
     compiled(x)
     _close(m.total, 2 * x.sum(dim=0))
+
+
+class WritesItsInputs(nn.Module):
+    """In-place ops on the caller's tensors: eager leaves them changed."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.add_(1.0)
+        x[0] = 5.0
+        y.mul_(2.0)
+        return x * y
+
+
+def test_input_mutations_are_written_back() -> None:
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    compiled = irc.compile(WritesItsInputs(), (x.clone(), y.clone()))
+    assert compiled.report.eager_ops == {}
+    mine, eagers = (x.clone(), y.clone()), (x.clone(), y.clone())
+    _close(compiled(*mine), WritesItsInputs()(*eagers))
+    _close(mine[0], eagers[0])
+    _close(mine[1], eagers[1])
+
+
+def test_training_batch_norm_updates_its_running_statistics() -> None:
+    """Training-mode batch norm decomposes (batch statistics, then the running ones
+    as buffer updates): nothing in eager, and the buffers as eager leaves them."""
+    torch.manual_seed(3)
+    model = nn.Sequential(
+        nn.BatchNorm1d(24), nn.ReLU(), nn.Linear(24, 6), nn.BatchNorm1d(6, momentum=0.3)
+    )
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        compiled = irc.compile(model.train(), (torch.randn(32, 24),))
+        assert compiled.report.eager_ops == {}
+        for _ in range(3):
+            x = torch.randn(32, 24) * 3 + 1
+            _close(compiled(x), reference.train()(x), 1e-4)
+    for (name, mine), (_, eagers) in zip(
+        model.named_buffers(), reference.named_buffers(), strict=True
+    ):
+        torch.testing.assert_close(mine, eagers, rtol=1e-5, atol=1e-5, msg=name)
 
 
 def test_export_with_eager_ops_writes_one_function_per_island() -> None:

@@ -134,6 +134,8 @@ def _binary(e: Emitter, node: fx.Node) -> SSAValue:
     cls = _BINARY[node.target]
     a, b = node.args[0], node.args[1]
     elem = out_elem(node)
+    if elem == I1:
+        return _bool_binary(e, node)
     if issubclass(cls, graph.BinaryOp) and cls.KIND == "float" and elem not in FLOAT_TYPES:
         raise Unsupported(f"integer {cls.FN} is not a graph op (graph.{cls.FN} takes floats)")
     lhs, rhs = e.operand(a, elem), e.operand(b, elem)
@@ -170,6 +172,30 @@ _LOGICAL = {
 }  # fmt: skip
 
 
+_BOOL_ARITHMETIC = {
+    aten.mul.Tensor: "and", aten.mul.Scalar: "and", aten.minimum.default: "and",
+    aten.add.Tensor: "or", aten.add.Scalar: "or", aten.maximum.default: "or",
+}  # fmt: skip
+"""Arithmetic on bool tensors, as torch computes it: a product is true where both
+are (`isfinite`'s decomposition multiplies two masks), a sum where either is."""
+
+
+def _truth(e: Emitter, which: str, a: SSAValue, b: SSAValue) -> SSAValue:
+    """`a and b`, `a or b` or `a xor b` of two i1 values."""
+    if which == "and":
+        return e.op(graph.WhereOp, a, b, e.scalar(False, I1))
+    if which == "or":
+        return e.op(graph.WhereOp, a, e.scalar(True, I1), b)
+    return e.op(graph.NeOp, a, b)
+
+
+def _bool_binary(e: Emitter, node: fx.Node) -> SSAValue:
+    which = _BOOL_ARITHMETIC.get(node.target)
+    if which is None or node.kwargs.get("alpha", 1) != 1:
+        raise Unsupported(f"{node.target} of bool tensors is not a graph op")
+    return _truth(e, which, e.operand(node.args[0], I1), e.operand(node.args[1], I1))
+
+
 @converts(*_LOGICAL)
 def _logical(e: Emitter, node: fx.Node) -> SSAValue:
     """Truth-value ops (nonzero is true); the bitwise ones of masks (bool tensors)
@@ -180,12 +206,7 @@ def _logical(e: Emitter, node: fx.Node) -> SSAValue:
     which = _LOGICAL[node.target]
     if which == "not":
         return e.op(graph.EqOp, a, e.scalar(False, I1))
-    b = _to_bool(e, e.arg(node.args[1]))
-    if which == "and":
-        return e.op(graph.WhereOp, a, b, e.scalar(False, I1))
-    if which == "or":
-        return e.op(graph.WhereOp, a, e.scalar(True, I1), b)
-    return e.op(graph.NeOp, a, b)
+    return _truth(e, which, a, _to_bool(e, e.arg(node.args[1])))
 
 
 @converts(aten.where.self)
@@ -328,7 +349,7 @@ def _reduce(
 
 @converts(aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default,
           aten.sum.default, aten.mean.default, aten.any.dim, aten.any.dims,
-          aten.any.default)  # fmt: skip
+          aten.any.default, aten.max.default, aten.min.default)  # fmt: skip
 def _reduction(e: Emitter, node: fx.Node) -> SSAValue:
     name = node.target._overloadpacket.__name__  # type: ignore[union-attr]
     x = e.arg(node.args[0])
@@ -340,7 +361,8 @@ def _reduction(e: Emitter, node: fx.Node) -> SSAValue:
         counted = e.cast(_to_bool(e, x), dtype_elem(torch.int32))
         return e.cast(_reduce(e, graph.ReduceMaxOp, counted, dims, keep), I1)
     cls = {"sum": graph.ReduceSumOp, "mean": graph.ReduceMeanOp,
-           "amax": graph.ReduceMaxOp, "amin": graph.ReduceMinOp}[name]  # fmt: skip
+           "amax": graph.ReduceMaxOp, "amin": graph.ReduceMinOp,
+           "max": graph.ReduceMaxOp, "min": graph.ReduceMinOp}[name]  # fmt: skip
     if name in ("sum", "mean"):
         x = e.cast(x, elem)
     return _reduce(e, cls, x, dims, keep)

@@ -38,10 +38,12 @@ DECOMPOSED_TOO = (
     aten._native_batch_norm_legit_no_training.default,
     aten._native_batch_norm_legit.no_stats,
     aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit_functional.default,
 )
 """Core ATen ops that core_aten_decompositions keeps and irc takes decomposed:
-group norm, eval-mode batch norm and instance norm become var_mean and
-element-wise ops, which fuse."""
+group norm, batch norm (eval and training mode, whose running statistics come
+back as buffer updates) and instance norm become var_mean and element-wise ops,
+which fuse."""
 
 
 def attention(

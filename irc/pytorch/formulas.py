@@ -157,6 +157,20 @@ def _trunc(e: Emitter, node: fx.Node) -> SSAValue:
     return _where(e, negative, e.op(graph.CeilOp, x), e.op(graph.FloorOp, x))
 
 
+@converts(aten.round.decimals)
+def _round_decimals(e: Emitter, node: fx.Node) -> SSAValue:
+    """torch.round(x, decimals=d) as torch computes it: round(x * 10^d) / 10^d, or
+    round(x / 10^-d) * 10^-d for negative d (half to even, in the input's type)."""
+    x, elem = e.arg(node.args[0]), out_elem(node)
+    if elem not in FLOAT_TYPES:
+        raise Unsupported("round with decimals takes floats")
+    decimals = _arg(node, 1, "decimals", 0)
+    scale = e.scalar(10.0 ** abs(decimals), elem)
+    if decimals >= 0:
+        return e.op(graph.DivOp, e.op(graph.RoundOp, e.op(graph.MulOp, x, scale)), scale)
+    return e.op(graph.MulOp, e.op(graph.RoundOp, e.op(graph.DivOp, x, scale)), scale)
+
+
 @converts(aten.isnan.default)
 def _isnan(e: Emitter, node: fx.Node) -> SSAValue:
     x = e.arg(node.args[0])
@@ -253,6 +267,27 @@ def _select(e: Emitter, node: fx.Node) -> SSAValue:
         raise Unsupported(f"index {index} is out of range")
     index %= shape[dim]
     return e.reshape(_slice(e, x, dim, index, index + 1), out_shape(node))
+
+
+@converts(aten.diagonal.default, aten.diagonal_copy.default)
+def _diagonal(e: Emitter, node: fx.Node) -> SSAValue:
+    """x.diagonal(offset, dim1, dim2): the two dimensions moved last and merged, then
+    every (columns + 1)-th element from the diagonal's first (torch puts the
+    diagonal last)."""
+    x = e.arg(node.args[0])
+    shape = list(shape_of(x.type))
+    rank = len(shape)
+    offset = _arg(node, 1, "offset", 0)
+    first, second = _arg(node, 2, "dim1", 0) % rank, _arg(node, 3, "dim2", 1) % rank
+    kept = [d for d in range(rank) if d not in (first, second)]
+    perm = [*kept, first, second]
+    if perm != list(range(rank)):
+        x = e.op(graph.TransposeOp, x, perm=int_list(perm))
+    rows, columns = shape[first], shape[second]
+    count = out_shape(node)[-1]
+    start = offset if offset >= 0 else -offset * columns
+    flat = e.reshape(x, [*(shape[d] for d in kept), rows * columns])
+    return _slice(e, flat, -1, start, start + (count - 1) * (columns + 1) + 1, columns + 1)
 
 
 def _filled(e: Emitter, x: SSAValue, dim: int, width: int, value: Any, elem: Any) -> SSAValue | None:
