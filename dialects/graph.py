@@ -135,6 +135,8 @@ def normalize_dims(op_name: str, dims: Sequence[int], rank: int, key: str = "dim
 def _tensor_operand(op_name: str, t: Attribute, i: int) -> TensorType[Attribute]:
     if not isinstance(t, TensorType):
         raise GraphVerifyError(f"{op_name}: operand {i} must be a tensor, got {t}", i)
+    if any(d < 1 for d in t.get_shape()):  # a module built in Python, not parsed
+        raise GraphVerifyError(f"{op_name}: operand {i} is {format_type(t)}: dimensions must be positive", i)
     return t
 
 

@@ -607,6 +607,15 @@ def api_constant_zero_dim() -> ModuleOp:
     return _constant(_tensor(0, 4), value=FloatAttr(1.0, f64))
 
 
+def api_operand_zero_dim() -> ModuleOp:
+    """An embedder's function over an empty tensor (the parser refuses one)."""
+    t = _tensor(3, 0)
+    block = Block(arg_types=[t])
+    neg = graph.NegOp.create(operands=[block.args[0]], result_types=[t])
+    block.add_ops([neg, func.ReturnOp(neg)])
+    return ModuleOp([func.FuncOp("g", FunctionType.from_lists([t], [t]), Region(block))])
+
+
 def api_constant_too_big() -> ModuleOp:
     return _constant(_tensor(2**25, 2**25), value=FloatAttr(1.0, f64))
 
@@ -641,6 +650,7 @@ API_CASES = [
     (api_no_return, "function @g must end with 'return'"),
     (api_constant_not_tensor, "graph.constant must produce a tensor, got memref<4xf32>"),
     (api_constant_zero_dim, "tensor<0x4xf32>: dimensions must be positive"),
+    (api_operand_zero_dim, "graph.neg: operand 0 is tensor<3x0xf32>: dimensions must be positive"),
     (api_constant_too_big, "tensor<33554432x33554432xf32> has more than 2**48 elements"),
     (api_reshape_not_tensor, "graph.reshape must produce a tensor, got memref<4xf32>"),
     (api_iota_not_tensor, "graph.iota must produce a tensor, got memref<4xf32>"),

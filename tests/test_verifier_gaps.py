@@ -758,3 +758,30 @@ def test_integral_float_for_an_integer_type_is_a_located_error(tmp_path: Path) -
     assert_located(
         tmp_path, source, "3:3", "tile.constant: 'value' is the float 3.0, but i32 needs an integer"
     )
+
+
+
+def test_an_empty_operand_built_in_python_is_refused_before_fuse() -> None:
+    """The parser refuses a zero dimension; a module an embedder builds in Python
+    meets the verifier instead: when built (the type is inferred from operands)
+    and in irc.compile (it reached `fuse`, which failed on an IndexError)."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import FunctionType, ModuleOp
+    from xdsl.ir import Region
+
+    from irc.dialects import graph
+    from irc.ir.types import tensor
+    from irc.pytorch.emitter import boolean, int_list
+    from irc.syntax.diagnostics import IrcError
+
+    empty, props = tensor([3, 0], f32), {"dims": int_list([1]), "keepdim": boolean(False)}
+    block = Block(arg_types=[empty])
+    with pytest.raises(graph.GraphVerifyError, match=r"tensor<3x0xf32>: dimensions must be positive"):
+        graph.ReduceSumOp.make(block.args[0], **props)
+    total = graph.ReduceSumOp.create(
+        operands=[block.args[0]], result_types=[tensor([3], f32)], properties=props
+    )
+    block.add_ops([total, func.ReturnOp(total.results[0])])
+    fn = func.FuncOp("f", FunctionType.from_lists([empty], [tensor([3], f32)]), Region(block))
+    with pytest.raises(IrcError, match="dimensions must be positive"):
+        irc.compile(ModuleOp([fn]))
