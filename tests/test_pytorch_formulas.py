@@ -178,6 +178,30 @@ def test_layout_and_norm_formulas(name: str) -> None:
     torch.testing.assert_close(compiled(fn, b), fn(b), rtol=1e-5, atol=1e-5)
 
 
+SCATTERS = {
+    "one_hot": (lambda t, i: torch.zeros_like(t).scatter(-1, i[..., :1], -1.0), (4, 5, 6)),
+    "several_a_row": (lambda t, i: t.scatter(2, i[..., :3], 2.5), (4, 5, 6)),
+    "src_middle_dim": (lambda t, i: t.scatter(1, i[:, :1, :], t * 3), (4, 6, 5)),
+    "src_larger_than_index": (lambda t, i: t.scatter(0, i[:1], torch.ones(3, 6, 5) * 7), (4, 6, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCATTERS))
+def test_scatters_are_selects_of_the_indexed_positions(name: str) -> None:
+    fn, shape = SCATTERS[name]
+    x = torch.randn(shape)
+    index = torch.randint(0, 4, shape)  # every dim is at least 4 long
+    torch.testing.assert_close(compiled(fn, x, index), fn(x, index), rtol=0, atol=0)
+
+
+def test_a_scatter_into_part_of_a_tensor_runs_in_eager() -> None:
+    fn = Fn(lambda t, i: t.scatter(1, i[:2], 1.0))
+    x, index = torch.randn(4, 6), torch.randint(0, 6, (4, 2))
+    module = irc.compile(fn, (x, index))
+    assert "its index covers part of the tensor" in str(module.report)
+    torch.testing.assert_close(module(x, index), fn(x, index))
+
+
 def test_round_to_decimals_is_torchs_formula() -> None:
     """round(x * 10^d) / 10^d, half to even, as torch computes it: the same bits."""
     x = torch.randn(4, 50) * 300

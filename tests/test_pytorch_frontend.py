@@ -207,11 +207,30 @@ def test_backend_training_forward_and_backward() -> None:
     x = torch.randn(5, 12, requires_grad=True)
     torch._dynamo.reset()
     out = torch.compile(m, backend="irc")(x)["p"]
-    (out * torch.randn_like(out)).sum().backward()
-    assert x.grad is not None
+    weights = torch.randn_like(out)
+    (out * weights).sum().backward()
     x2 = x.detach().clone().requires_grad_()
     ref = m(x2)["p"]
+    (ref * weights).sum().backward()
     _close(out.detach(), ref.detach())
+    assert x.grad is not None and x2.grad is not None
+    _close(x.grad, x2.grad)
+
+
+def test_a_loss_heads_backward_leaves_nothing_to_eager() -> None:
+    """Cross-entropy's backward writes its one-hot with `scatter`, a select of
+    iota == target here, which fuses with the softmax's backward."""
+    torch.manual_seed(4)
+    head, reference = LossHead(), LossHead()
+    reference.load_state_dict(head.state_dict())
+    x, targets = torch.randn(3, 5, 16), torch.randint(0, 24, (3, 5))
+    torch._dynamo.reset()
+    before = len(REPORTS)
+    torch.compile(head, backend="irc")(x, targets).backward()
+    reference(x, targets).backward()
+    assert len(REPORTS) == before + 2 and all(not r.eager_ops for r in REPORTS[before:])
+    assert head.lm.weight.grad is not None and reference.lm.weight.grad is not None
+    _close(head.lm.weight.grad, reference.lm.weight.grad)
 
 
 def test_graph_break_compiles_both_graphs() -> None:

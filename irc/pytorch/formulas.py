@@ -30,6 +30,7 @@ from irc.pytorch.aten import (
     _arg,
     _dims,
     _in_f32,
+    _index_tensor,
     _reduce,
     _slice,
     converts,
@@ -288,6 +289,50 @@ def _diagonal(e: Emitter, node: fx.Node) -> SSAValue:
     start = offset if offset >= 0 else -offset * columns
     flat = e.reshape(x, [*(shape[d] for d in kept), rows * columns])
     return _slice(e, flat, -1, start, start + (count - 1) * (columns + 1) + 1, columns + 1)
+
+
+@converts(aten.scatter.value, aten.scatter.src)
+def _scatter(e: Emitter, node: fx.Node) -> SSAValue:
+    """`x.scatter(dim, index, value)` as a select, where(iota == index, value, x)
+    along `dim` (a one-hot: cross-entropy's backward), for an index that covers x
+    whole in every other dimension. Several indices a row are each compared (any
+    of them); a tensor `src` only with one index a row, where no two writes meet.
+    An index out of range writes nothing (torch raises)."""
+    x = e.arg(node.args[0])
+    shape = list(shape_of(x.type))
+    dim = node.args[1] % len(shape)
+    index = _index_tensor(e, node.args[2])
+    covers = list(shape_of(index.type))
+    count = covers[dim]
+    if covers[:dim] + covers[dim + 1 :] != shape[:dim] + shape[dim + 1 :]:
+        raise Unsupported("its index covers part of the tensor")
+    positions = e.op(graph.IotaOp, result_type=tensor(shape, INDEX), dim=IntegerAttr(dim, i64))
+    index = e.cast(index, INDEX)
+    if count == 1:
+        hit = e.op(graph.EqOp, positions, index)
+    else:  # [.., size, .., 1] against [.., 1, .., count]: a hit where any index is the position
+        last = len(shape)
+        moved = e.op(graph.TransposeOp, e.reshape(index, [*covers, 1]),
+                     perm=int_list([*range(dim), last, *range(dim + 1, last), dim]))  # fmt: skip
+        matches = e.op(graph.EqOp, e.reshape(positions, [*shape, 1]), moved)
+        counted = e.cast(matches, ELEMENT_TYPES["i32"])
+        hit = e.cast(_reduce(e, graph.ReduceMaxOp, counted, [last], False), I1)
+    elem = element_of(x.type)
+    if node.target == aten.scatter.value:
+        value = e.operand(node.args[3], elem)
+    elif count == 1:
+        src = e.cast(e.arg(node.args[3]), elem)
+        value = src if list(shape_of(src.type)) == covers else _window(e, src, covers)
+    else:
+        raise Unsupported("several indices a row write several values to one place")
+    return _where(e, hit, value, x)
+
+
+def _window(e: Emitter, x: SSAValue, shape: list[int]) -> SSAValue:
+    """x[:shape[0], :shape[1], ...]: the part of `src` a scatter reads."""
+    for d, size in enumerate(shape):
+        x = _slice(e, x, d, 0, size)
+    return x
 
 
 def _filled(e: Emitter, x: SSAValue, dim: int, width: int, value: Any, elem: Any) -> SSAValue | None:
