@@ -278,6 +278,7 @@ def compile(
     program: str | os.PathLike[str] | ModuleOp | Any,
     example_inputs: Any = None,
     *,
+    example_kwargs: dict[str, Any] | None = None,
     device: str | torch.device | None = None,
     fuse: bool = True,
     autotune: bool = False,
@@ -296,7 +297,8 @@ def compile(
     torch has it); it is checked before anything is compiled.
 
     An `nn.Module` or a function with `example_inputs` (a tuple of its
-    arguments) is captured with torch.export and its ATen graph compiled
+    arguments; keyword arguments in `example_kwargs`) is captured with
+    torch.export and its ATen graph compiled
     (`irc.pytorch`, docs/pytorch.md): the result is called as the module is,
     and its `.report` lists the ops left to eager.
     """
@@ -310,8 +312,9 @@ def compile(
         return compile_torch(
             program, example_inputs, compile_graph,
             device=None if device is None else resolve_device(device),
+            example_kwargs=example_kwargs,
         )  # type: ignore[return-value]  # fmt: skip
-    if example_inputs is not None:
+    if example_inputs is not None or example_kwargs is not None:
         raise TypeError("irc.compile: example_inputs go with an nn.Module or a function, not .ir")
     device = resolve_device(device)
     if isinstance(program, ModuleOp):

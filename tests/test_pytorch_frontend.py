@@ -122,6 +122,24 @@ def test_bad_inputs_get_a_clear_error() -> None:
         compiled([1.0] * 16)
 
 
+def test_python_numbers_are_constants_checked_at_each_call() -> None:
+    """torch.export bakes a number argument into the graph: another value is an
+    error naming it (it was silently ignored), the example's value runs."""
+
+    def f(x: torch.Tensor, n: int, scale: float, *, shift: torch.Tensor) -> torch.Tensor:
+        return x[:, :n] * scale + shift[:n]
+
+    x, shift = torch.randn(4, 16), torch.randn(16)
+    compiled = irc.compile(f, (x, 5, 0.5), example_kwargs={"shift": shift})
+    _close(compiled(x, 5, 0.5, shift=shift), f(x, 5, 0.5, shift=shift))
+    with pytest.raises(ValueError, match=r"input scale is 3.0, compiled for 0.5 \(Python numbers"):
+        compiled(x, 5, 3.0, shift=shift)
+    with pytest.raises(ValueError, match="input n is 7, compiled for 5"):
+        compiled(x, 7, 0.5, shift=shift)
+    with pytest.raises(ValueError, match="input n is 5.0, compiled for 5"):
+        compiled(x, 5.0, 0.5, shift=shift)
+
+
 def test_unsupported_op_runs_in_eager_and_is_reported(caplog: pytest.LogCaptureFixture) -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         return torch.atan(x.exp()) * 2.0

@@ -10,6 +10,7 @@ returns; inputs are checked against the example's shapes, dtypes and device
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -107,7 +108,7 @@ class CompiledTorchModule:
         report: EagerReport,
         device: str,
     ):
-        from torch.export.graph_signature import InputKind, OutputKind
+        from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
         self.module = module
         self.exported = ep
@@ -117,11 +118,19 @@ class CompiledTorchModule:
         self._in_spec = ep.call_spec.in_spec
         self._out_spec = ep.call_spec.out_spec
         placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
-        self._expected = [
-            (spec.arg.name, fake_of(p))
+        user = [
+            (spec, p)
             for spec, p in zip(ep.graph_signature.input_specs, placeholders, strict=True)
             if spec.kind == InputKind.USER_INPUT
         ]
+        names = _argument_names(module, [spec.arg.name for spec, _ in user])
+        self._expected = [(name, fake_of(p)) for name, (_, p) in zip(names, user, strict=True)]
+        self._constants = {
+            i: spec.arg.value
+            for i, (spec, _) in enumerate(user)
+            if isinstance(spec.arg, ConstantArgument)
+        }
+        """Python numbers (and None) among the inputs: torch.export bakes them in."""
         user_inputs = [name for name, _ in self._expected]
         self._mutations: list[tuple[int, str, int | None]] = []
         for i, out in enumerate(ep.graph_signature.output_specs):
@@ -142,8 +151,11 @@ class CompiledTorchModule:
                 f"irc.compile: the module was compiled for the arguments ({names}) as the "
                 f"example gave them; got ({given})"
             )
-        for (name, want), got in zip(self._expected, flat, strict=True):
-            check_input(name, want, got)
+        for i, ((name, want), got) in enumerate(zip(self._expected, flat, strict=True)):
+            if i in self._constants:
+                check_constant(name, self._constants[i], got)
+            else:
+                check_input(name, want, got)
         outputs = self.graph_module(*(read() for read in self._state), *flat)
         outputs = list(outputs) if isinstance(outputs, tuple | list) else [outputs]
         for i, target, user_input in self._mutations:  # what eager writes in place
@@ -151,6 +163,36 @@ class CompiledTorchModule:
             written.copy_(outputs[i])
         user = [o for i, o in enumerate(outputs) if i not in {m for m, _, _ in self._mutations}]
         return pytree.tree_unflatten(user, self._out_spec)
+
+
+def _argument_names(module: torch.nn.Module, names: list[str]) -> list[str]:
+    """The inputs' names for errors: a plain function's own parameter names where
+    torch.export saw `*args` of its wrapper (`args_1`)."""
+    if not isinstance(module, _FunctionModule):
+        return names
+    try:
+        params = [
+            p.name
+            for p in inspect.signature(module.fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):  # a builtin or C function: no signature
+        return names
+    out = []
+    for name in names:
+        index = name.removeprefix("args_")
+        out.append(params[int(index)] if index.isdigit() and int(index) < len(params) else name)
+    return out
+
+
+def check_constant(name: str, want: Any, got: Any) -> None:
+    """A clear error for a Python number other than the example's: the graph holds
+    the example's value (it would be silently used)."""
+    if type(got) is not type(want) or not (got == want or got != got and want != want):
+        raise ValueError(
+            f"irc.compile: input {name} is {got!r}, compiled for {want!r} (Python numbers "
+            "are constants of the compiled graph: compile again with this value)"
+        )
 
 
 def check_input(name: str, want: torch.Tensor | None, got: Any) -> None:
