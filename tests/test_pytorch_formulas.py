@@ -194,6 +194,51 @@ def test_scatters_are_selects_of_the_indexed_positions(name: str) -> None:
     torch.testing.assert_close(compiled(fn, x, index), fn(x, index), rtol=0, atol=0)
 
 
+def _written(fn: Callable[[torch.Tensor, Any], None]) -> Callable[..., torch.Tensor]:
+    def write(t: torch.Tensor, i: Any) -> torch.Tensor:
+        y = t.clone()
+        fn(y, i)
+        return y * 2
+
+    return write
+
+
+INDEX_PUTS = {  # (the write, its index)
+    "where_negative": (_written(lambda y, i: y.__setitem__(y < 0, 0.0)), None),
+    "mask": (_written(lambda y, m: y.__setitem__(m, -1.0)), lambda: torch.rand(4, 5, 6) > 0.5),
+    "mask_of_rows_a_row_each": (
+        _written(lambda y, m: y.__setitem__(m, torch.arange(6.0))),
+        lambda: torch.rand(4, 5) > 0.5,
+    ),
+    "mask_middle_dims": (_written(lambda y, m: y.__setitem__((slice(None), m), 3.0)), lambda: torch.rand(5, 6) > 0.5),
+    "rows_negative_too": (_written(lambda y, i: y.__setitem__(i, 5.0)), lambda: torch.tensor([0, -1, 2])),
+    "columns_a_column_value": (
+        _written(lambda y, i: y.__setitem__((slice(None), i), torch.arange(4.0)[:, None, None])),
+        lambda: torch.tensor([1, -2]),
+    ),
+    "two_dim_index": (_written(lambda y, i: y.__setitem__(i, 2.0)), lambda: torch.tensor([[0, 3], [-2, 1]])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEX_PUTS))
+def test_writes_through_an_index_or_a_mask_are_selects(name: str) -> None:
+    fn, index = INDEX_PUTS[name]
+    x = torch.randn(4, 5, 6)
+    if index is None:
+        torch.testing.assert_close(compiled(lambda t: fn(t, None), x), fn(x, None), rtol=0, atol=0)
+    else:
+        i = index()
+        torch.testing.assert_close(compiled(fn, x, i), fn(x, i), rtol=0, atol=0)
+
+
+def test_writes_of_values_that_vary_by_position_run_in_eager() -> None:
+    fn = Fn(_written(lambda y, i: y.__setitem__(i, torch.ones(2, 6))))
+    x, index = torch.randn(4, 6), torch.tensor([0, 2])
+    module = irc.compile(fn, (x, index))
+    assert "its values differ from one written position to the next" in str(module.report)
+    torch.testing.assert_close(module(x, index), fn(x, index))
+
+
 def test_a_scatter_into_part_of_a_tensor_runs_in_eager() -> None:
     fn = Fn(lambda t, i: t.scatter(1, i[:2], 1.0))
     x, index = torch.randn(4, 6), torch.randint(0, 6, (4, 2))

@@ -328,6 +328,58 @@ def _scatter(e: Emitter, node: fx.Node) -> SSAValue:
     return _where(e, hit, value, x)
 
 
+@converts(aten.index_put.default)
+def _index_put(e: Emitter, node: fx.Node) -> SSAValue:
+    """`x[mask] = v` and `x[..., idx, ...] = v` as torch.export functionalizes them,
+    as where(hit, v, x): `hit` is the mask, or along the indexed dim whether any
+    index (negative ones from the end) is the position. For one index tensor and
+    values that do not vary from one written position to the next (a number, or
+    one row every written position takes); an index out of range writes nothing
+    (torch raises)."""
+    x = e.arg(node.args[0])
+    shape = list(shape_of(x.type))
+    if _arg(node, 3, "accumulate", False):
+        raise Unsupported("accumulating writes need atomics")
+    given = [(d, i) for d, i in enumerate(node.args[1]) if i is not None]
+    if len(given) != 1:
+        raise Unsupported("it writes through several index tensors")
+    dim, index_node = given[0]
+    value = e.cast(e.arg(node.args[2]), element_of(x.type))
+    if fake_of(index_node) is not None and fake_of(index_node).dtype == torch.bool:  # type: ignore[union-attr]
+        mask = e.arg(index_node)
+        covered = len(shape_of(mask.type))
+        rest = len(shape) - dim - covered
+        hit = e.reshape(mask, [1] * dim + list(shape_of(mask.type)) + [1] * rest)
+        return _where(e, hit, _written_value(e, value, dim, 1, covered, rest), x)
+    index = e.cast(_index_tensor(e, index_node), INDEX)
+    spanned = len(shape_of(index.type))
+    count, size = math.prod(shape_of(index.type)), shape[dim]
+    flat = e.reshape(index, [1, count])
+    flat = _where(e, e.op(graph.LtOp, flat, e.scalar(0, INDEX)), e.op(graph.AddOp, flat, e.scalar(size, INDEX)), flat)
+    positions = e.op(graph.IotaOp, result_type=tensor([size, 1], INDEX), dim=IntegerAttr(0, i64))
+    matches = e.cast(e.op(graph.EqOp, positions, flat), ELEMENT_TYPES["i32"])
+    hit = e.cast(_reduce(e, graph.ReduceMaxOp, matches, [1], False), I1)
+    rest = len(shape) - dim - 1
+    hit = e.reshape(hit, [1] * dim + [size] + [1] * rest)
+    return _where(e, hit, _written_value(e, value, dim, spanned, 1, rest), x)
+
+
+def _written_value(
+    e: Emitter, value: SSAValue, dim: int, spanned: int, covered: int, rest: int
+) -> SSAValue:
+    """An index_put's value in x's rank. torch broadcasts it to x.shape[:dim] +
+    [written positions, `spanned` dims] + `rest` trailing dims; it must not vary along
+    the positions, whose dims become x's `covered` indexed ones (size 1)."""
+    written_rank = dim + spanned + rest
+    vshape = list(shape_of(value.type))
+    if len(vshape) > written_rank:
+        raise Unsupported("its values have more dims than the written part")
+    aligned = [1] * (written_rank - len(vshape)) + vshape
+    if any(size != 1 for size in aligned[dim : dim + spanned]):
+        raise Unsupported("its values differ from one written position to the next")
+    return e.reshape(value, aligned[:dim] + [1] * covered + aligned[dim + spanned :])
+
+
 def _window(e: Emitter, x: SSAValue, shape: list[int]) -> SSAValue:
     """x[:shape[0], :shape[1], ...]: the part of `src` a scatter reads."""
     for d, size in enumerate(shape):
