@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import logging
 import operator
+import warnings
 from typing import Any
 
 import pytest
@@ -330,6 +331,38 @@ def test_input_mutations_are_written_back() -> None:
     _close(compiled(*mine), WritesItsInputs()(*eagers))
     _close(mine[0], eagers[0])
     _close(mine[1], eagers[1])
+
+
+def test_a_function_writing_its_inputs() -> None:
+    def scale_in_place(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.mul_(2.0)
+        return x + y
+
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    compiled = irc.compile(scale_in_place, (x.clone(), y))
+    mine = x.clone()
+    _close(compiled(mine, y), 2 * x + y)
+    _close(mine, 2 * x)
+
+
+def test_a_call_that_eager_would_differentiate_warns_once() -> None:
+    """irc.compile's outputs carry no gradient: said once, where eager would have
+    recorded one (grad mode on and a parameter or input that requires it)."""
+    model = MLP()
+    x = torch.randn(4, 16)
+    compiled = irc.compile(model, (x,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            compiled(x)
+        model.requires_grad_(False)
+        compiled(x)
+    model.requires_grad_(True)
+    with pytest.warns(UserWarning, match="outputs carry no gradient"):
+        assert not compiled(x).requires_grad
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compiled(x)  # once
 
 
 def test_training_batch_norm_updates_its_running_statistics() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -131,7 +132,8 @@ class CompiledTorchModule:
             if isinstance(spec.arg, ConstantArgument)
         }
         """Python numbers (and None) among the inputs: torch.export bakes them in."""
-        user_inputs = [name for name, _ in self._expected]
+        self._warned_no_grad = False
+        user_inputs = [spec.arg.name for spec, _ in user]
         self._mutations: list[tuple[int, str, int | None]] = []
         for i, out in enumerate(ep.graph_signature.output_specs):
             if out.kind == OutputKind.BUFFER_MUTATION:
@@ -140,6 +142,10 @@ class CompiledTorchModule:
                 self._mutations.append((i, out.target, user_inputs.index(out.target)))
             elif out.kind != OutputKind.USER_OUTPUT:
                 raise Unsupported(f"output {out.arg} of kind {out.kind.name}")
+
+    def _wants_grad(self, flat: list[Any]) -> bool:
+        """Whether eager would have recorded a gradient for this call."""
+        return _requires_grad(flat) or _requires_grad(read() for read in self._state)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat, spec = pytree.tree_flatten((args, kwargs))
@@ -150,6 +156,14 @@ class CompiledTorchModule:
             raise TypeError(
                 f"irc.compile: the module was compiled for the arguments ({names}) as the "
                 f"example gave them; got ({given})"
+            )
+        if not self._warned_no_grad and torch.is_grad_enabled() and self._wants_grad(flat):
+            self._warned_no_grad = True
+            warnings.warn(
+                "irc.compile compiles the inference graph: its outputs carry no gradient. "
+                "Call it under torch.no_grad() (or torch.inference_mode()), or train with "
+                'torch.compile(model, backend="irc")',
+                stacklevel=2,
             )
         for i, ((name, want), got) in enumerate(zip(self._expected, flat, strict=True)):
             if i in self._constants:
@@ -163,6 +177,10 @@ class CompiledTorchModule:
             written.copy_(outputs[i])
         user = [o for i, o in enumerate(outputs) if i not in {m for m, _, _ in self._mutations}]
         return pytree.tree_unflatten(user, self._out_spec)
+
+
+def _requires_grad(values: Any) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
 
 
 def _argument_names(module: torch.nn.Module, names: list[str]) -> list[str]:
