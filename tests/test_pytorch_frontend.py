@@ -416,3 +416,52 @@ def test_irc_import_cli_errors(capsys: pytest.CaptureFixture[str], tmp_path: Any
     out = tmp_path / "m.ir"
     assert main([f"{model}:M", "--input", "3xf32", "-o", str(out)]) == 0
     assert "%sin = graph.sin %x : tensor<3xf32>" in out.read_text()
+
+
+def test_irc_import_says_in_a_line_what_the_users_code_raised(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    """The user's code failing (at import, in its constructor, under torch.export),
+    an input too large to make and an output that cannot be written: one line,
+    exit 1, no traceback; where the user's code raised, its file and line."""
+    from irc.pytorch.cli import main
+
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x.sin()\n"
+        "class Boom(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        raise RuntimeError('no weights here')\n"
+        "class Branch(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * 2 if x.sum() > 0 else x\n"
+    )
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nclass M(torch.nn.Module:\n    pass\n")
+    for argv, message in (
+        ([f"{model}:Boom", "--input", "3xf32"],
+         f"making {model}:Boom raised: RuntimeError: no weights here ({model}:7)"),
+        ([f"{broken}:M", "--input", "3xf32"], f"making {broken}:M raised: SyntaxError"),
+        ([f"{model}:Branch", "--input", "3xf32"],
+         f"torch.export cannot capture {model}:Branch: GuardOnDataDependentSymNode"),
+        ([f"{model}:M", "--input", "2000000x2000000xf32"],
+         "the example input 2000000x2000000xf32 needs 1.49e+04 GiB, more than half"),
+        ([f"{model}:M", "--input", "3xf32", "-o", str(tmp_path / "no" / "m.ir")],
+         f"cannot write '{tmp_path / 'no' / 'm.ir'}': No such file or directory"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 1
+        err = capsys.readouterr().err
+        assert f"irc-import: error: {message}" in err, err
+        assert "Traceback" not in err
+    assert f"({model}:10)" in _import_error(main, [f"{model}:Branch", "--input", "3xf32"], capsys)
+
+
+def _import_error(main: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit):
+        main(argv)
+    return capsys.readouterr().err

@@ -268,10 +268,14 @@ def export_text(
 ) -> str:
     """The captured graph as `.ir` text: one function, or one an irc island when
     some ops have no graph op yet (a comment at the top lists them)."""
+    module = as_module(module_or_fn)
+    return exported_text(capture(module, example_inputs, None), name or _stem(module_or_fn))
+
+
+def exported_text(ep: torch.export.ExportedProgram, name: str) -> str:
+    """export_text of a captured program."""
     from irc.syntax.printer import print_module
 
-    module = as_module(module_or_fn)
-    ep = capture(module, example_inputs, None)
     graph = ep.graph
     for node in graph.find_nodes(op="placeholder"):
         val = node.meta.get("val")
@@ -283,7 +287,6 @@ def export_text(
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in IGNORED and not node.users:
             graph.erase_node(node)
-    name = name or _stem(module_or_fn)
     try:
         return print_module(import_graph(graph, name))
     except Unsupported:
