@@ -247,6 +247,44 @@ def test_a_scatter_into_part_of_a_tensor_runs_in_eager() -> None:
     torch.testing.assert_close(module(x, index), fn(x, index))
 
 
+ADVANCED_INDEXING = {  # (the indexing, its index tensors)
+    "negative_index": (lambda t, i: t[i], [[-1, 0, 2, -5]]),
+    "negative_index_middle_dim": (lambda t, i: t[:, i], [[[-1, 0], [3, -6]]]),
+    "pairs": (lambda t, i, j: t[i, j], [[0, 4, -1], [5, 0, 2]]),
+    "pairs_broadcast": (lambda t, i, j: t[i[:, None], j[None, :]], [[0, 4, -1], [5, 0]]),
+    "last_token_of_each_row": (lambda t, n: t[torch.arange(5), n - 1], [[6, 1, 3, 5, 2]]),
+    "dims_apart_go_first": (lambda t, i, j: t[i, :, j], [[0, 4], [6, -7]]),
+    "three_broadcast": (lambda t, i, j, k: t[i, j, k], [[1], [2, 3], [[0], [6]]]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVANCED_INDEXING))
+def test_advanced_indexing_as_torch_does_it(name: str) -> None:
+    """One index_select by the linear index of the indexed dims; negative indices
+    count from the end (a single one was read as 0: silently wrong)."""
+    fn, indices = ADVANCED_INDEXING[name]
+    x = torch.randn(5, 6, 7)
+    index = [torch.tensor(i) for i in indices]
+    torch.testing.assert_close(compiled(fn, x, *index), fn(x, *index), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"scale_factor": 2, "mode": "bilinear"},
+        {"size": (7, 3), "mode": "bilinear", "align_corners": True},
+        {"scale_factor": 1.7, "mode": "bilinear"},
+        {"scale_factor": 2, "mode": "bicubic"},
+        {"size": (5, 3, 7), "mode": "trilinear", "align_corners": True},
+    ],
+    ids=["bilinear_2x", "bilinear_corners", "bilinear_fraction", "bicubic", "trilinear"],
+)
+def test_interpolation_gathers_its_neighbours(kwargs: dict[str, Any]) -> None:
+    fn = functools.partial(F.interpolate, **kwargs)
+    x = torch.randn(2, 3, 4, 5) if kwargs["mode"] != "trilinear" else torch.randn(1, 2, 3, 4, 5)
+    torch.testing.assert_close(compiled(fn, x), fn(x), rtol=1e-5, atol=1e-5)
+
+
 def test_round_to_decimals_is_torchs_formula() -> None:
     """round(x * 10^d) / 10^d, half to even, as torch computes it: the same bits."""
     x = torch.randn(4, 50) * 300

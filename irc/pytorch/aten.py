@@ -564,15 +564,34 @@ def _gather(e: Emitter, node: fx.Node) -> SSAValue:
 
 @converts(aten.index.Tensor)
 def _index(e: Emitter, node: fx.Node) -> SSAValue:
-    """`x[..., idx, ...]` with one index tensor (the other dims whole): index_select."""
-    x, indices = node.args[:2]
-    given = [(d, i) for d, i in enumerate(indices) if i is not None]
-    if len(given) != 1:
-        raise Unsupported("it indexes with several tensors")
-    dim, index = given[0]
-    if fake_of(index) is not None and fake_of(index).dtype == torch.bool:  # type: ignore[union-attr]
+    """`x[..., idx, ...]` and `x[i, j]` (index tensors broadcast together), a
+    negative index counting from the end as in torch: one index_select, over the
+    indexed dims merged into one by the linear index `i * size_j + j`, each index
+    clamped into its own dim first (as index_select clamps one). Indexed dims
+    apart (`x[i, :, j]`) are moved first, where torch puts their result."""
+    x = e.arg(node.args[0])
+    given = [(d, i) for d, i in enumerate(node.args[1]) if i is not None]
+    if any(fake_of(i) is not None and fake_of(i).dtype == torch.bool for _, i in given):  # type: ignore[union-attr]
         raise Unsupported("a boolean mask index has a data-dependent shape")
-    return e.op(graph.IndexSelectOp, e.arg(x), _index_tensor(e, index), dim=IntegerAttr(dim, i64))
+    dims = [d for d, _ in given]
+    shape = list(shape_of(x.type))
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        perm = dims + [d for d in range(len(shape)) if d not in dims]
+        x = e.op(graph.TransposeOp, x, perm=int_list(perm))
+        shape, dims = [shape[p] for p in perm], list(range(len(dims)))
+    index = dtype_elem(torch.int64)
+    linear: SSAValue | None = None
+    for d, (_, node_index) in zip(dims, given, strict=True):
+        i = e.cast(_index_tensor(e, node_index), index)
+        size = e.scalar(shape[d], index)
+        i = e.op(graph.WhereOp, e.op(graph.LtOp, i, e.scalar(0, index)), e.op(graph.AddOp, i, size), i)
+        if len(dims) > 1:
+            i = e.op(graph.MinimumOp, e.op(graph.MaximumOp, i, e.scalar(0, index)), e.scalar(shape[d] - 1, index))
+        linear = i if linear is None else e.op(graph.AddOp, e.op(graph.MulOp, linear, size), i)
+    assert linear is not None
+    first, last = dims[0], dims[-1] + 1
+    x = e.reshape(x, [*shape[:first], math.prod(shape[first:last]), *shape[last:]])
+    return e.op(graph.IndexSelectOp, x, linear, dim=IntegerAttr(first, i64))
 
 
 @converts(aten.scaled_dot_product_attention.default)

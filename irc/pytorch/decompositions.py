@@ -39,11 +39,14 @@ DECOMPOSED_TOO = (
     aten._native_batch_norm_legit.no_stats,
     aten._native_batch_norm_legit.default,
     aten._native_batch_norm_legit_functional.default,
+    aten.upsample_bilinear2d.vec,
+    aten.upsample_bilinear2d.default,
 )
 """Core ATen ops that core_aten_decompositions keeps and irc takes decomposed:
 group norm, batch norm (eval and training mode, whose running statistics come
 back as buffer updates) and instance norm become var_mean and element-wise ops,
-which fuse."""
+which fuse; bilinear upsampling, the four neighbours' gathers and weights
+(as linear, bicubic and trilinear come already)."""
 
 
 def attention(
