@@ -54,6 +54,8 @@ THINNED: dict[str, Thin] = {
     "test_hostile.py::test_generated_hostile_input": Thin(),
     # One op in three of each family (about a second each in the interpreter).
     "test_pytorch_formulas.py::*": Thin(every=3, cover=False),
+    # 40 of the 240 random torch programs (a fraction of a second to a few seconds each).
+    "test_pytorch_fuzz.py::test_random_torch_program_matches_eager": Thin(every=6, cover=False),
 }
 
 
