@@ -1,2 +1,2 @@
 """Validation against torch: reference semantics, the `--check` verdict, the
-random-graph generator and the loop/tile-level fuzzer."""
+random-graph and random-torch-program generators and the loop/tile-level fuzzer."""
