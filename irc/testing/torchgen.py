@@ -106,6 +106,20 @@ BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 }
 
 
+def _written(x: torch.Tensor, dim: int, index: torch.Tensor, value: float) -> torch.Tensor:
+    """`y[..., index, ...] = value` along `dim` of a copy (index_put)."""
+    y = x.clone()
+    y[(slice(None),) * (dim % x.dim()) + (index,)] = value
+    return y
+
+
+def _masked_write(x: torch.Tensor, mask: torch.Tensor, value: float) -> torch.Tensor:
+    """`y[mask] = value` of a copy, the mask broadcast to y's shape first."""
+    y = x.clone()
+    y[mask.expand_as(y)] = value
+    return y
+
+
 class _Reads(list[torch.Tensor]):
     """The values, noting which a step reads."""
 
@@ -174,7 +188,7 @@ class Generator:
         rng = self.rng
         kind = rng.choices(
             ["smooth", "jumpy", "binary", "reduce", "norm", "layout", "index", "matmul"],
-            [6, 1, 5, 3, 2, 4, 2, 1],
+            [6, 1, 5, 3, 2, 4, 3, 1],
         )[0]
         i = self._pick(values)
         x = values[i]
@@ -226,7 +240,51 @@ class Generator:
             size = x.shape[dim]
             count = rng.randint(1, 5)
             index = torch.tensor([rng.randint(-size, size - 1) for _ in range(count)])
-            how = rng.choice(["take", "select", "gather", "index_select"])
+            how = rng.choice(
+                ["take", "select", "gather", "index_select", "pairs", "write", "write_masked",
+                 "one_hot", "diagonal", "masked_fill"]
+            )  # fmt: skip
+            if how == "pairs" and rank >= 2:
+                other = torch.tensor(
+                    [rng.randint(-x.shape[1], x.shape[1] - 1) for _ in range(count)]
+                )
+                first = torch.tensor(
+                    [rng.randint(-x.shape[0], x.shape[0] - 1) for _ in range(count)]
+                )
+                return f"v{i}[{first.tolist()}, {other.tolist()}]", lambda v: v[i][first, other]
+            if how == "write":
+                return (
+                    f"v{i}.index_put(({dim} * [:], {index.tolist()}), 0.5)",
+                    lambda v: _written(v[i], dim, index, 0.5),
+                )
+            if how == "write_masked":  # a mask from an input: exact
+                j = rng.randint(0, n_inputs - 1)
+                if not _broadcasts(x.shape, values[j].shape) or values[j].dim() > rank:
+                    return None
+                return (
+                    f"v{i} with [v{j} > 0.3 (broadcast)] = -1",
+                    lambda v: _masked_write(v[i], v[j] > 0.3, -1.0),
+                )
+            if how == "masked_fill":
+                j = rng.randint(0, n_inputs - 1)
+                if not _broadcasts(x.shape, values[j].shape):
+                    return None
+                return f"v{i}.masked_fill(v{j} < -0.2, 2.0)", lambda v: v[i].masked_fill(
+                    v[j] < -0.2, 2.0
+                )
+            if how == "one_hot":
+                positions = torch.randint(
+                    0, size, [*x.shape[: dim % rank], 1, *x.shape[dim % rank + 1 :]]
+                )
+                d = dim % rank
+                return (
+                    f"v{i}.scatter({d}, idx{list(positions.shape)}, -1.0)",
+                    lambda v: v[i].scatter(d, positions, -1.0),
+                )
+            if how == "diagonal" and rank >= 2:
+                offset = rng.randint(-2, 2)
+                a, b = rng.sample(range(rank), 2)
+                return f"v{i}.diagonal({offset}, {a}, {b})", lambda v: v[i].diagonal(offset, a, b)
             if how == "take":
                 what = f"v{i}.movedim({dim}, 0)[{index.tolist()}]"
                 return what, lambda v: v[i].movedim(dim, 0)[index]
