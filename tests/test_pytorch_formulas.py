@@ -285,6 +285,41 @@ def test_interpolation_gathers_its_neighbours(kwargs: dict[str, Any]) -> None:
     torch.testing.assert_close(compiled(fn, x), fn(x), rtol=1e-5, atol=1e-5)
 
 
+INTEGER_DIVISIONS = {
+    "arange_floor": lambda i: torch.arange(-7, 30) // 4 + i[:1],
+    "arange_remainder": lambda i: torch.arange(37) % 5 - torch.arange(-20, 17) % -3 + i[:1],
+    "i32_floor": lambda i: i.int() // 3 + i.int() // -4,
+    "i32_trunc": lambda i: torch.div(i.int(), 3, rounding_mode="trunc") + torch.div(i.int(), -7, rounding_mode="trunc"),
+    "i32_remainder_and_fmod": lambda i: torch.remainder(i.int(), -7) + torch.fmod(i.int(), 3),
+    "relative_position_buckets": lambda i: (torch.arange(16)[:, None] - torch.arange(16)[None, :]) // 4 * i[0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_DIVISIONS))
+def test_integer_division_by_a_number_in_f64_where_exact(name: str) -> None:
+    """Index arithmetic (`pos // window`, `i % n`): the quotient of integers known to
+    stay below 2**53, floored or truncated in f64, is exact."""
+    fn = INTEGER_DIVISIONS[name]
+    i = torch.randint(-50, 50, (40,))
+    torch.testing.assert_close(compiled(fn, i), fn(i), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("fn", "why"),
+    [
+        (lambda i: i // 3, "may pass 2**53"),  # an i64 input: any value
+        (lambda i: i.int() // (i.int().abs() + 1), "not a nonzero number"),
+        (lambda i: i.float() // 0.5, "only integer division"),
+    ],
+    ids=["i64_input", "tensor_divisor", "floats"],
+)
+def test_other_divisions_run_in_eager_and_say_why(fn: Callable[..., torch.Tensor], why: str) -> None:
+    i = torch.randint(-2**40, 2**40, (10,))
+    module = irc.compile(Fn(fn), (i,))
+    assert why in str(module.report)
+    torch.testing.assert_close(module(i), fn(i), rtol=0, atol=0)
+
+
 def test_round_to_decimals_is_torchs_formula() -> None:
     """round(x * 10^d) / 10^d, half to even, as torch computes it: the same bits."""
     x = torch.randn(4, 50) * 300

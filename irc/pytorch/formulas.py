@@ -683,6 +683,82 @@ def _magnitude_bound(value: Any) -> int | None:
     return None
 
 
+EXACT_F64_INTEGERS = 2**53
+"""f64 holds every integer below this: the quotient of two such, rounded once and
+floored (or truncated), is the exact integer quotient."""
+
+
+_SAME_ELEMENTS = {
+    aten._to_copy.default, aten.clone.default, aten.view.default, aten._unsafe_view.default,
+    aten.reshape.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
+    aten.expand.default, aten.permute.default, aten.slice.Tensor, aten.select.int,
+    aten.neg.default, aten.abs.default,
+}  # fmt: skip
+"""Ops whose integer elements are no larger than their first operand's."""
+
+
+def _integer_bound(value: Any, depth: int = 0) -> int | None:
+    """A bound on |element| of an integer FX value from where it comes from (i32,
+    a narrow type, an arange, views, sums and products of such, numbers), else None."""
+    if isinstance(value, bool | int):
+        return abs(int(value))
+    fake = fake_of(value)
+    if fake is None or fake.is_floating_point() or depth > 64:
+        return None
+    if fake.dtype == torch.int32:
+        return 2**31
+    if fake.dtype in _INTEGER_BOUNDS:
+        return _INTEGER_BOUNDS[fake.dtype]
+    if not isinstance(value, fx.Node):
+        return None
+    args = value.args
+    if value.target in (aten.arange.default, aten.arange.start, aten.arange.start_step):
+        ends = args[:2] if value.target != aten.arange.default else args[:1]
+        return max(abs(a) for a in ends) if all(isinstance(a, int) for a in ends) else None
+    if value.target in _SAME_ELEMENTS:
+        return _integer_bound(args[0], depth + 1)
+    if value.target in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor):
+        a, b = _integer_bound(args[0], depth + 1), _integer_bound(args[1], depth + 1)
+        if a is None or b is None or value.kwargs.get("alpha", 1) != 1:
+            return None
+        return a * b if value.target == aten.mul.Tensor else a + b
+    return None
+
+
+@converts(aten.div.Tensor_mode, aten.remainder.Scalar, aten.fmod.Scalar)
+def _integer_division(e: Emitter, node: fx.Node) -> SSAValue:
+    """Integer division by a nonzero number (`pos // window`, `i % n`, `torch.div(i,
+    n, rounding_mode="trunc")`, `fmod`), through f64: exact where the dividend is
+    known to stay below 2**53 (`_integer_bound`). remainder takes the divisor's
+    sign, fmod the dividend's, as torch's. Floats, tensor divisors (which may be 0,
+    where torch raises) and other dividends run in eager."""
+    x, divisor = node.args[0], node.args[1]
+    elem = out_elem(node)
+    if node.target == aten.div.Tensor_mode:
+        mode = node.kwargs.get("rounding_mode")
+    else:
+        mode = "floor" if node.target == aten.remainder.Scalar else "trunc"
+    if elem in FLOAT_TYPES or mode not in ("floor", "trunc"):
+        raise Unsupported("only integer division by a number is taken (floats' rounds differ)")
+    if not isinstance(divisor, int) or isinstance(divisor, bool) or divisor == 0:
+        raise Unsupported("its divisor is not a nonzero number")
+    bound = _integer_bound(x)
+    if bound is None or bound >= EXACT_F64_INTEGERS:
+        raise Unsupported("its integers may pass 2**53, past f64's exact integers")
+    f64 = ELEMENT_TYPES["f64"]
+    a = e.cast(e.arg(x), elem)
+    quotient = e.op(graph.DivOp, e.cast(a, f64), e.scalar(float(divisor), f64))
+    if mode == "floor":
+        quotient = e.op(graph.FloorOp, quotient)
+    else:
+        negative = e.op(graph.LtOp, quotient, e.scalar(0.0, f64))
+        quotient = _where(e, negative, e.op(graph.CeilOp, quotient), e.op(graph.FloorOp, quotient))
+    quotient = e.cast(quotient, elem)
+    if node.target == aten.div.Tensor_mode:
+        return quotient
+    return e.op(graph.SubOp, a, e.op(graph.MulOp, quotient, e.scalar(divisor, elem)))
+
+
 @converts(aten.cumsum.default)
 def _cumsum(e: Emitter, node: fx.Node) -> SSAValue:
     """A running sum as a matmul by a triangle of ones (`y[k] = sum_j<=k x[j]`).
