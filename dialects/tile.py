@@ -23,6 +23,7 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     IntegerType,
+    ModuleOp,
     StringAttr,
     SymbolRefAttr,
     TensorType,
@@ -299,6 +300,11 @@ def _check_loads_unwritten(kernel: KernelOp) -> None:
             f"tile.kernel: argument {min(both)} is both loaded and stored (a kernel's "
             "loads are pure: it may not write a buffer it reads)"
         )
+
+
+def kernels(module: ModuleOp) -> list[KernelOp]:
+    """The module's tile kernels, in order (its top-level `tile.kernel` ops)."""
+    return [op for op in module.body.ops if isinstance(op, KernelOp)]
 
 
 def _kernels_before(kernel: KernelOp) -> list[KernelOp]:

@@ -342,5 +342,5 @@ def compile(
     text = triton_source(
         module, source, autotune=device if autotune else None, tf32=tf32, target=target
     )
-    kernels = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))
+    kernels = len(tile.kernels(module))
     return CompiledModule(text, device, kernels, module, cuda_graphs, target)

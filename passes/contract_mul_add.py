@@ -96,8 +96,6 @@ class ContractMulAddPass(ModulePass):
     levels = ("tile",)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for kernel in op.body.ops:
-            if not isinstance(kernel, tile.KernelOp):
-                continue
+        for kernel in tile.kernels(op):
             for addition in [o for o in kernel.walk() if isinstance(o, tile.ApplyOp)]:
                 contract(addition)

@@ -674,7 +674,7 @@ def launched_kernels(lowered: ModuleOp) -> dict[str, list[tuple[str, str]]]:
     from irc.ir.names import loop_kernel_name
     from irc.lowering.tile_to_triton import kernel_identifiers
 
-    kernels = [op for op in lowered.body.ops if isinstance(op, tile.KernelOp)]
+    kernels = tile.kernels(lowered)
     python_name = {k.kernel_name.data: n for k, n in kernel_identifiers(kernels).items()}
     out: dict[str, list[tuple[str, str]]] = {}
     for fn in lowered.body.ops:

@@ -80,6 +80,5 @@ class TileCSEPass(ModulePass):
     levels = ("tile",)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for kernel in op.body.ops:
-            if isinstance(kernel, tile.KernelOp):
-                cse_block(kernel.body.block, {})
+        for kernel in tile.kernels(op):
+            cse_block(kernel.body.block, {})

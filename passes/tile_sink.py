@@ -46,9 +46,7 @@ class TileSinkPass(ModulePass):
     levels = ("tile",)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for kernel in op.body.ops:
-            if not isinstance(kernel, tile.KernelOp):
-                continue
+        for kernel in tile.kernels(op):
             for tiles in kernel.body.block.ops:
                 if isinstance(tiles, tile.TilesOp):
                     sink_to_first_use(tiles.body.block)

@@ -39,5 +39,5 @@ def compile_with_tiling(
                 set_tiling(kernel, tiling)
     run_pipeline(module, ",".join(AFTER_TILING))
     irc.verify(module)
-    kernels = sum(1 for op in module.body.ops if isinstance(op, tile.KernelOp))
+    kernels = len(tile.kernels(module))
     return CompiledModule(emit_triton(module, "forced.ir"), device, kernels, module), module
