@@ -358,14 +358,19 @@ def _reduction(e: Emitter, node: fx.Node) -> SSAValue:
     keep = bool(_arg(node, 2, "keepdim", False))
     elem = out_elem(node)
     if name == "any":
-        counted = e.cast(_to_bool(e, x), dtype_elem(torch.int32))
-        return e.cast(_reduce(e, graph.ReduceMaxOp, counted, dims, keep), I1)
+        return _any(e, _to_bool(e, x), dims, keep)
     cls = {"sum": graph.ReduceSumOp, "mean": graph.ReduceMeanOp,
            "amax": graph.ReduceMaxOp, "amin": graph.ReduceMinOp,
            "max": graph.ReduceMaxOp, "min": graph.ReduceMinOp}[name]  # fmt: skip
     if name in ("sum", "mean"):
         x = e.cast(x, elem)
     return _reduce(e, cls, x, dims, keep)
+
+
+def _any(e: Emitter, mask: SSAValue, dims: list[int], keep: bool) -> SSAValue:
+    """Whether any of an i1 tensor's elements along `dims` is true (a max of 0s and 1s)."""
+    counted = e.cast(mask, dtype_elem(torch.int32))
+    return e.cast(_reduce(e, graph.ReduceMaxOp, counted, dims, keep), I1)
 
 
 def _variance(
@@ -542,6 +547,13 @@ def _index_tensor(e: Emitter, value: Any) -> SSAValue:
     return index
 
 
+def _from_the_end(e: Emitter, index: SSAValue, size: int) -> SSAValue:
+    """Negative indices counted from the end of a dim `size` long, as torch's `x[i]`."""
+    elem = element_of(index.type)
+    negative = e.op(graph.LtOp, index, e.scalar(0, elem))
+    return e.op(graph.WhereOp, negative, e.op(graph.AddOp, index, e.scalar(size, elem)), index)
+
+
 @converts(aten.index_select.default)
 def _index_select(e: Emitter, node: fx.Node) -> SSAValue:
     x, dim, index = node.args[:3]
@@ -582,12 +594,12 @@ def _index(e: Emitter, node: fx.Node) -> SSAValue:
     index = dtype_elem(torch.int64)
     linear: SSAValue | None = None
     for d, (_, node_index) in zip(dims, given, strict=True):
-        i = e.cast(_index_tensor(e, node_index), index)
-        size = e.scalar(shape[d], index)
-        i = e.op(graph.WhereOp, e.op(graph.LtOp, i, e.scalar(0, index)), e.op(graph.AddOp, i, size), i)
+        i = _from_the_end(e, e.cast(_index_tensor(e, node_index), index), shape[d])
         if len(dims) > 1:
             i = e.op(graph.MinimumOp, e.op(graph.MaximumOp, i, e.scalar(0, index)), e.scalar(shape[d] - 1, index))
-        linear = i if linear is None else e.op(graph.AddOp, e.op(graph.MulOp, linear, size), i)
+        if linear is not None:
+            i = e.op(graph.AddOp, e.op(graph.MulOp, linear, e.scalar(shape[d], index)), i)
+        linear = i
     assert linear is not None
     first, last = dims[0], dims[-1] + 1
     x = e.reshape(x, [*shape[:first], math.prod(shape[first:last]), *shape[last:]])

@@ -27,8 +27,10 @@ from irc.dialects import graph
 from irc.ir.types import ELEMENT_TYPES, FLOAT_TYPES, I1, element_of, shape_of, tensor
 from irc.passes.fuse import MAX_OPS
 from irc.pytorch.aten import (
+    _any,
     _arg,
     _dims,
+    _from_the_end,
     _in_f32,
     _index_tensor,
     _reduce,
@@ -154,7 +156,12 @@ def _trunc(e: Emitter, node: fx.Node) -> SSAValue:
     x = e.arg(node.args[0])
     if elem not in FLOAT_TYPES:
         return x
-    negative = e.op(graph.LtOp, x, e.scalar(0, elem))
+    return _truncated(e, x)
+
+
+def _truncated(e: Emitter, x: SSAValue) -> SSAValue:
+    """A float rounded toward zero: ceil below 0, floor above."""
+    negative = e.op(graph.LtOp, x, e.scalar(0, element_of(x.type)))
     return _where(e, negative, e.op(graph.CeilOp, x), e.op(graph.FloorOp, x))
 
 
@@ -314,9 +321,7 @@ def _scatter(e: Emitter, node: fx.Node) -> SSAValue:
         last = len(shape)
         moved = e.op(graph.TransposeOp, e.reshape(index, [*covers, 1]),
                      perm=int_list([*range(dim), last, *range(dim + 1, last), dim]))  # fmt: skip
-        matches = e.op(graph.EqOp, e.reshape(positions, [*shape, 1]), moved)
-        counted = e.cast(matches, ELEMENT_TYPES["i32"])
-        hit = e.cast(_reduce(e, graph.ReduceMaxOp, counted, [last], False), I1)
+        hit = _any(e, e.op(graph.EqOp, e.reshape(positions, [*shape, 1]), moved), [last], False)
     elem = element_of(x.type)
     if node.target == aten.scatter.value:
         value = e.operand(node.args[3], elem)
@@ -354,11 +359,9 @@ def _index_put(e: Emitter, node: fx.Node) -> SSAValue:
     index = e.cast(_index_tensor(e, index_node), INDEX)
     spanned = len(shape_of(index.type))
     count, size = math.prod(shape_of(index.type)), shape[dim]
-    flat = e.reshape(index, [1, count])
-    flat = _where(e, e.op(graph.LtOp, flat, e.scalar(0, INDEX)), e.op(graph.AddOp, flat, e.scalar(size, INDEX)), flat)
+    flat = _from_the_end(e, e.reshape(index, [1, count]), size)
     positions = e.op(graph.IotaOp, result_type=tensor([size, 1], INDEX), dim=IntegerAttr(0, i64))
-    matches = e.cast(e.op(graph.EqOp, positions, flat), ELEMENT_TYPES["i32"])
-    hit = e.cast(_reduce(e, graph.ReduceMaxOp, matches, [1], False), I1)
+    hit = _any(e, e.op(graph.EqOp, positions, flat), [1], False)
     rest = len(shape) - dim - 1
     hit = e.reshape(hit, [1] * dim + [size] + [1] * rest)
     return _where(e, hit, _written_value(e, value, dim, spanned, 1, rest), x)
@@ -748,12 +751,8 @@ def _integer_division(e: Emitter, node: fx.Node) -> SSAValue:
     f64 = ELEMENT_TYPES["f64"]
     a = e.cast(e.arg(x), elem)
     quotient = e.op(graph.DivOp, e.cast(a, f64), e.scalar(float(divisor), f64))
-    if mode == "floor":
-        quotient = e.op(graph.FloorOp, quotient)
-    else:
-        negative = e.op(graph.LtOp, quotient, e.scalar(0.0, f64))
-        quotient = _where(e, negative, e.op(graph.CeilOp, quotient), e.op(graph.FloorOp, quotient))
-    quotient = e.cast(quotient, elem)
+    rounded = e.op(graph.FloorOp, quotient) if mode == "floor" else _truncated(e, quotient)
+    quotient = e.cast(rounded, elem)
     if node.target == aten.div.Tensor_mode:
         return quotient
     return e.op(graph.SubOp, a, e.op(graph.MulOp, quotient, e.scalar(divisor, elem)))
