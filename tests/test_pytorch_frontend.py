@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import logging
 import operator
+import re
 import warnings
 from typing import Any
 
@@ -459,6 +460,25 @@ def test_irc_import_says_in_a_line_what_the_users_code_raised(
         assert f"irc-import: error: {message}" in err, err
         assert "Traceback" not in err
     assert f"({model}:10)" in _import_error(main, [f"{model}:Branch", "--input", "3xf32"], capsys)
+
+
+@pytest.mark.parametrize("name", ["x\n}\nfunc @evil", '"; import os', "../../etc/passwd", "@f %x"])
+def test_irc_import_names_the_function_only_with_name_characters(name: str, tmp_path: Any) -> None:
+    """--name reaches the .ir text: whatever it holds, the file has one function whose
+    name is made of name characters, which irc-opt compiles."""
+    from irc.pytorch.cli import main
+    from irc.tools.opt import run
+
+    model = tmp_path / "model.py"
+    model.write_text("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
+                     "        return x.sin()\n")  # fmt: skip
+    out = tmp_path / "m.ir"
+    assert main([f"{model}:M", "--input", "3xf32", "--name", name, "-o", str(out)]) == 0
+    text = out.read_text()
+    functions = [line for line in text.splitlines() if line.startswith("func @")]
+    assert len(functions) == 1 and "evil" not in text.replace(functions[0], "")
+    assert re.fullmatch(r"func @[\w.$-]+\(.*", functions[0]), functions[0]
+    assert run([str(out), "--fuse", "--emit", "triton"]) == 0
 
 
 def _import_error(main: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
