@@ -541,7 +541,11 @@ class GeluOp(UnaryOp):
     approximate = opt_prop_def(Attribute)
     FN: ClassVar[str] = "gelu"
     REFERENCE: ClassVar[str | None] = "torch.nn.functional.gelu"  # with approximate=
-    TRITON: ClassVar[Template | None] = "0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476))"
+    TRITON: ClassVar[Template | None] = {
+        "float": "0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476))",
+        # x * Phi(x) through 2**p(|x|), half libdevice erff's instructions (helpers.py)
+        HALF_RESULT: "_irc_gelu_half({0})",
+    }
     EXTRA_FNS: ClassVar[Mapping[str, Template]] = {
         "gelu_tanh": {
             # exp(-2u) with 2u = 2 sqrt(2 / pi) (x + 0.044715 x**3); in log2 units for halves
@@ -669,7 +673,11 @@ MulOp = _binary(
 )
 DivOp = _binary(
     "div", "a / b (true division)", "float", reference="torch.true_divide",
-    triton="{0} / {1}", cost=TRANSCENDENTAL,
+    # Triton's f32 `/` is div.full.f32 (2 ulp); torch divides correctly rounded, and
+    # round(x, decimals=3)'s r / 1000 must give its bits. A result only rounded to a
+    # half type keeps the fast form.
+    triton={"f32": "tl.div_rn({0}, {1})", "float": "{0} / {1}", HALF_RESULT: "{0} / {1}"},
+    cost=TRANSCENDENTAL,
     fuzz=Fuzz(domain="positive", bound=1.0, scale="same", normalizer=True),  # |b| + 1
 )
 MaximumOp = _binary(

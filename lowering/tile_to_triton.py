@@ -52,8 +52,8 @@ import triton
 import triton.language as tl
 
 from irc.runtime.helpers import (  # the @triton.jit helpers the kernels call
-    _irc_dot_bf16, _irc_dot_split_tf32, _irc_exp, _irc_from_bf16, _irc_max, _irc_min, _irc_pow,
-    _irc_tanh, _irc_tf32_parts, _irc_to_bf16, _irc_wait_for_previous_kernel,
+    _irc_dot_bf16, _irc_dot_split_tf32, _irc_exp, _irc_from_bf16, _irc_gelu_half, _irc_max,
+    _irc_min, _irc_pow, _irc_tanh, _irc_tf32_parts, _irc_to_bf16, _irc_wait_for_previous_kernel,
 )
 from irc.runtime.launch import host_functions
 

@@ -104,3 +104,49 @@ func @f(%x: tensor<64xbf16>, %z: tensor<64xf32>) -> (tensor<64xbf16>, tensor<64x
     wide = graph.GeluOp.EXTRA_FNS["gelu_tanh"]["float"]  # type: ignore[index]
     assert half.split("{0}")[1] in source and wide.split("{0}")[1] in source
     assert source.count("tl.exp2(") == 1 and source.count("_irc_exp(-1.59") == 1
+
+
+def gelu_erf_f64(x: torch.Tensor) -> torch.Tensor:
+    """x * Phi(x) in f64, Phi through erfc (no cancellation for negative x)."""
+    x = x.double()
+    return x * 0.5 * torch.special.erfc(-x * 0.7071067811865476)
+
+
+@pytest.mark.parametrize("el", list(TYPES))
+def test_erf_gelu_matches_torch_and_f64(el: str) -> None:
+    """The exact GELU: libdevice's erff for f32 results, 2**p(|x|) for the normal tail
+    where the result is rounded to f16 or bf16 (irc.runtime.helpers._irc_gelu_half).
+    +inf is left out: torch's CPU GELU gives NaN or inf for it by the tensor's length."""
+    x = values(el)
+    x = x[x != float("inf")]
+    t = f"tensor<{x.numel()}x{el}>"
+    text = f"func @f(%x: {t}) -> {t} {{\n  %y = graph.gelu %x : {t}\n  return %y : {t}\n}}\n"
+    compiled = irc.compile(irc.parse(text, "gelu.ir"), device=DEVICE)
+    assert ("_irc_gelu_half(" in compiled.source) == (el != "f32")
+    (got,) = compiled.run("f", [x.to(DEVICE)])
+    got, eager = got.cpu(), F.gelu(x.to(DEVICE)).cpu()
+    verdict = judge(got, eager, Yardstick(exact=gelu_erf_f64(x)))
+    assert verdict.ok, verdict.line
+    assert torch.equal(got.isnan(), eager.isnan())
+    both_zero = (got == 0) & (eager == 0)
+    assert torch.equal(got[both_zero].signbit(), eager[both_zero].signbit())
+
+
+def test_f32_division_is_correctly_rounded_and_half_results_keep_the_fast_form() -> None:
+    """Triton's f32 `/` is div.full.f32, 2 ulp on the GPU; torch's division is
+    correctly rounded (round(x, decimals=3) divides by 1000 and must give its bits)."""
+    text = """
+func @f(%x: tensor<64xf32>, %y: tensor<64xf32>, %a: tensor<64xbf16>, %b: tensor<64xbf16>) -> (tensor<64xf32>, tensor<64xbf16>) {
+  %q = graph.div %x, %y : tensor<64xf32>
+  %h = graph.div %a, %b : tensor<64xbf16>
+  return %q, %h : tensor<64xf32>, tensor<64xbf16>
+}
+"""
+    compiled = irc.compile(irc.parse(text, "div.ir"), device=DEVICE)
+    assert compiled.source.count("tl.div_rn(") == 1
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(64, generator=g) * 1e3, torch.randn(64, generator=g).abs() + 0.5
+    a, b = x.bfloat16(), y.bfloat16()
+    q, h = compiled.run("f", [v.to(DEVICE) for v in (x, y, a, b)])
+    assert torch.equal(q.cpu(), x / y)
+    torch.testing.assert_close(h.cpu(), a / b)

@@ -36,8 +36,8 @@ import triton
 import triton.language as tl
 
 from irc.runtime.helpers import (
-    _irc_dot_bf16, _irc_dot_split_tf32, _irc_exp, _irc_from_bf16, _irc_max, _irc_min, _irc_pow,
-    _irc_tanh, _irc_tf32_parts, _irc_to_bf16, _irc_wait_for_previous_kernel,
+    _irc_dot_bf16, _irc_dot_split_tf32, _irc_exp, _irc_from_bf16, _irc_gelu_half, _irc_max,
+    _irc_min, _irc_pow, _irc_tanh, _irc_tf32_parts, _irc_to_bf16, _irc_wait_for_previous_kernel,
 )
 
 
@@ -70,6 +70,12 @@ def exp(x, out, N: tl.constexpr):
 def tanh(x, out, N: tl.constexpr):
     i = tl.arange(0, N)
     tl.store(out + i, _irc_tanh(tl.load(x + i)))
+
+
+@triton.jit
+def gelu_half(x, out, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out + i, _irc_gelu_half(tl.load(x + i)))
 
 
 @triton.jit
@@ -142,6 +148,7 @@ FUNCTIONS = {
     "row_max_min": lambda x: one_block(row_max_min, (x,), rows=x.shape[0]),
     "exp": lambda x: one_block(exp, (x,)),
     "tanh": lambda x: one_block(tanh, (x,)),
+    "gelu_half": lambda x: one_block(gelu_half, (x,)),
     "pow": lambda x, y: one_block(power, (x, y)),
     "to_bf16": lambda x: one_block(to_bf16, (x,), torch.bfloat16),
     "from_bf16": lambda x: one_block(from_bf16, (x,), torch.float32),
@@ -293,6 +300,39 @@ def test_tanh_is_accurate_to_a_few_ulp_near_zero(kernels: ModuleType) -> None:
     want = torch.tanh(x.double())  # correctly rounded to f32 but for ~1e-16
     torch.testing.assert_close(got.double(), want, rtol=4 * EPS32, atol=0, equal_nan=True)
     assert torch.equal(torch.signbit(got[:2]), torch.tensor([False, True]))
+
+
+def exact_gelu(x: torch.Tensor) -> torch.Tensor:
+    """x * Phi(x) in f64 through math.erfc (no cancellation for negative x)."""
+    return torch.tensor(
+        [v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x.double().tolist()], dtype=torch.float64
+    )
+
+
+def test_gelu_half_is_within_3e_6_of_the_exact_gelu(kernels: ModuleType) -> None:
+    # Its result is only rounded to f16 or bf16 (graph.gelu's HALF_RESULT form): 3e-6
+    # relative is under a hundredth of an f16 half ulp (2**-12), everywhere, tails
+    # included (x * Phi(x) for x = -5 is -1.4e-6, which f16 and bf16 both hold).
+    x = torch.cat([torch.linspace(-5.5, 5.5, 4094), torch.linspace(-0.001, 0.001, 2)]).float()
+    got, want = run(kernels, "gelu_half", x).double(), exact_gelu(x)
+    nonzero = want != 0
+    relative = ((got - want).abs() / want.abs())[nonzero]
+    assert relative.max() <= 3e-6, relative.max()
+    assert (got[~nonzero] == 0).all()
+
+
+def test_gelu_half_beyond_its_range_and_at_special_values(kernels: ModuleType) -> None:
+    # Beyond |x| = 5.5 the tail (under 2e-8 of x) is dropped, as torch's f32 1 + erf
+    # drops it; gelu(inf) is inf and gelu(-inf) NaN ((-inf) * 0), as the f32 form's.
+    x = padded([0.0, -0.0, INF, -INF, NAN, 5.6, -5.6, 1e4, -1e4, 3e38, -3e38, 1e-30], 32)
+    got = run(kernels, "gelu_half", x)
+    assert got[2] == INF and got[3].isnan() and got[4].isnan()
+    assert torch.signbit(got[1]) and not torch.signbit(got[0])
+    finite = torch.ones(32, dtype=torch.bool)
+    finite[2:5] = False
+    want = exact_gelu(x[finite])
+    torch.testing.assert_close(got[finite].double(), want, rtol=3e-6, atol=1e-7)
+    assert (got[[6, 8, 10]] == 0).all()
 
 
 def test_f32_pow_is_accurate_where_b_log2_a_is_large(kernels: ModuleType) -> None:
