@@ -9,8 +9,9 @@ GPU core idle. When such a kernel has one large reduction (at least
 - stage 2: the original kernel, whose reduction now reads the G partials.
 
 G is the largest power of two that divides N (no chunk is ragged) and is at
-most `splits` and N / `min_chunk`; a reduction whose size has no such divisor
-of at least 16 is left alone.
+most `splits` and N / `min_chunk`, where that gives every SM `PROGRAMS_PER_SM`
+programs (or reaches those bounds); otherwise G is the bound, the last chunk
+short (`ragged_count`), and a reduction too small for 16 chunks is left alone.
 
 Why up to 8192 chunks and not fewer, larger ones: the programs that run at the
 same time should read a compact window of memory, and the last wave of
@@ -729,8 +730,8 @@ def split_chunks(
     """How many chunks to split `kernel`'s reduced space into (1: leave it).
 
     No parallel dims (a full reduction): the largest power of two dividing N
-    that is at most `splits` and N / `min_chunk`, and at least 16 (the module
-    docstring says why). With parallel dims: the fewest power-of-two chunks that
+    that is at most `splits` and N / `min_chunk`, where it fills the GPU, else
+    that bound in ragged chunks, and at least 16 (the module docstring says why). With parallel dims: the fewest power-of-two chunks that
     give the GPU `PROGRAMS_PER_SM` programs an SM under the tiling `tile` would
     choose, as long as a chunk is at least `min_chunk` elements a program and a
     full step of its tile (rows that an epilogue or a dependent reduction reads
@@ -765,10 +766,13 @@ def split_chunks(
     if not parallel:
         if n < threshold:
             return 1
-        g = split_count(n, min(splits, most, n // min_chunk))
-        if g >= 16:
+        cap = min(splits, most, n // min_chunk)
+        g = split_count(n, cap)
+        if g >= min(cap, PROGRAMS_PER_SM * sms) and g >= 16:
             return g
-        return ragged_count(n, min(splits, most, n // min_chunk))
+        # The even chunks would leave SMs idle (9100 x 5372 is 16 x an odd number:
+        # 16 programs of 3 million elements took 7x torch.compile's time on an H200).
+        return ragged_count(n, cap)
     shape = kernel_shape(kernel)
     if shape.shared_bytes:
         # Rows that read a shared operand fill the GPU with rows (shared_rows_tiling):

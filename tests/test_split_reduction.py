@@ -56,7 +56,9 @@ def test_split_count_is_the_largest_power_of_two_divisor_up_to_the_cap() -> None
         ([1024, 1024], (1024, 1024)),
         ([256, 256], (64, 1024)),
         ([3, 65536], (128, 1536)),  # 3 * 2^16: the largest power of two up to 192
-        ([300, 300], (16, 5625)),  # 2^4 * 5625: the fewest chunks that still split
+        # 2^4 * 5625: 16 even chunks would leave SMs idle; the most up to N / min_chunk
+        # (87: 64), ragged as below
+        ([300, 300], (64, 1407)),
         # 90,300 = 2^2 * ...: no power-of-two divisor of 16 or more, so ragged chunks:
         # the most up to N / min_chunk (64), each ceil(N / 64) long, the last one short
         ([300, 301], (64, 1411)),
