@@ -213,10 +213,18 @@ def loop_tilings(text: str, target: Target) -> list[Tiling]:
         # An odd element count: the last program's mask makes accesses scalar.
         (reshape_output(3, 4099, 1001, "bf16"), H100, Tiling((1024,), 8)),
         (cos_reshape_cos(3001, 4097, "bf16"), H100, Tiling((1024,), 8)),
+        (cos_reshape_cos(3001, 4097, "f32"), H200, Tiling((512,), 4)),
+        # An even count, no multiple of 4: accesses of two f32, four of them a thread.
+        (cos_reshape_cos(12217, 12746, "f32"), H200, Tiling((1024,), 4)),
+        (cos_reshape_cos(12217, 12746, "f32"), H100, Tiling((2048,), 8)),
+        # bf16 pairs (a count of 2 mod 4): 8 a thread; of 4 mod 8: 16.
+        (cos_reshape_cos(3001, 4098, "bf16"), H100, Tiling((2048,), 8)),
+        (reshape_output(3, 4099, 1004, "bf16"), H100, Tiling((2048,), 8)),
     ],
     ids=[
         "two-f32-h100", "two-f32-h200", "permute-f32", "permute-bf16-h100", "permute-bf16-h200",
-        "two-bf16", "cos-cos-f32", "odd-bf16", "odd-cos-bf16",
+        "two-bf16", "cos-cos-f32", "odd-bf16", "odd-cos-bf16", "odd-cos-f32",
+        "even-cos-f32-h200", "even-cos-f32-h100", "pairs-cos-bf16", "quads-bf16",
     ],
 )  # fmt: skip
 def test_element_wise_programs_keep_the_targets_bytes_in_flight(
