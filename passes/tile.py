@@ -952,6 +952,25 @@ dim is that wide: two lines. In a sweep of split-stage tilings on an H200 the
 fastest were this wide (7608 x 11982 f32: 64 x 32 in 101 us, the best of 32 columns
 105; 39 x 980 x 1173 bf16: 128 x 8 in 37.6 us, the best of 32 columns 41.5; a 768-
 column f32 sum was as fast either way)."""
+COLUMN_RUN_ELEMENTS = 128
+"""Kept elements a column program reads side by side where its tiles, that wide, still
+give every SM half of `COLUMN_PROGRAMS_PER_SM`: wider than `COLUMN_ROW_BYTES` for
+4-byte elements (512 bytes), the same for 2-byte ones, and at most
+`COLUMN_RUN_BYTES`. The chunks of a split are still counted on `COLUMN_ROW_BYTES`
+tiles; their split stage then runs half as many programs, each reading runs twice
+as long. f32 on an H200, this rule against 256 bytes (torch.compile in brackets),
+us: column sums 9586 x 12387 140.5 against 183.7 (149.0), 6801 x 7852 64.0 / 72.0
+(84.5), 8192 x 8192 74.9 / 81.6 (76.8), 12000 x 5001 77.9 / 94.1 (79.8), 4754 x
+10222 58.9 / 67.1 (63.6), 30011 x 700 31.7 / 34.0 (54.7), 3682 x 3810 23.3 / 24.2;
+row and column sums of 8192 x 8192 137.3 / 144.9 (142.7); leading, middle and
+batch-norm reductions within 2% either way. Slower: 64 x 262144, unsplit, 25.2
+against 23.9 (32.3). bf16 tiles of 256 elements were slower on three of four split
+column sums (8192 x 8192 50.1 against 49.2, 9000 x 7001 54.3 / 52.0, 3000 x 12000
+36.4 / 32.3; 6001 x 3001 24.4 / 32.7), and counting the chunks on the wider tiles
+too (more chunks) lost the f32 gain (9586 x 12387: 170.8)."""
+COLUMN_RUN_BYTES = 512
+"""The most bytes of a row `COLUMN_RUN_ELEMENTS` makes a column program read side by
+side (64 f64: wider was not measured)."""
 COLUMN_THREAD_BYTES = 32
 """Bytes a thread of a column reduction loads a step: two 16-byte vectors."""
 COLUMN_WARPS = 4
@@ -985,14 +1004,25 @@ def column_width(shape: KernelShape, sms: int) -> int:
     `COLUMN_ROW_BYTES` of the contiguous kept dim where its tiles give every SM
     `COLUMN_PROGRAMS_PER_SM` programs and pad the kept dim by at most an eighth
     more lanes than one 128-byte line's (129 f32 columns: 3 tiles of 64 waste 63
-    lanes, 5 tiles of 32 waste 31); otherwise one full line, which makes the most
+    lanes, 5 tiles of 32 waste 31), and `COLUMN_RUN_ELEMENTS` where those are wider
+    and still give half as many; otherwise one full line, which makes the most
     tiles (a split's chunks are counted on those); the kept dim itself where it is
     narrower."""
     columns = shape.columns
     wide, line = column_widths(shape)
-    if column_programs(shape, wide) >= COLUMN_PROGRAMS_PER_SM * sms:
-        return wide if 8 * _cdiv(columns, wide) * wide <= 9 * _cdiv(columns, line) * line else line
-    return line
+    want = COLUMN_PROGRAMS_PER_SM * sms
+
+    def snug(x: int) -> bool:  # pads the kept dim by at most an eighth more than a line
+        return 8 * _cdiv(columns, x) * x <= 9 * _cdiv(columns, line) * line
+
+    if column_programs(shape, wide) < want or not snug(wide):
+        return line
+    run = min(
+        next_pow2(columns), COLUMN_RUN_ELEMENTS, max(1, COLUMN_RUN_BYTES // shape.element_bytes)
+    )
+    if run > wide and 2 * column_programs(shape, run) >= want and snug(run):
+        return run
+    return wide
 
 
 def column_widths(shape: KernelShape) -> tuple[int, int]:

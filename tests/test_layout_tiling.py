@@ -28,6 +28,7 @@ from irc.ir.types import element_bytes, numel
 from irc.passes.tile import (
     COLUMN_PROGRAMS_PER_SM,
     COLUMN_ROW_BYTES,
+    COLUMN_RUN_ELEMENTS,
     COLUMN_THREAD_BYTES,
     IN_FLIGHT_BYTES,
     LINE_BYTES,
@@ -231,7 +232,8 @@ def element_size(load: tile.LoadOp) -> int:
 def test_split_column_reductions_keep_an_sms_loads_in_flight(
     shape: tuple[int, ...], dims: list[int], el: str
 ) -> None:
-    """Each row is read a whole 128- or 256-byte run wide, a program's step is 32
+    """Each row is read a whole 128- or 256-byte run wide (128 f32, 512 bytes, where
+    half as many programs still fill the GPU: `COLUMN_RUN_ELEMENTS`), a program's step is 32
     bytes a thread (4 KB for 4 warps, 8 KB for 8) or all its rows at once, and the
     reduced rows are split into enough chunks that the GPU holds at least half of
     `IN_FLIGHT_BYTES` an SM in flight; the second stage reads each column's
@@ -244,7 +246,7 @@ def test_split_column_reductions_keep_an_sms_loads_in_flight(
     for load in streamed_loads(first):
         x, r = load.result.type.get_shape()  # type: ignore[attr-defined]
         size = element_size(load)
-        assert x * size in (LINE_BYTES, COLUMN_ROW_BYTES)
+        assert x * size in (LINE_BYTES, COLUMN_ROW_BYTES) or x == COLUMN_RUN_ELEMENTS
         assert loops(first) == 0 or x * r * size == warps * 32 * COLUMN_THREAD_BYTES
         assert unit_stride_axes(load.offsets) == {0}
         assert load.evict.data == "first", "a streamed input leaves L2 first, ragged chunks too"
@@ -275,13 +277,19 @@ def test_partials_of_a_kept_dim_of_no_power_of_two_fit_one_step(
 
 
 def test_wide_column_tiles_where_kept_tiles_alone_fill_the_gpu() -> None:
-    """Enough columns for every SM's programs without a split: one kernel, 256 bytes
-    of each row side by side."""
+    """Enough columns for every SM's programs without a split: one kernel, 128 f32 of
+    each row side by side (512 bytes, `COLUMN_RUN_ELEMENTS`: half as many programs
+    still fill the GPU)."""
     module = tiled(reduce_fn("reduce_sum", (64, 262144), [0]))
     ((k, programs, _),) = launches(module)
-    assert programs == 262144 // 64
+    assert programs == 262144 // COLUMN_RUN_ELEMENTS
     for load in streamed_loads(k):
-        assert load.result.type.get_shape()[0] * 4 == COLUMN_ROW_BYTES  # type: ignore[attr-defined]
+        assert load.result.type.get_shape()[0] == COLUMN_RUN_ELEMENTS  # type: ignore[attr-defined]
+    # 300 f32 columns: 128-wide tiles would pad them to 384, 64-wide to 320 (an eighth)
+    module = tiled(reduce_fn("reduce_sum", (8192 * 8, 300), [0]))
+    for k, _, _ in launches(module)[:1]:
+        for load in streamed_loads(k):
+            assert load.result.type.get_shape()[0] < COLUMN_RUN_ELEMENTS  # type: ignore[attr-defined]
 
 
 def test_column_chunks_follow_the_sm_count() -> None:
