@@ -145,7 +145,7 @@ def _irc_gelu_half(x):
     # bf16 (graph.gelu's HALF_RESULT form). Phi(x) is 1 - q or q by the sign of x, q
     # the normal tail P(N > |x|) = erfc(|x| / sqrt(2)) / 2, as 2**p(|x|): p is a
     # degree-9 Chebyshev least-squares fit of log2 q on [0, 5.5]. Measured against
-    # math.erfc (tests/test_gelu_half.py): q within 3e-6 relative, 1e-6 below |x| = 2,
+    # math.erfc (tests/test_runtime.py): q within 3e-6 relative, 1e-6 below |x| = 2,
     # so x * Phi(x) is within 3e-6 relative everywhere, under a hundredth of an f16
     # half ulp; beyond |x| = 5.5, q < 2e-8 is 0, as torch's 1 + erf(x / sqrt(2)) is
     # there. 16 instructions an element on sm_90 against libdevice erff's 32 (its two
