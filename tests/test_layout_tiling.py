@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 from collections.abc import Iterator
 
 import pytest
@@ -442,6 +443,38 @@ def test_sizes_with_a_small_power_of_two_divisor_split_in_ragged_chunks(
         module = tiled(sigmoid_and_max(shape, el))
         assert_grids_fill_the_gpu(module)
         assert launches(module)[0][1] >= 4 * SMS
+
+
+def random_reductions(seed: int, count: int) -> list[str]:
+    """Programs of the reduction families at random sizes (2,000-13,000 a dim, any
+    factorization): full reductions beside a full-size output, normalizations by a
+    full sum, column sums, leading and middle reductions, f32 and bf16."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        n, m = rng.randint(2000, 13000), rng.randint(2000, 13000)
+        el = rng.choice(["f32", "bf16"])
+        out.append(
+            rng.choice(
+                [
+                    sigmoid_and_max((n, m), el),
+                    normalize_by_sum((n, m)),
+                    reduce_fn("reduce_sum", (n, m), [0], el),
+                    reduce_fn("reduce_max", (n, m), [0, 1], el),
+                    reduce_fn("reduce_sum", (rng.randint(2, 40), n, m // 8), [0, 1], el),
+                    reduce_fn("reduce_mean", (rng.randint(2, 40), n, m // 64), [1], el),
+                ]
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("text", random_reductions(seed=26, count=12), ids=range(12))
+def test_reductions_of_random_sizes_fill_the_gpu(text: str) -> None:
+    """The split rules hold for sizes no test names: every kernel over 4M elements or
+    more gives each SM 4 programs (issue 16: no single-program kernel over large data;
+    9100 x 5372 = 16 x odd once got 16)."""
+    assert_grids_fill_the_gpu(tiled(text))
 
 
 def test_ragged_chunks_of_a_small_power_of_two_divisor_match_torch() -> None:
