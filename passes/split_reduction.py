@@ -731,14 +731,15 @@ def split_chunks(
 
     No parallel dims (a full reduction): the largest power of two dividing N
     that is at most `splits` and N / `min_chunk`, where it fills the GPU, else
-    that bound in ragged chunks, and at least 16 (the module docstring says why). With parallel dims: the fewest power-of-two chunks that
-    give the GPU `PROGRAMS_PER_SM` programs an SM under the tiling `tile` would
-    choose, as long as a chunk is at least `min_chunk` elements a program and a
-    full step of its tile (rows that an epilogue or a dependent reduction reads
-    again, a softmax's, stay one kernel). Where programs combine partials they did not make
-    (a reduction reading another, a foreach reading one), chunks are at least G
-    long, so that combining (reads of a small partials buffer, from L2) costs no
-    more reads than the chunk's own from DRAM.
+    that bound in ragged chunks, and at least 16 (the module docstring says
+    why). With parallel dims: the fewest power-of-two chunks that give the GPU
+    `PROGRAMS_PER_SM` programs an SM under the tiling `tile` would choose, as
+    long as a chunk is at least `min_chunk` elements a program and a full step of
+    its tile (rows that an epilogue or a dependent reduction reads again, a
+    softmax's, stay one kernel). Where programs combine partials they did not
+    make (a reduction reading another, a foreach reading one), chunks are at
+    least G long, so that combining (reads of a small partials buffer, from L2)
+    costs no more reads than the chunk's own from DRAM.
     """
     if loop.kernel_kind(kernel) is not KernelKind.REDUCTION:
         return 1
