@@ -142,6 +142,8 @@ class CompiledTorchModule:
                 self._mutations.append((i, out.target, user_inputs.index(out.target)))
             elif out.kind != OutputKind.USER_OUTPUT:
                 raise Unsupported(f"output {out.arg} of kind {out.kind.name}")
+        self._written_back = {i for i, _, _ in self._mutations}
+        """Outputs that are in-place writes, not the user's results."""
 
     def _wants_grad(self, flat: list[Any]) -> bool:
         """Whether eager would have recorded a gradient for this call."""
@@ -175,7 +177,7 @@ class CompiledTorchModule:
         for i, target, user_input in self._mutations:  # what eager writes in place
             written = self.module.get_buffer(target) if user_input is None else flat[user_input]
             written.copy_(outputs[i])
-        user = [o for i, o in enumerate(outputs) if i not in {m for m, _, _ in self._mutations}]
+        user = [o for i, o in enumerate(outputs) if i not in self._written_back]
         return pytree.tree_unflatten(user, self._out_spec)
 
 
