@@ -1017,9 +1017,7 @@ def column_width(shape: KernelShape, sms: int) -> int:
 
     if column_programs(shape, wide) < want or not snug(wide):
         return line
-    run = min(
-        next_pow2(columns), COLUMN_RUN_ELEMENTS, max(1, COLUMN_RUN_BYTES // shape.element_bytes)
-    )
+    run = min(COLUMN_RUN_ELEMENTS, kept_width(shape, COLUMN_RUN_BYTES))
     if run > wide and 2 * column_programs(shape, run) >= want and snug(run):
         return run
     return wide
@@ -1028,10 +1026,13 @@ def column_width(shape: KernelShape, sms: int) -> int:
 def column_widths(shape: KernelShape) -> tuple[int, int]:
     """The two widths a column reduction's tiles take: `COLUMN_ROW_BYTES` and one
     128-byte line of the kept dim, in elements (the kept dim where it is narrower)."""
-    return tuple(  # type: ignore[return-value]
-        min(next_pow2(shape.columns), max(1, b // shape.element_bytes))
-        for b in (COLUMN_ROW_BYTES, LINE_BYTES)
-    )
+    return kept_width(shape, COLUMN_ROW_BYTES), kept_width(shape, LINE_BYTES)
+
+
+def kept_width(shape: KernelShape, row_bytes: int) -> int:
+    """Kept elements in `row_bytes` of a column reduction's row (the kept dim where
+    it is narrower)."""
+    return min(next_pow2(shape.columns), max(1, row_bytes // shape.element_bytes))
 
 
 def column_step_rows(x: int, element_bytes: int, warps: int = COLUMN_WARPS) -> int:
