@@ -533,6 +533,25 @@ def test_target_sm_count_reaches_the_split() -> None:
     assert counts[0] >= 4 * 8 and counts[1] >= 4 * 132
 
 
+@pytest.mark.parametrize("shape", [(999, 1333), (1501, 700)], ids=str)
+def test_column_runs_of_128_f32_match_torch_at_odd_sizes(shape: tuple[int, int]) -> None:
+    """A 4-SM target gives these sums split stages 128 f32 wide (`COLUMN_RUN_ELEMENTS`,
+    the last tile ragged): they run in the interpreter and agree with torch."""
+    from irc.compiler import triton_source
+    from irc.runtime.loader import load_source
+    from irc.target import Target
+
+    module = irc.parse(reduce_fn("reduce_sum", shape, [0]), "t.ir")
+    run_pipeline(module, "fuse")
+    source = triton_source(module, target=Target(sms=4))
+    first = next(k for k in tile.kernels(module) if k.kernel_name.data.endswith("_split"))
+    for load in streamed_loads(first):
+        assert load.result.type.get_shape()[0] == COLUMN_RUN_ELEMENTS  # type: ignore[attr-defined]
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    got = load_source(source, DEVICE).FUNCTIONS["f"](x)
+    assert_close(got.cpu(), x.cpu().double().sum(0).float(), rtol=1e-5, atol=1e-4)
+
+
 def test_torch_reference_is_not_trivial() -> None:
     """The inputs the checks above use are not all equal (a reduction that ignores
     its input would not pass by luck)."""
