@@ -32,9 +32,11 @@ from irc.ir.types import (
     FLOAT_NAMES,
     FLOAT_TYPES,
     I1,
+    element_bytes,
     element_name,
     format_type,
 )
+from irc.passes.tile import VECTOR_BYTES, vector_elements
 from irc.syntax.diagnostics import IrcError, op_location
 
 TL_DTYPE = {n: f"tl.{e.triton}" for n, e in ELEMENTS.items()}
@@ -160,6 +162,69 @@ REDUCE_COMBINE = {"sum": "sum", "max": "_irc_max", "min": "_irc_min"}
 """tile.reduce kinds -> the combine function of tl.reduce (tl.sum for sums)."""
 
 
+def partial_last_program(kernel: tile.KernelOp) -> tuple[SSAValue, int] | None:
+    """(mask, full programs) of a kernel whose programs take `block` consecutive
+    elements each, `i = program_id * block + arange(block)`, under the bounds mask
+    `i < n`, where `n` is no multiple of the block and a masked access of `i` is
+    narrower than 16 bytes for it: Triton splits an access into the widths over
+    which the mask is constant, element by element for an odd `n`. Before the last
+    program the mask is all true; written so, it lets the accesses of those
+    programs be 16-byte vectors."""
+    grid = [_int(g) for g in kernel.grid.data]
+    if len(grid) != 1 or kernel.persistent is not None:
+        return None
+    for op in kernel.body.block.ops:
+        match = _bounds_mask(op)
+        if match is None:
+            continue
+        mask, index, block, n = match
+        if n % block == 0 or grid[0] != -(-n // block) or grid[0] < 2:
+            continue
+        for use in mask.uses:
+            access = use.operation
+            if isinstance(access, tile.LoadOp | tile.StoreOp) and access.offsets is index:
+                size = element_bytes(access.ptr.type.pointee)  # type: ignore[attr-defined]
+                if vector_elements(n, size) * size < VECTOR_BYTES:
+                    return mask, n // block
+    return None
+
+
+def _bounds_mask(op: Operation) -> tuple[SSAValue, SSAValue, int, int] | None:
+    """(mask, index, block, n) where `op` is `index < n` of a constant `n` and `index`
+    is `program_id(0) * block + arange(block)` (the first program's block first)."""
+    if not (isinstance(op, tile.ApplyOp) and op.fn.data == "lt" and len(op.args) == 2):
+        return None
+    index, bound = op.args
+    n = _constant(bound)
+    add = index.owner
+    if n is None or not (isinstance(add, tile.ApplyOp) and add.fn.data == "add"):
+        return None
+    for start, lanes in (add.args, add.args[::-1]):
+        if not isinstance(lanes.owner, tile.ArangeOp):
+            continue
+        block = _int(lanes.owner.size)
+        mul = start.owner
+        if isinstance(mul, tile.ApplyOp) and mul.fn.data == "mul" and len(mul.args) == 2:
+            pid, step = mul.args
+            if _constant(pid) == block:
+                pid, step = step, pid
+            if (
+                isinstance(pid.owner, tile.ProgramIdOp)
+                and _int(pid.owner.axis) == 0
+                and _constant(step) == block
+            ):
+                return op.results[0], index, block, n
+    return None
+
+
+def _constant(v: SSAValue) -> int | None:
+    """The value of an integer scalar `tile.constant`, else None."""
+    c = v.owner
+    if isinstance(c, tile.ConstantOp) and not _shape(v) and isinstance(c.value, IntegerAttr):
+        return _int(c.value)
+    return None
+
+
 class KernelPrinter:
     """One @triton.jit function from one tile.kernel."""
 
@@ -169,6 +234,7 @@ class KernelPrinter:
         self.names: dict[SSAValue, str] = {}
         self.lines: list[str] = []
         self.counter = 0
+        self.true_mask: SSAValue | None = None  # emitted as all true (`partial_last_program`)
 
     def name(self, v: SSAValue) -> str:
         if v not in self.names:
@@ -184,7 +250,18 @@ class KernelPrinter:
         self.descriptors()
         if self.kernel.pdl is not None:
             self.emit(1, "_irc_wait_for_previous_kernel()")
-        self.block(self.kernel.body.block, 1)
+        peel = partial_last_program(self.kernel)
+        if peel is None:
+            self.block(self.kernel.body.block, 1)
+        else:
+            # The programs before the last see their bounds mask all true: a constant
+            # mask, over which Triton keeps 16-byte accesses (docs/lowering.md).
+            self.true_mask, full = peel
+            self.emit(1, f"if tl.program_id(0) < {full}:")
+            self.block(self.kernel.body.block, 2)
+            self.true_mask = None
+            self.emit(1, "else:")
+            self.block(self.kernel.body.block, 2)
         text = "@triton.jit\n" + head + "\n" + "\n".join(self.lines)
         if self.identifier != self.kernel.kernel_name.data:
             text = f"# tile.kernel {quoted(self.kernel.kernel_name.data)}\n" + text
@@ -284,7 +361,9 @@ class KernelPrinter:
 
     def op(self, op: Operation, depth: int) -> None:
         n = self.name
-        if isinstance(op, tile.ProgramIdOp):
+        if op.results and op.results[0] is self.true_mask:
+            self.assign(op, depth, f"tl.full({list(_shape(op.results[0]))}, 1, tl.int1)")
+        elif isinstance(op, tile.ProgramIdOp):
             self.assign(op, depth, f"tl.program_id({_int(op.axis)})")
         elif isinstance(op, tile.ArangeOp):
             self.assign(op, depth, f"tl.arange(0, {_int(op.size)})")

@@ -805,20 +805,14 @@ REFERENCE_BYTES = 8
 measured on (pw5, mul-add-relu: two f32 operands; irc/target.py)."""
 VECTOR_BYTES = 16
 """The widest access of one thread (ld.global.v4.b32)."""
-SCALAR_THREAD_ELEMENTS = 4
-"""Most accesses of an operand a thread of a kernel makes where its element count
-keeps them narrower than 16 bytes (see `pointwise_tiling`). Scalar accesses: 8 were
-twice as slow as 4 on a bf16 3x4099x1001 reshape and 2% slower on a 3001x4097 cos on
-an H100; 2 were 5-15% slower than 4. Accesses of two f32 (an even count): 4 of them,
-8 elements, were 7-10% faster than 2 on an H200 (cos -> reshape -> cos times a row,
-12217 x 12746: 362.9 us against 391.1, torch.compile 362.6; 5131 x 12286: 148.3
-against 164.1)."""
 
 
 def vector_elements(n: int, element_bytes: int) -> int:
     """Elements of the widest access (at most 16 bytes) that a masked kernel over `n`
     elements can make: the largest power of two dividing `n`. Triton's mask `i < n`
-    is constant over such groups only, and splits a wider access into these."""
+    is constant over such groups only, and splits a wider access into these; where
+    that is narrower than 16 bytes, tile-to-triton peels the last program
+    (`partial_last_program`), and the others make 16-byte accesses."""
     width = max(1, VECTOR_BYTES // element_bytes)
     while width > 1 and n % width:
         width //= 2
@@ -842,10 +836,14 @@ def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int) -> Ti
     whose time goes to arithmetic, at most two 16-byte vectors an access (and 8
     elements where each computes a few functions, `SEVERAL_FUNCTIONS_THREAD_ELEMENTS`),
     and half as many where each element's chain of functions is long (`LONG_CHAIN`).
-    Where the element count is not a multiple of the vector width, the mask of the last
-    program makes Triton split accesses into the widths the count allows (element by
-    element for an odd count), and a thread makes at most `SCALAR_THREAD_ELEMENTS` of
-    them.
+    The element count need not be a multiple of the vector width: tile-to-triton
+    peels the last program of such a kernel (`partial_last_program`), whose mask
+    would make Triton split every program's accesses into the widths the count
+    allows. Without the peel, 8 scalar accesses a thread were up to twice as slow
+    as 4; with it, 8 f32 of an odd count (two 16-byte vectors) were 11% faster than
+    4 masked scalars on an H200 (cos -> reshape -> cos times a row, 5755 x 7611:
+    111.2 us against 125.8, torch.compile 119.3; bf16 7001 x 5003: 89.6 against
+    101.9, torch.compile 94.1).
     """
     n = numel(shape.parallel)
     warps = max(1, block // (32 * thread_elements))
@@ -856,9 +854,6 @@ def pointwise_tiling(shape: KernelShape, block: int, thread_elements: int) -> Ti
     e = min(e, max(1, 2 * VECTOR_BYTES // shape.element_bytes))
     if 1 < shape.streamed_transcendentals < LONG_CHAIN:
         e = min(e, SEVERAL_FUNCTIONS_THREAD_ELEMENTS)
-    vector = vector_elements(n, shape.element_bytes)
-    if vector * shape.element_bytes < VECTOR_BYTES:
-        e = min(e, SCALAR_THREAD_ELEMENTS * vector)
     x = min(32 * warps * e, next_pow2(n))
     if shape.transcendentals >= LONG_CHAIN:
         e = max(1, e // 2)
