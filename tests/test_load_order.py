@@ -77,7 +77,27 @@ def test_no_select_repeats_a_loads_mask(shape: tuple[int, ...], dims: list[int],
                 assert not repeats, "a where that repeats the load's mask"
 
 
-@pytest.mark.parametrize(("shape", "dims", "el"), CASES[:2], ids=str)
+RAGGED = [((10100, 10503), [0], "bf16"), ((5003, 4099), [0], "bf16"), ((4679, 8066), [0], "bf16")]
+"""Column sums whose split chunks run past the last row (10100 rows in 27 chunks of
+375, 5003 in 18 of 278, 4679 in 19 of 247)."""
+
+
+@pytest.mark.parametrize(("shape", "dims", "el"), RAGGED, ids=str)
+def test_a_ragged_chunk_is_a_shorter_chunk_not_a_select(
+    shape: tuple[int, ...], dims: list[int], el: str
+) -> None:
+    """The split stage bounds the chunk's rows by `min(chunk, n - start)` in the mask
+    of its loads (`loop-to-tile`'s `ragged_chunk`): no `where` on the loaded values."""
+    stage = split_stage(column_sum(shape, dims, el))
+    (load,) = [op for op in stage.walk() if isinstance(op, tile.LoadOp)]
+    assert load.mask
+    selects = [op for op in stage.walk() if isinstance(op, tile.ApplyOp) and op.fn.data == "where"]
+    assert not selects
+    bounds = [op for op in stage.walk() if isinstance(op, tile.ApplyOp) and op.fn.data == "minimum"]
+    assert any(not isinstance(b.args[1].owner, tile.ConstantOp) for b in bounds), "no chunk limit"
+
+
+@pytest.mark.parametrize(("shape", "dims", "el"), CASES[:2] + RAGGED, ids=str)
 def test_a_steps_loads_are_issued_before_its_adds(
     shape: tuple[int, ...], dims: list[int], el: str, tmp_path: Path
 ) -> None:
