@@ -453,7 +453,8 @@ def attention_tiling(shape: KernelShape, shared_bytes: int = SHARED_BYTES) -> Ti
     the fastest or within 5% of it on each. f32 products (`ieee`) run on FMA
     units, whose operands Triton holds in registers too: 32 rows (1.26 ms for
     96 x 1024^2 causal, head dim 64, on an H100; 64 rows 1.29-1.40 ms, 128
-    spilled: 27.7 ms). Short sequences get smaller tiles.
+    spilled: 27.7 ms), and the Q, K and V tiles count among a thread's f32
+    (`ATTENTION_FMA_LIVE_F32`). Short sequences get smaller tiles.
     """
     *_, m, e = shape.parallel
     keys, head = shape.reduction
@@ -461,13 +462,19 @@ def attention_tiling(shape: KernelShape, shared_bytes: int = SHARED_BYTES) -> Ti
     operand = 2 if shape.half else 4
     rows = (64 if shape.banded else 128) if shape.half else 32
     bm = min(rows, max(16, next_pow2(m)))
+    budget = ATTENTION_LIVE_F32 if shape.half else ATTENTION_FMA_LIVE_F32
+
+    def live(bn: int) -> int:
+        """f32 values a program holds across a key step (`ATTENTION_FMA_LIVE_F32`)."""
+        held = bm * (be + bn)
+        return held if shape.half else held + bm * bd + bn * (bd + be)
+
     for widest in (128, 64):
         bn = min(widest, max(16, next_pow2(keys)))
         if widest > HALF_KEY_STEP and (shape.half or bm * bn > ATTENTION_SCORES):
             continue
-        live = bm * (be + bn)
-        warps = 4 if live <= ATTENTION_LIVE_F32 * 128 else 8
-        if live > ATTENTION_LIVE_F32 * 32 * warps:
+        warps = 4 if live(bn) <= budget * 128 else 8
+        if live(bn) > budget * 32 * warps:
             continue
         for stages in (3, 2) if shape.half else (2,):
             if 2 * operand * (bm * bd + stages * bn * (bd + be)) <= shared_bytes:
@@ -485,7 +492,7 @@ def attention_tiling(shape: KernelShape, shared_bytes: int = SHARED_BYTES) -> Ti
             bm //= 2
         else:
             break
-    return Tiling((bm, bn), 8 if bm * (be + bn) > 16384 else 4, stages)
+    return Tiling((bm, bn), 4 if live(bn) <= budget * 128 else 8, stages)
 
 
 ATTENTION_SCORES = 8192
@@ -507,6 +514,15 @@ ATTENTION_LIVE_F32 = 192
 """f32 values of an attention's accumulator and scores a thread may hold: 192 of
 its 255 registers, the rest for addresses, the running max and sum and the dot
 operands."""
+
+ATTENTION_FMA_LIVE_F32 = 112
+"""The same for an f32 attention, whose dots run on FMA units with their operands in
+registers too: the accumulator, scores (then probabilities) and the Q, K and V
+tiles, 112 a thread, which a head of 64 at 32 rows, 64 keys and 4 warps takes.
+Measured on an H200 (causal, us): heads of 128 (8 x 1024) at 32 x 64 took 257
+with 4 warps (208 a thread, spilled) and 153 with 8 (torch.compile 145; 32 x 32
+at 8 warps 185); a head of 65, padded to 128 (39 x 1276), 37,489 and 1,865
+(torch.compile 927); a head of 64 (16 x 1024) 163 with 4 warps, 181 with 8."""
 
 
 @dataclass(frozen=True)

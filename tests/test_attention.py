@@ -26,6 +26,7 @@ from irc.dialects import graph, loop, tile
 from irc.ir.kernel_kind import KernelKind
 from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.tile import (
+    ATTENTION_FMA_LIVE_F32,
     ATTENTION_LIVE_F32,
     ATTENTION_SCORES,
     HALF_KEY_STEP,
@@ -740,6 +741,11 @@ def test_attention_tiles_fit_two_programs_an_sm(banded: bool, half: bool) -> Non
             (bm, bn), warps, stages = tiling.block, tiling.warps, tiling.stages
             width = max(16, 1 << (d - 1).bit_length())
             assert bm * (width + bn) <= ATTENTION_LIVE_F32 * 32 * warps
+            if not half:  # FMA dots: the Q, K and V tiles are in registers too
+                held = bm * (width + bn) + bm * width + 2 * bn * width
+                assert held <= ATTENTION_FMA_LIVE_F32 * 32 * warps, (d, t, tiling)
+                if t >= 1024:
+                    assert warps == (4 if d <= 64 else 8), (d, tiling)
             shared = (2 if half else 4) * (bm * width + stages * bn * 2 * width)
             if half or d <= 64:
                 assert 2 * shared <= SHARED_BYTES, (d, t, tiling)
