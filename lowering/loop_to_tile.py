@@ -127,10 +127,16 @@ def _same_number(a: Attribute | None, b: Attribute) -> bool:
 
 def _reads(v: SSAValue, index: SSAValue) -> bool:
     """Whether `v` is `index` or computed from it."""
-    if v is index:
-        return True
-    owner = v.owner
-    return isinstance(owner, Operation) and any(_reads(a, index) for a in owner.operands)
+    seen: set[SSAValue] = set()
+    todo = [v]
+    while todo:
+        w = todo.pop()
+        if w is index:
+            return True
+        if w not in seen and isinstance(w.owner, Operation):
+            seen.add(w)
+            todo.extend(w.owner.operands)
+    return False
 
 
 def neutral_outside(value: SSAValue, mask: SSAValue, neutral: Attribute) -> bool:
@@ -1211,6 +1217,7 @@ class KernelTranslator:
         xb, rb = self.tiling.block
         neutral = identity(kind, element)
         yielded = op.body.block.last_op.values[0]  # type: ignore[union-attr]
+        outer_limit, self.chunk_limit = self.chunk_limit, None  # a reduction inside one
         ragged = self.ragged_chunk(op, neutral)
         if ragged is not None:
             yielded, self.chunk_limit = ragged
@@ -1234,7 +1241,7 @@ class KernelTranslator:
         else:
             init = self.full(neutral, element, (xb, rb))
             (acc,) = self.reduction_chunks(loop.int_list(op.bounds), [init], body)
-        self.chunk_limit = None
+        self.chunk_limit = outer_limit
         return self.round_to(self.across_lanes(kind, acc), op.result.type)
 
     def ragged_chunk(self, op: loop.ReduceOp, neutral: Attribute) -> tuple[SSAValue, SSAValue] | None:
