@@ -36,7 +36,7 @@ from irc.ir.types import (
     element_name,
     format_type,
 )
-from irc.passes.tile import VECTOR_BYTES, vector_elements
+from irc.passes.tile import VECTOR_BYTES
 from irc.syntax.diagnostics import IrcError, op_location
 
 TL_DTYPE = {n: f"tl.{e.triton}" for n, e in ELEMENTS.items()}
@@ -160,6 +160,18 @@ def rounded_to_half(v: SSAValue) -> bool:
 
 REDUCE_COMBINE = {"sum": "sum", "max": "_irc_max", "min": "_irc_min"}
 """tile.reduce kinds -> the combine function of tl.reduce (tl.sum for sums)."""
+
+
+def vector_elements(n: int, element_bytes: int) -> int:
+    """Elements of the widest access (at most 16 bytes) that a masked kernel over `n`
+    elements can make: the largest power of two dividing `n`. Triton's mask `i < n`
+    is constant over such groups only, and splits a wider access into these; where
+    that is narrower than 16 bytes, `partial_last_program` peels the last program,
+    and the others make 16-byte accesses."""
+    width = max(1, VECTOR_BYTES // element_bytes)
+    while width > 1 and n % width:
+        width //= 2
+    return width
 
 
 def partial_last_program(kernel: tile.KernelOp) -> tuple[SSAValue, int] | None:

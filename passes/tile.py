@@ -10,9 +10,9 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   elements as keep the same loaded bytes in flight (one bf16 operand: four
   times as many), twice that where transcendental functions dominate (and
   twice the warps where an element's chain of them is long), at most
-  two 16-byte vectors an access, and at most 4 accesses where the element count
-  keeps them narrower (`pointwise_tiling`); shrunk to the next power of two
-  of N for small kernels;
+  two 16-byte vectors an access, whatever the element count (tile-to-triton
+  peels the last program of a count no vector divides, `pointwise_tiling`);
+  shrunk to the next power of two of N for small kernels;
 - reduction of rows of R elements: if next_pow2(R) <= `persistent_rblock`
   (default 32768) the whole row sits in registers ("persistent"): up to 8192
   several rows share a program so that a program holds about 4096 elements,
@@ -821,20 +821,6 @@ REFERENCE_BYTES = 8
 measured on (pw5, mul-add-relu: two f32 operands; irc/target.py)."""
 VECTOR_BYTES = 16
 """The widest access of one thread (ld.global.v4.b32)."""
-
-
-def vector_elements(n: int, element_bytes: int) -> int:
-    """Elements of the widest access (at most 16 bytes) that a masked kernel over `n`
-    elements can make: the largest power of two dividing `n`. Triton's mask `i < n`
-    is constant over such groups only, and splits a wider access into these; where
-    that is narrower than 16 bytes, tile-to-triton peels the last program
-    (`partial_last_program`), and the others make 16-byte accesses."""
-    width = max(1, VECTOR_BYTES // element_bytes)
-    while width > 1 and n % width:
-        width //= 2
-    return width
-
-
 COMPUTE_BOUND_PER_BYTE = 0.5
 """Transcendental functions a loaded byte from which an element-wise kernel's time
 goes to its arithmetic: a cos of a cos of f32 or ten tanh ran 1-5% faster on an H100
