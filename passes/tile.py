@@ -696,12 +696,20 @@ TENSOR_CORE_TILES = (GemmTile(128, 256, 3, 8, 1.0, deeper=4), GemmTile(128, 128,
 in 55 us for 8.7 rounds: a 128x128 program does 0.88 of a 128x256 one's output
 elements a second (it reads more operand bytes per product)."""
 
-SPLIT_TF32_SMALL_RATE = 0.71
-"""f32 GEMMs (split-tf32): the rate of 64x64x32 programs (4 warps, 2 stages) against
-128x128x32 (8 warps, 3 stages), fitted as the median over eleven GEMM + bias + erf
-GELU shapes with K-major operands (`k-major-gemm-operands`) on an H200, each
-tiling's time over its rounds of tiles: 0.63-0.81 (3000x1023 @ 1023x2049 415 us
-against 377; 1024^3 55 against 77, where 128x128 fills half the SMs). 128x128x32
+SPLIT_TF32_STAGES = 3
+"""Stages of a 64x64x32 f32 (split-tf32) program: three TF32 products a K step
+leave the loads more to hide than one product does. Measured on an H200 (GEMM +
+bias + erf GELU, K-major operands, us, 2 stages against 3): 2565x974 @ 974x939
+170 against 134, 1769x1080 @ 1080x1380 190 / 139, 777x5000 @ 5000x1333 577 /
+375, 4096^3 2878 / 2767; a fourth stage gained nothing (134.8, 374.6, 2761.9)."""
+
+SPLIT_TF32_SMALL_RATE = 0.80
+"""f32 GEMMs (split-tf32): the rate of 64x64x32 programs (4 warps,
+`SPLIT_TF32_STAGES`) against 128x128x32 (8 warps, 3 stages), fitted as the median
+over sixteen GEMM + bias + erf GELU shapes with K-major operands
+(`k-major-gemm-operands`) on an H200, each tiling's time over its rounds of tiles:
+0.70-0.88 (3000x1023 @ 1023x2049 303 us against 331; 4429x820 @ 820x1208 229
+against 208; 1024^3 60 against 84, where 128x128 fills half the SMs). 128x128x32
 takes 0.80-0.94 of cuBLAS's FFMA SGEMM at 4096^3 and GPT-2's shapes."""
 
 SMALL_TILE_RATE = 0.47
@@ -761,8 +769,8 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     epilogue's tiles) against the small tiling: 8192x768 outputs take 128x128
     (384 tiles, 2.9 rounds) rather than 128x256 (192 tiles, 1.45 rounds, half of
     the second round idle). f32 products (three TF32 tensor-core products,
-    `split-tf32`) take 128x128x32 unless 64x64x32 tiles fill the rounds enough
-    better (`SPLIT_TF32_SMALL_RATE`); f64 ones (FMA units) keep 64x64x32. Unbatched tensor-core GEMMs
+    `split-tf32`) take 128x128x32 unless 64x64x32 tiles (3 stages) fill the rounds
+    enough better (`SPLIT_TF32_SMALL_RATE`); f64 ones (FMA units) keep 64x64x32. Unbatched tensor-core GEMMs
     are persistent (one program an SM walks the tiles), unless their epilogue
     computes transcendental functions or stages bytes that outweigh the K loop
     (`EPILOGUE_K`, `EPILOGUE_BYTE_K`)
@@ -786,6 +794,7 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
         if shape.element_bytes != 4:  # f64: FMA units
             return small
         # f32: TF32 tensor-core products of split operands (loop-to-tile's split-tf32)
+        small = replace(small, stages=SPLIT_TF32_STAGES)
         lm, ln = (min(128, max(16, next_pow2(x))) for x in (m, n))
         large = Tiling((lm, ln, small.block[2]), 8 if lm * ln >= 128 * 128 else 4, 3)
         if not gemm_fits(large, shape, shared_bytes) or cost(
