@@ -131,8 +131,9 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
         if full <= 8192:
             for x in (1, 2, 4, 8, 16, 32):
                 if x <= next_pow2(rows) and x * full <= 16384:
-                    for w in (4, 8, 16, 32):
-                        if x * full >= 32 * w:  # a warp holds 32 elements or more
+                    for w in (1, 2, 4, 8, 16, 32):
+                        # 1 to 128 elements a thread (a warp holds 32 or more)
+                        if 32 * w <= x * full <= 128 * 32 * w:
                             out.append(Tiling((x, full), w))
         if shape.shared_bytes:  # rows sharing an operand: several a program, in chunks
             for x, rb, w in ((4, 1024, 8), (8, 256, 4), (8, 512, 8), (16, 256, 8), (32, 128, 8)):

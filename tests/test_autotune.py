@@ -158,10 +158,11 @@ def test_pointwise_candidates_span_two_to_sixteen_elements_a_thread() -> None:
     assert all(t.block[0] <= 512 for t in small)  # no blocks past a small kernel's size
 
 
-def test_row_candidates_reach_32_warps_with_32_elements_a_warp_or_more() -> None:
+def test_row_candidates_span_2_to_32_warps_with_32_to_128_elements_a_thread() -> None:
     rows = candidates(KernelShape("reduction", (8192,), (8192,)))
-    assert rows[0] == Tiling((1, 8192), 32)  # rows only reduced: 8 elements a thread
-    assert {t.warps for t in rows if t.block == (1, 8192)} == {4, 8, 16, 32}
+    assert rows[0] == Tiling((1, 8192), 8)  # rows only reduced: 128 bytes a thread
+    assert {t.warps for t in rows if t.block == (1, 8192)} == {2, 4, 8, 16, 32}
+    assert Tiling((8, 512), 1) in candidates(KernelShape("reduction", (8192,), (300,)))
     epilogue = candidates(KernelShape("reduction", (8192,), (8192,), epilogue=True))
     assert epilogue[0] == Tiling((1, 8192), 8) and Tiling((1, 8192), 32) in epilogue
     short = candidates(KernelShape("reduction", (3,), (100,)))
