@@ -53,7 +53,7 @@ Warps grow with the elements a program holds: in reductions one per 256 or
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from xdsl.context import Context
@@ -189,14 +189,9 @@ def column_extent(kernel: loop.KernelOp) -> tuple[int, int]:
     return (inner if cols > rows and inner > 1 else 0), widest
 
 
-def shared_bytes(kernel: loop.KernelOp) -> int:
-    """Bytes a reduced element of the loads in a reduction that move with the reduced
-    indices and with no kept one: every row reads the same elements, from L2 once a
-    program, so a program of one row each re-reads them once a row."""
-    if numel(kernel.parallel_bounds()) <= 1:
-        return 0  # one row: nothing to share
-    kept = set(kernel.body.block.args)
-    shared: set[loop.LoadOp] = set()
+def reduced_loads(kernel: loop.KernelOp) -> Iterator[tuple[loop.LoadOp, set[BlockArgument]]]:
+    """The loads in a kernel's reducing loops (not a contraction's) at indices that
+    move with the reduced ones, each with the loop indices its indices use."""
     for red in kernel.body.walk():
         if not isinstance(red, loop.REDUCING_LOOPS) or loop.is_contraction(red):
             continue
@@ -204,8 +199,18 @@ def shared_bytes(kernel: loop.KernelOp) -> int:
         for op in red.body.walk():
             if isinstance(op, loop.LoadOp) and op.indices:
                 deps = set().union(*(index_args(i) for i in op.indices))
-                if deps & reduced and not deps & kept:
-                    shared.add(op)
+                if deps & reduced:
+                    yield op, deps
+
+
+def shared_bytes(kernel: loop.KernelOp) -> int:
+    """Bytes a reduced element of the loads in a reduction that move with the reduced
+    indices and with no kept one: every row reads the same elements, from L2 once a
+    program, so a program of one row each re-reads them once a row."""
+    if numel(kernel.parallel_bounds()) <= 1:
+        return 0  # one row: nothing to share
+    kept = set(kernel.body.block.args)
+    shared = {op for op, deps in reduced_loads(kernel) if not deps & kept}
     return sum(element_bytes(op.buffer.type.element_type) for op in shared)  # type: ignore[attr-defined]
 
 
@@ -213,15 +218,7 @@ def reduced_bytes(kernel: loop.KernelOp) -> int:
     """Bytes a reduced element of the distinct buffers a reduction kernel's reducing
     loops load at indices that move with the reduced ones (a row held in registers
     is read once however many loops read it)."""
-    buffers: set[SSAValue] = set()
-    for red in kernel.body.walk():
-        if not isinstance(red, loop.REDUCING_LOOPS) or loop.is_contraction(red):
-            continue
-        reduced = set(red.body.block.args)
-        for op in red.body.walk():
-            if isinstance(op, loop.LoadOp) and op.indices:
-                if set().union(*(index_args(i) for i in op.indices)) & reduced:
-                    buffers.add(op.buffer)
+    buffers = {op.buffer for op, _ in reduced_loads(kernel)}
     return sum(element_bytes(b.type.element_type) for b in buffers)  # type: ignore[attr-defined]
 
 
