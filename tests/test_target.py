@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.testing import assert_close
 from xdsl.dialects.builtin import ModuleOp
 
@@ -17,10 +19,15 @@ from irc.compiler import triton_source
 from irc.dialects import loop
 from irc.passes.tile import (
     LONG_CHAIN,
+    REDUCED_ROW_THREAD_ELEMENTS,
     SEVERAL_FUNCTIONS_THREAD_ELEMENTS,
+    KernelShape,
     TilePass,
     Tiling,
+    choose_tiling,
     kernel_shape,
+    next_pow2,
+    reduced_row_elements,
     tiling_of,
 )
 from irc.pipeline import build_pipeline, run_pipeline
@@ -218,6 +225,35 @@ def test_rows_only_reduced_take_128_loaded_bytes_a_thread_and_epilogue_rows_foll
     assert row == Tiling((1, 8192), 4)
     (rows,) = _kernels(None, lse.replace("5x8192", "5x1024").replace("f32", "bf16")).values()
     assert rows == Tiling((4, 1024), 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.integers(1, 1 << 20),
+    length=st.integers(1, 8192),
+    loaded=st.integers(0, 400),
+    element=st.sampled_from([1, 2, 4, 8]),
+)
+def test_rows_only_reduced_hold_whole_rows_at_their_bytes_a_thread(
+    rows: int, length: int, loaded: int, element: int
+) -> None:
+    """Any row of up to 8192 elements only reduced: whole (padded) rows a program,
+    a power-of-two count of 1 to 32 warps, and the rule's elements a thread (8 to
+    64) wherever the program holds that many a lane."""
+    shape = KernelShape(
+        "reduction", (rows,), (length,), False, element_bytes=element, loaded_bytes=loaded
+    )
+    tiling = choose_tiling(shape)
+    x, full = tiling.block
+    assert full == next_pow2(length) and 1 <= x <= next_pow2(rows)
+    assert tiling.warps in (1, 2, 4, 8, 16, 32)
+    per_thread = x * full // (32 * tiling.warps)
+    least, most = REDUCED_ROW_THREAD_ELEMENTS
+    assert least <= reduced_row_elements(shape) <= most
+    if x * full >= 32 * reduced_row_elements(shape):
+        assert per_thread == reduced_row_elements(shape)
+    else:  # a program smaller than one warp's share: one warp
+        assert tiling.warps == 1
 
 
 def test_code_with_8_16_and_32_warps_a_row_matches_torch() -> None:
