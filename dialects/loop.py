@@ -563,7 +563,7 @@ class ReduceOp(IRDLOperation):
                         "which is only whole after it (divide by it after the loop)"
                     )
         for which, factor, others in checks:
-            read = _indices_read(factor, kernel, set(others), through_loops=False)
+            read = indices_read(factor, kernel, set(others), through_loops=False)
             if read:
                 raise VerifyException(
                     f"loop.reduce: an attention's dot multiplies [rows, K] by [K, columns] "
@@ -578,7 +578,7 @@ class ReduceOp(IRDLOperation):
         the block sizes agree, is silently multiplied as the wrong tile."""
         *_, rows, cols = kernel.body.block.args
         for which, factor, other in (("first", a, cols), ("second", b, rows)):
-            if other in _indices_read(factor, kernel):
+            if other in indices_read(factor, kernel):
                 raise VerifyException(
                     f"loop.reduce: contract = true multiplies a factor of the rows "
                     f"({_name(rows)}) and K by one of K and the columns ({_name(cols)}), in "
@@ -590,7 +590,7 @@ def _name(v: SSAValue) -> str:
     return "%" + v.name_hint if v.name_hint else "its index"
 
 
-def _indices_read(
+def indices_read(
     value: SSAValue,
     kernel: KernelOp,
     indices: set[SSAValue] | None = None,

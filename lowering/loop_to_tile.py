@@ -132,20 +132,6 @@ def _same_number(a: Attribute | None, b: Attribute) -> bool:
     )
 
 
-def _reads(v: SSAValue, index: SSAValue) -> bool:
-    """Whether `v` is `index` or computed from it."""
-    seen: set[SSAValue] = set()
-    todo = [v]
-    while todo:
-        w = todo.pop()
-        if w is index:
-            return True
-        if w not in seen and isinstance(w.owner, Operation):
-            seen.add(w)
-            todo.extend(w.owner.operands)
-    return False
-
-
 def neutral_outside(value: SSAValue, mask: SSAValue, neutral: Attribute) -> bool:
     """Whether `value` is already `neutral` wherever `mask` fails: a load masked at
     least as tightly whose `other` is `neutral`, through casts and through
@@ -1290,7 +1276,7 @@ class KernelTranslator:
         if not (isinstance(add, loop.ApplyOp) and add.fn.data == "add" and r in add.args):
             return None
         start = add.args[0] if add.args[1] is r else add.args[1]
-        if _reads(start, r):
+        if r in loop.indices_read(start, self.kernel, {r}):
             return None
         chunk = numel(loop.int_list(op.bounds))
         n = self.value(lt.args[1])
