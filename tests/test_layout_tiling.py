@@ -36,9 +36,9 @@ from irc.passes.tile import (
     kernel_shape,
 )
 from irc.pipeline import run_pipeline
-from irc.testing.reference import functions, random_inputs, run_function
+from irc.testing.reference import functions, random_inputs
 from irc.testing.reference import run as reference_run
-from irc.testing.verdict import judge, yardsticks
+from irc.testing.verdict import judge, judge_outputs, yardsticks
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 SMS = 132  # the split rule's default GPU
@@ -594,9 +594,7 @@ def test_ragged_split_chunks_match_torch(
     (fn,) = functions(irc.parse(text, "t.ir")).values()
     args = random_inputs(fn, seed=7, device=DEVICE)
     got = load_source(source, DEVICE).FUNCTIONS["f"](*args)
-    (eager,) = run_function(fn, args)
-    (stick,) = yardsticks(fn, args)
-    verdict = judge(got, eager, stick)
+    (verdict,) = judge_outputs(fn, args, got)
     assert verdict.ok, verdict.line
 
 
@@ -912,11 +910,7 @@ def test_split_column_statistics_with_epilogues_match_torch(name: str, combine_o
     args = random_inputs(fn, seed=5, device=DEVICE)
     compiled = irc.compile(irc.parse(text, "t.ir"), device=DEVICE)
     assert compiled.kernel_count >= 2  # split
-    got = compiled.f(*args)
-    got = [got] if isinstance(got, torch.Tensor) else list(got)
-    eager = run_function(fn, args)
-    for i, (g, e, stick) in enumerate(zip(got, eager, yardsticks(fn, args), strict=True)):
-        verdict = judge(g, e, stick)
+    for i, verdict in enumerate(judge_outputs(fn, args, compiled.f(*args))):
         assert verdict.ok, f"output {i}: {verdict.line}"
 
 

@@ -14,8 +14,8 @@ import irc
 from irc.dialects import loop
 from irc.passes.tile import Tiling, set_tiling
 from irc.pipeline import LOWERING
-from irc.testing.reference import functions, run_function
-from irc.testing.verdict import judge, yardsticks
+from irc.testing.reference import functions
+from irc.testing.verdict import judge_outputs
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 UP_TO_SPLIT = "fuse,decompose,graph-to-loop,one-pass-variance,split-reduction"
@@ -159,10 +159,7 @@ def assert_right(source: str, module: ModuleOp, *args: torch.Tensor) -> None:
     eager order of summation or in any of `ORDERS` others)."""
     (fn,) = functions(irc.parse(source, "t.ir")).values()
     got = irc.compile(module, device=DEVICE).f(*args)
-    got = [got] if isinstance(got, torch.Tensor) else got
-    eager = run_function(fn, args)
-    for i, (g, e, stick) in enumerate(zip(got, eager, yardsticks(fn, args), strict=True)):
-        verdict = judge(g, e, stick)
+    for i, verdict in enumerate(judge_outputs(fn, args, got)):
         assert verdict.ok, f"output {i}: {verdict.line}"
 
 

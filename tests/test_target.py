@@ -269,11 +269,11 @@ def test_code_with_8_16_and_32_warps_a_row_matches_torch() -> None:
     assert_close(functions["softmax"](x), torch.softmax(x, 1))
     # A sum of 8192 terms near 0: judged against f64 where its order shows.
     from irc.testing.reference import functions as irc_functions
-    from irc.testing.verdict import judge, yardsticks
+    from irc.testing.verdict import judge_outputs
 
-    program = irc.parse(XYZ_ROWS, "<test>")
-    (stick,) = yardsticks(irc_functions(program)["xyz"], [x, y, z])
-    assert judge(functions["xyz"](x, y, z), (x * y + z).sum(1), stick).ok
+    (xyz,) = irc_functions(irc.parse(XYZ_ROWS, "<test>")).values()
+    (verdict,) = judge_outputs(xyz, [x, y, z], functions["xyz"](x, y, z))
+    assert verdict.ok, verdict.line
 
 
 def test_code_for_either_target_matches_torch() -> None:

@@ -189,6 +189,20 @@ def yardsticks(
     return [Yardstick(e, [o[i] for o in others]) for i, e in enumerate(exact)]
 
 
+def judge_outputs(
+    fn: func.FuncOp, inputs: Sequence[torch.Tensor], got: torch.Tensor | Sequence[torch.Tensor]
+) -> list[Verdict]:
+    """irc's outputs `got` of `fn` on `inputs`, each judged against torch's run of
+    `fn` and its yardstick (f64, torch's other orders), as `irc-run --check` judges
+    them: the tests' one way to judge a compiled function."""
+    from irc.testing.reference import run_function
+
+    outputs = [got] if isinstance(got, torch.Tensor) else list(got)
+    eager = run_function(fn, inputs)
+    sticks = yardsticks(fn, inputs)
+    return [judge(g, e, s) for g, e, s in zip(outputs, eager, sticks, strict=True)]
+
+
 def _chunks(*xs: torch.Tensor) -> Iterator[tuple[torch.Tensor, ...]]:
     """The tensors (of one shape) flattened, `CHUNK` elements of each at a time."""
     flat = [x.reshape(-1) for x in xs]
