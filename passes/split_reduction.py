@@ -175,22 +175,39 @@ def _chunk_region(
 
     Where chunks are ragged (the last one runs past the end), indices are clamped
     to the last element, and a reduction (`kind`) yields its identity there; a
-    foreach writes the last element again, with the same value."""
+    foreach writes the last element again, with the same value. A contraction's
+    last chunk is the last `chunk` elements instead, both factors 0 where the
+    chunk before it has them (0 * 0: an inf factor there would make NaN of 0 * inf):
+    clamped indices would break the K loop's runs of contiguous, aligned elements,
+    and a dot's product stays a product (loop.ReduceOp's contract)."""
     first = block.first_op
     assert first is not None
     n = numel(bounds)
     old_args = list(block.args)
     rr = block.insert_arg(INDEX, 0)
-    flat = _apply(
-        block,
-        "add",
-        [_apply(block, "mul", [g, _index_const(block, chunk, first)], first), rr],
-        first,
-    )
+    start = _apply(block, "mul", [g, _index_const(block, chunk, first)], first)
+    flat = _apply(block, "add", [start, rr], first)
     inside = flat
     if n % chunk:
-        inside = _apply(block, "minimum", [flat, _index_const(block, n - 1, first)], first)
-        if kind is not None:
+        if kind is not None and loop.is_contraction(parent := block.parent_op()):
+            assert isinstance(parent, loop.ReduceOp)
+            product = parent.body.block.last_op.values[0].owner  # type: ignore[union-attr]
+            assert isinstance(product, loop.ApplyOp) and product.fn.data == "mul"
+            window = _apply(block, "minimum", [start, _index_const(block, n - chunk, first)], first)
+            inside = _apply(block, "add", [window, rr], first)
+            valid = _apply(block, "ge", [inside, start], product, I1)
+            zero = loop.ConstantOp.create(
+                properties={"value": _identity("sum", product.result.type)},
+                result_types=[product.result.type],
+            )
+            block.insert_op_before(zero, product)
+            product.operands = [
+                _apply(block, "where", [valid, f, zero.result], product, f.type)
+                for f in product.args
+            ]
+        else:
+            inside = _apply(block, "minimum", [flat, _index_const(block, n - 1, first)], first)
+        if kind is not None and not loop.is_contraction(block.parent_op()):
             yielded = block.last_op
             assert isinstance(yielded, loop.YieldOp)
             valid = _apply(block, "lt", [flat, _index_const(block, n, first)], yielded, I1)
@@ -216,16 +233,18 @@ def _chunk_region(
         block.erase_arg(old)
 
 
-def _chunked_kernel(
+def chunked_kernel(
     kernel: loop.KernelOp,
     keep: list[Operation],
     chunked: list[Operation],
     g: int,
     chunk: int,
     name: str,
+    stage_kind: KernelKind = KernelKind.REDUCTION,
 ) -> tuple[loop.KernelOp, dict[Operation, Operation]]:
     """A copy of `kernel` over `[g, *parallel]` holding what `keep` needs, whose
-    loops `chunked` (over the split space) run over one chunk each.
+    loops `chunked` (over the split space) run over one chunk each; a kernel of
+    `stage_kind` (a contraction's chunks make one: `split-k`).
 
     Returns the copy and the map from the original's top-level ops to the copy's."""
     ops = list(kernel.body.block.ops)
@@ -259,7 +278,7 @@ def _chunked_kernel(
         properties={
             "name": StringAttr(name),
             "bounds": int_array([g, *parallel]),
-            "kind": StringAttr(KernelKind.REDUCTION),
+            "kind": StringAttr(stage_kind),
         },
         regions=[Region(body)],
     )
@@ -272,7 +291,7 @@ def _partial_accumulator(red: loop.ReduceOp) -> Attribute:
     return F32 if red.result.type in HALF_TYPES else red.result.type
 
 
-def _combine(
+def combine_partials(
     kernel: loop.KernelOp, red: loop.ReduceOp, partials: SSAValue, g: int
 ) -> list[SSAValue]:
     """Replaces `red` in `kernel` by the reduction of its `g` partials (returned)."""
@@ -629,7 +648,7 @@ def split_kernel(
                 if isinstance(op, loop.ForeachOp) and not (_slice(ops, [op]) & reds)
             ]
         name = base + "_split" + (str(depth) if depth else "")
-        stage, mapping = _chunked_kernel(kernel, keep, keep, g, chunk, name)
+        stage, mapping = chunked_kernel(kernel, keep, keep, g, chunk, name)
         body = stage.body.block
         g_index, *p_index = body.args
         combined: list[SSAValue] = []
@@ -666,7 +685,7 @@ def split_kernel(
                 body.erase_op(copy)
                 value = wide.result
             body.add_op(loop.StoreOp.create(operands=[value, partials.result, g_index, *p_index]))
-            combined += _combine(kernel, red, partials.result, g)
+            combined += combine_partials(kernel, red, partials.result, g)
         for op in keep:
             if isinstance(op, loop.ForeachOp):
                 kernel.body.block.erase_op(op)
@@ -688,7 +707,7 @@ def split_kernel(
                 g = final_chunks(kernel, n)
                 chunk = -(-n // g)
         if final is None:
-            final, _ = _chunked_kernel(kernel, rest, loops, g, chunk, base)
+            final, _ = chunked_kernel(kernel, rest, loops, g, chunk, base)
         parent.insert_op_before(final, kernel)
         parent.erase_op(kernel)
 
