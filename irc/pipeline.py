@@ -47,6 +47,7 @@ LOWERING = (
     "split-reduction",
     "pad-gemm-operands",
     "k-major-gemm-operands",
+    "split-k",
     "tile",
     "online-softmax",
     "loop-to-tile",

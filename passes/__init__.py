@@ -52,6 +52,12 @@ def _k_major_gemm_operands() -> type[ModulePass]:
     return KMajorGemmOperandsPass
 
 
+def _split_k() -> type[ModulePass]:
+    from irc.passes.split_k import SplitKPass
+
+    return SplitKPass
+
+
 def _tile() -> type[ModulePass]:
     from irc.passes.tile import TilePass
 
@@ -108,6 +114,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "split-reduction": _split_reduction,
     "pad-gemm-operands": _pad_gemm_operands,
     "k-major-gemm-operands": _k_major_gemm_operands,
+    "split-k": _split_k,
     "tile": _tile,
     "online-softmax": _online_softmax,
     "loop-to-tile": _loop_to_tile,

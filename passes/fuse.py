@@ -627,8 +627,9 @@ class FusionReport:
         for gr in self.groups:
             saved = gr.bytes_before - gr.bytes_after
             names, how = gr.kernel, gr.kind
-            if len(gr.kernels) > 1:
-                names, how = " + ".join(gr.kernels), f"{gr.kind}, split by split-reduction"
+            if len(gr.kernels) > 1:  # split-k splits contractions, split-reduction the rest
+                splitter = "split-k" if gr.kind == "contraction" else "split-reduction"
+                names, how = " + ".join(gr.kernels), f"{gr.kind}, split by {splitter}"
             lines.append(
                 f"  kernel {names} ({how}): {', '.join(gr.ops)}; "
                 f"HBM bytes {_mb(gr.bytes_before)} unfused -> {_mb(gr.bytes_after)} fused "

@@ -414,6 +414,9 @@ OPT_ARGS: dict[str, tuple[list[str], str]] = {
         "rereads",
     ),
     "k-major-on-graph": (["-p", "k-major-gemm-operands"], "graph level"),
+    "split-k-sms-code": (["-p", 'graph-to-loop,split-k{sms="1);import os#"}'], "sms"),
+    "split-k-sms-zero": (["-p", "graph-to-loop,split-k{sms=0}"], "sms"),
+    "split-k-on-graph": (["-p", "split-k"], "graph level"),
 }
 
 

@@ -1,0 +1,204 @@
+"""`split-k`: an f32 GEMM whose output tiles leave SMs idle splits its K loop.
+
+A GEMM of few output tiles and a long K (`300x9000 @ 9000x700`: 18 tiles of
+128x128 for 132 SMs) runs each tile's whole K loop in one program while most
+SMs wait. Split, as cuBLAS and Inductor's templates do, it becomes two kernels
+(split-reduction's stages, `chunked_kernel` and `combine_partials`):
+
+- stage 1 (`NAME_split`, bounds `[S, M, N]`): a batched GEMM whose batch s
+  multiplies chunk s of K (whole K steps, `K_STEP`), storing f32 partials;
+- stage 2 (the kernel itself, now a reduction): sums the S partials of each
+  output element and runs the epilogue (bias, GELU...) as before.
+
+S follows a model of the kernel and the GPU (`split_cost`), at the tiles the tile
+pass would choose for each (`gemm_tiling`): a round of 128x128 programs (one an
+SM), or of 64x64 ones (two an SM: one alone did not keep an SM busy, at the tile
+pass's `SPLIT_TF32_SMALL_RATE`), takes its chunk's K steps plus `PROGRAM_K` for a
+program's start and end; chunks that overrun K cost more (`RAGGED_RATE`); the
+partials cost their bytes, written and read, at `PARTIAL_BYTES_PER_K` a K step.
+Its constants were fitted on one H200 run (GEMM + bias + erf GELU, `x @ w.T`,
+written as the split; us, S = 1 / 2 / 4 / 8; torch.compile):
+
+| GEMM | S=1 | 2 | 4 | 8 | torch.compile |
+|---|---:|---:|---:|---:|---:|
+| 300x8960 @ 8960x700 | 295 | 147 | 107 | 113 | 119 |
+| 1000x3072 @ 3072x1500 | 308 | 224 | **177** | 204 | 217 |
+| 1536x4096 @ 4096x1536 | 454 | 388 | **357** | 370 | 450 |
+| 2048x8192 @ 8192x1024 | **534** | 563 | 558 | 586 | 703 |
+
+(300x8960 takes 14 chunks: 96.0 against 96.4 for 7, another run.) What the pass
+then did, end to end in one run (`x @ w`, us: whole, split, torch.compile):
+
+| GEMM | whole | split (S x chunk) | torch.compile |
+|---|---:|---:|---:|
+| 300x8960 @ 8960x700 | 307.5 | 111.2 (14 x 640) | 112.1 |
+| 1000x3072 @ 3072x1500 | 321.4 | 187.6 (4 x 768) | 214.4 |
+| 1536x4096 @ 4096x1536 | 467.9 | 371.3 (4 x 1024) | 402.6 |
+| 777x4992 @ 4992x1333 | 372.9 | 270.5 (3 x 1664) | 295.6 |
+| 777x5000 @ 5000x1333 | 374.4 | 293.4 (5 x 1024, ragged) | 316.5 |
+| 2000x2500 @ 2500x600 | 194.9 | 173.2 (3 x 864, ragged) | 182.5 |
+| 64x65536 @ 65536x64 | 3604.7 | 32.1 (256 x 256) | 60.7 |
+| 500x20000 @ 20000x300 | 611.0 | 159.0 (25 x 800) | 154.0 |
+| 300x9000 @ 9000x700 | 310.7 | 146.2 (9 x 1024, ragged) | 112.8 |
+
+A ragged last chunk masks both factors in every chunk's K loop; the last row is
+the cost of that (123 us for its batched GEMM against 86 for 8960). Only f32
+products are split: half-precision GEMMs run persistent, by TMA, and were not
+measured split.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import MemRefType, ModuleOp, StringAttr
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+
+from irc.analysis.dot_operands import runs_in_half
+from irc.dialects import loop
+from irc.ir.kernel_kind import KernelKind
+from irc.ir.types import F32
+from irc.passes.options import check_option
+from irc.passes.split_reduction import chunked_kernel, combine_partials
+from irc.passes.tile import SPLIT_TF32_SMALL_RATE, KernelShape, gemm_tiling
+
+K_STEP = 32
+"""A chunk is whole K steps of the f32 tiles (the tile pass's 32)."""
+
+MIN_CHUNK = 256
+"""The shortest chunk: 8 K steps, past the pipeline's fill."""
+
+MOST_SPLITS = 256
+"""The most chunks: 64x65536 @ 65536x64 makes one output tile, which 256 chunks of
+256 spread over the SMs (on an H200: 3605 us whole, 123 in 32 chunks, 32 in 256)."""
+
+RAGGED_RATE = 0.75
+"""The rate of a split whose last chunk runs past K (its chunk overlaps the one
+before, both factors masked in every chunk's loop) against chunks that divide K:
+300x9000 @ 9000x700 in 4 chunks of 2272 took 134 us, 300x8960 @ 8960x700 in 4 of
+2240 100 us (the batched GEMM, H200)."""
+
+PROGRAM_K = 77
+"""A program's start and end (its pipeline's fill, the partial tile's store) cost
+like this many K steps of its loop: about 5 us against 65 ns a K step of a
+128x128 f32 program (an H200, the table's S = 8 and 16 against S = 4)."""
+
+SPLIT_GAIN = 0.9
+"""A split must cost at most this much of the unsplit GEMM (by `split_cost`): the
+model is a few percent from the measured times, and a split adds a kernel and
+its partials' traffic (1024^3 and 2565x976 @ 976x939, 4% and 2% cheaper by the
+model, stay whole)."""
+
+PARTIAL_BYTES_PER_K = 227_500
+"""Partial bytes (written by stage 1, read by stage 2) that cost as long as one K
+step of a round: 65 ns at about 3.5 TB/s."""
+
+
+def split_cost(m: int, n: int, chunk: int, splits: int, sms: int, k: int = 0) -> float:
+    """A GEMM's time in K steps of a round of 128x128 programs, split into `splits`
+    chunks of `chunk` (1: whole), at the tiles the tile pass would give it: rounds of
+    its programs (`RAGGED_RATE` where the chunks overrun `k`) and its partials."""
+    parallel = (splits, m, n) if splits > 1 else (m, n)
+    shape = KernelShape(KernelKind.CONTRACTION, parallel, (chunk,), element_bytes=4)
+    bm, bn, _ = gemm_tiling(shape, sms).block
+    tiles = splits * -(-m // bm) * -(-n // bn)
+    steps = chunk + PROGRAM_K
+    if bm * bn >= 128 * 128:
+        time = math.ceil(tiles / sms) * steps
+    else:  # two programs an SM, each at the small tiles' rate
+        time = math.ceil(tiles / (2 * sms)) * steps * (2 * bm * bn / 16384) / SPLIT_TF32_SMALL_RATE
+    if splits * chunk > max(k, chunk):
+        time /= RAGGED_RATE
+    partials = 0.0 if splits == 1 else 8 * splits * m * n / PARTIAL_BYTES_PER_K
+    return time + partials
+
+
+def split_choice(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
+    """(S, chunk) of the cheapest split of an m x k @ k x n GEMM; (1, k) for none.
+    Every S up to `MOST_SPLITS` is tried: chunks of whole K steps that divide K
+    exactly (S = 3 of 4992 = 3 x 1664) beat ragged ones by `RAGGED_RATE`."""
+    best, best_cost = (1, k), SPLIT_GAIN * split_cost(m, n, k, 1, sms)
+    tried: set[int] = set()
+    for s in range(2, MOST_SPLITS + 1):
+        chunk = -(-k // s // K_STEP) * K_STEP
+        splits = -(-k // chunk)
+        if chunk < MIN_CHUNK:
+            break
+        if splits < 2 or chunk in tried:
+            continue
+        tried.add(chunk)
+        cost = split_cost(m, n, chunk, splits, sms, k)
+        if cost < best_cost:
+            best, best_cost = (splits, chunk), cost
+    return best
+
+
+def splittable(kernel: loop.KernelOp) -> loop.ReduceOp | None:
+    """The contraction of an untiled f32 GEMM kernel with a 2-d output, if that is
+    what `kernel` is (one contraction of f32 products, no batch)."""
+    if kernel.block is not None or loop.kernel_kind(kernel) is not KernelKind.CONTRACTION:
+        return None
+    if len(kernel.parallel_bounds()) != 2:
+        return None
+    contractions = [op for op in kernel.body.walk() if loop.is_contraction(op)]
+    if len(contractions) != 1:
+        return None
+    (red,) = contractions
+    assert isinstance(red, loop.ReduceOp)
+    if red.parent_op() is not kernel or red.result.type != F32 or runs_in_half(red):
+        return None
+    return red
+
+
+@dataclass(frozen=True)
+class SplitKPass(ModulePass):
+    """`split-k{sms=132}` on loop-level IR."""
+
+    name = "split-k"
+    levels = ("loop",)
+
+    sms: int = 132
+    """The GPU's SM count (`irc.target` sets it), which the rounds are counted in."""
+
+    def __post_init__(self) -> None:
+        check_option(self.name, "sms", self.sms, 1, 1 << 16)
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        taken = {k.kernel_name.data for k in op.walk() if isinstance(k, loop.KernelOp)}
+        for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
+            red = splittable(kernel)
+            if red is None:
+                continue
+            m, n = kernel.parallel_bounds()
+            (k,) = loop.int_list(red.bounds)
+            splits, chunk = split_choice(m, n, k, self.sms)
+            if splits > 1:
+                split_gemm(kernel, red, splits, chunk, taken)
+
+
+def split_gemm(
+    kernel: loop.KernelOp, red: loop.ReduceOp, splits: int, chunk: int, taken: set[str]
+) -> None:
+    """`kernel`'s contraction as `splits` chunks of `chunk` (a GEMM kernel before
+    it storing their partials), and `kernel` summing them."""
+    parent = kernel.parent_block()
+    assert parent is not None
+    name = kernel.kernel_name.data + "_split"
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    stage, mapping = chunked_kernel(
+        kernel, [red], [red], splits, chunk, name, KernelKind.CONTRACTION
+    )
+    partials = loop.AllocOp.create(
+        result_types=[MemRefType(F32, [splits, *kernel.parallel_bounds()])]
+    )
+    body = stage.body.block
+    copy: Operation = mapping[red]
+    body.add_op(loop.StoreOp.create(operands=[copy.results[0], partials.result, *body.args]))
+    parent.insert_ops_before([partials, stage], kernel)
+    combine_partials(kernel, red, partials.result, splits)
+    kernel.kind = StringAttr(KernelKind.REDUCTION)
