@@ -25,21 +25,10 @@ from irc.dialects import tile
 from irc.passes.tile import EPILOGUE_PART_F32, Tiling, epilogue_parts
 from irc.syntax.printer import print_module
 from irc.testing.forced_tiling import compile_with_tiling
+from irc.testing.programs import gemm_text
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
-
-
-def gemm_text(m: int, n: int, k: int, el: str, act: str) -> str:
-    """matmul + bias + `act`, returning the matmul too (two stores an element)."""
-    ty = f"tensor<{m}x{n}x{el}>"
-    return f"""func @f(%x: tensor<{m}x{k}x{el}>, %w: tensor<{k}x{n}x{el}>, %b: tensor<{n}x{el}>) -> ({ty}, {ty}) {{
-  %mm = graph.matmul %x, %w
-  %a = graph.add %mm, %b
-  %r = graph.{act} %a
-  return %mm, %r : {ty}, {ty}
-}}
-"""
 
 
 def lower(text: str, tiling: Tiling | None) -> tuple[CompiledModule, object]:
@@ -69,7 +58,8 @@ def test_wide_gemm_tiles_compute_their_epilogue_in_halves(k: int) -> None:
     """8192x2304 outputs take 128x256 tiles: one K loop, two parts of 128 columns,
     each with its own bias load, GELU and stores (TMA where persistent, K = 3072;
     pointers where the GELU outweighs K = 768 and a program takes a tile)."""
-    compiled, module = lower(gemm_text(8192, 2304, k, "bf16", "gelu"), None)
+    text = gemm_text(8192, 2304, k, "bf16", act="gelu", returns_product=True)
+    compiled, module = lower(text, None)
     (kernel,) = [op for op in module.walk() if isinstance(op, tile.KernelOp)]  # type: ignore[attr-defined]
     assert (kernel.persistent is not None) == (k == 3072)
     assert sum(isinstance(op, tile.DotOp) for op in kernel.walk()) == 1
@@ -91,12 +81,13 @@ def test_wide_gemm_tiles_compute_their_epilogue_in_halves(k: int) -> None:
 
 
 def test_narrow_tiles_keep_one_epilogue() -> None:
-    _, module = lower(gemm_text(8192, 768, 3072, "bf16", "gelu"), None)
+    _, module = lower(gemm_text(8192, 768, 3072, "bf16", act="gelu", returns_product=True), None)
     assert parts_of(module) == []
 
 
 def test_tile_ir_with_parts_round_trips() -> None:
-    _, module = lower(gemm_text(70, 80, 24, "bf16", "gelu"), Tiling((64, 64, 16), 1, 2))
+    text = gemm_text(70, 80, 24, "bf16", act="gelu", returns_product=True)
+    _, module = lower(text, Tiling((64, 64, 16), 1, 2))
     assert sorted(parts_of(module)) == [(0, 2), (1, 2)]
     text = print_module(module)
     assert "tile.column_part" in text
@@ -118,7 +109,7 @@ def test_tile_ir_with_parts_round_trips() -> None:
     ],
 )
 def test_parts_match_torch(m: int, n: int, k: int, el: str, act: str, tiling: Tiling) -> None:
-    text = gemm_text(m, n, k, el, act)
+    text = gemm_text(m, n, k, el, act=act, returns_product=True)
     compiled, module = lower(text, tiling)
     assert len(parts_of(module)) == epilogue_parts(tiling) > 1
     g = torch.Generator().manual_seed(m * n + k)

@@ -28,29 +28,11 @@ from irc.passes.k_major_gemm_operands import (
 )
 from irc.pipeline import LOWERING, run_pipeline
 from irc.testing.forced_tiling import compile_with_tiling
+from irc.testing.programs import gemm_text
 from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 COPY_ALL = "k-major-gemm-operands{min_flops=0}"
-
-
-def gemm_text(m: int, n: int, k: int, el: str = "f32", a_t: bool = False, b_t: bool = False) -> str:
-    """(a @ b + bias) then GELU; `a_t`: a stored [K, M]; `b_t`: b stored [N, K]."""
-    a_type = f"tensor<{k}x{m}x{el}>" if a_t else f"tensor<{m}x{k}x{el}>"
-    b_type = f"tensor<{n}x{k}x{el}>" if b_t else f"tensor<{k}x{n}x{el}>"
-    views = ""
-    if a_t:
-        views += "  %at = graph.transpose %a {perm = [1, 0]}\n"
-    if b_t:
-        views += "  %bt = graph.transpose %b {perm = [1, 0]}\n"
-    a, b = ("%at" if a_t else "%a"), ("%bt" if b_t else "%b")
-    return f"""func @f(%a: {a_type}, %b: {b_type}, %c: tensor<{n}x{el}>) -> tensor<{m}x{n}x{el}> {{
-{views}  %mm = graph.matmul {a}, {b}
-  %s = graph.add %mm, %c
-  %r = graph.gelu %s
-  return %r : tensor<{m}x{n}x{el}>
-}}
-"""
 
 
 def loop_module(text: str, copies: str = COPY_ALL) -> object:

@@ -36,6 +36,7 @@ from irc.passes.tile import (
     kernel_shape,
 )
 from irc.pipeline import run_pipeline
+from irc.testing.programs import tensor_type as t
 from irc.testing.reference import functions, random_inputs
 from irc.testing.reference import run as reference_run
 from irc.testing.verdict import judge, judge_outputs, yardsticks
@@ -66,10 +67,6 @@ def combine_once(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
             lambda shape, n, least=0, chunks=0, partials=0: real(shape, n, 0),
         )
     return bool(request.param)
-
-
-def t(shape: tuple[int, ...], el: str = "f32") -> str:
-    return "tensor<" + "".join(f"{d}x" for d in shape) + el + ">"
 
 
 def reduce_fn(op: str, shape: tuple[int, ...], dims: list[int], el: str = "f32") -> str:

@@ -13,14 +13,11 @@ from torch.testing import assert_close
 import irc
 from irc.dialects import graph
 from irc.passes.fuse import fuse_module
+from irc.testing.programs import tensor_type as t
 from irc.testing.reference import functions, random_inputs
 from irc.testing.reference import run as reference_run
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
-
-
-def t(shape: tuple[int, ...], el: str) -> str:
-    return "tensor<" + "".join(f"{d}x" for d in shape) + el + ">"
 
 
 def layer_norm_then(kind: str, n: int, h: int, el: str) -> str:

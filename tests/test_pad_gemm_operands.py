@@ -30,25 +30,12 @@ from irc.passes.pad_gemm_operands import (
 from irc.passes.tile import Tiling
 from irc.pipeline import run_pipeline
 from irc.testing.forced_tiling import compile_with_tiling
+from irc.testing.programs import gemm_text
 from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16}
 PAD_ALL = "pad-gemm-operands{min_flops=0 persistent_only=false}"
-
-
-def gemm_text(m: int, n: int, k: int, el: str, linear: bool = False) -> str:
-    """(x @ w + b) then GELU; `linear`: w stored [N, K] and read transposed."""
-    w_type = f"tensor<{n}x{k}x{el}>" if linear else f"tensor<{k}x{n}x{el}>"
-    wt = "  %wt = graph.transpose %w {perm = [1, 0]}\n" if linear else ""
-    w = "%wt" if linear else "%w"
-    return f"""func @f(%x: tensor<{m}x{k}x{el}>, %w: {w_type}, %b: tensor<{n}x{el}>) -> tensor<{m}x{n}x{el}> {{
-{wt}  %mm = graph.matmul %x, {w}
-  %a = graph.add %mm, %b
-  %r = graph.gelu %a
-  return %r : tensor<{m}x{n}x{el}>
-}}
-"""
 
 
 def loop_module(text: str, pad: str = PAD_ALL) -> object:
@@ -213,7 +200,7 @@ def lower(text: str, tiling: Tiling | None) -> tuple[CompiledModule, object]:
 def test_padded_gemms_match_torch(
     m: int, n: int, k: int, el: str, linear: bool, tiling: Tiling, pitches: set[int]
 ) -> None:
-    compiled, module = lower(gemm_text(m, n, k, el, linear), tiling)
+    compiled, module = lower(gemm_text(m, n, k, el, b_t=linear), tiling)
     loads = [op for op in module.walk() if isinstance(op, tile.BlockLoadOp)]  # type: ignore[attr-defined]
     assert {op.pitch.value.data for op in loads if op.pitch is not None} == pitches
     assert any(op.transposed is not None and op.pitch is not None for op in loads) == linear

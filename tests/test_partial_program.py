@@ -24,6 +24,8 @@ from irc.lowering import tile_to_triton
 from irc.pipeline import run_pipeline
 from irc.runtime.loader import load_source
 from irc.target import Target
+from irc.testing.programs import cos_reshape_cos
+from irc.testing.programs import tensor_type as t
 from irc.testing.reference import functions, random_inputs
 from irc.testing.sm90 import build, gpu_kernels, sass
 from irc.testing.verdict import judge_outputs
@@ -31,21 +33,6 @@ from irc.testing.verdict import judge_outputs
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 H100 = Target(512, 2, 16, "an H100's tiling (irc.target.target_for)", 132)
 PEEL = re.compile(r"^    if tl\.program_id\(0\) < (\d+):$", re.M)
-
-
-def t(shape: tuple[int, ...], el: str) -> str:
-    return "tensor<" + "".join(f"{d}x" for d in shape) + el + ">"
-
-
-def cos_reshape_cos(n: int, m: int, el: str = "f32") -> str:
-    return f"""func @f(%x: {t((n * m,), el)}, %w: {t((m,), el)}) -> {t((n, m), el)} {{
-  %a = graph.cos %x : {t((n * m,), el)}
-  %r = graph.reshape %a : {t((n, m), el)}
-  %b = graph.cos %r : {t((n, m), el)}
-  %y = graph.mul %b, %w : {t((n, m), el)}
-  return %y : {t((n, m), el)}
-}}
-"""
 
 
 def add(n: int, el: str) -> str:

@@ -33,22 +33,16 @@ from irc.pipeline import run_pipeline
 from irc.runtime.launch import persistent_grid
 from irc.syntax.printer import print_module
 from irc.testing.forced_tiling import compile_with_tiling
+from irc.testing.programs import gemm_text
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 
 
-def gemm_text(m: int, n: int, k: int, el: str, both: bool = False) -> str:
-    """matmul + bias + relu; `both` also returns the matmul (a second epilogue store)."""
-    outs = "%mm, %r" if both else "%r"
-    out_types = f"tensor<{m}x{n}x{el}>, tensor<{m}x{n}x{el}>" if both else f"tensor<{m}x{n}x{el}>"
-    return f"""func @f(%x: tensor<{m}x{k}x{el}>, %w: tensor<{k}x{n}x{el}>, %b: tensor<{n}x{el}>) -> ({out_types}) {{
-  %mm = graph.matmul %x, %w
-  %a = graph.add %mm, %b
-  %r = graph.relu %a
-  return {outs} : {out_types}
-}}
-"""
+def relu_gemm(m: int, n: int, k: int, el: str, both: bool = False) -> str:
+    """matmul + bias + relu (no transcendental: persistent where it fits); `both`
+    also returns the matmul (a second epilogue store)."""
+    return gemm_text(m, n, k, el, act="relu", returns_product=both)
 
 
 def lower(text: str, tiling: Tiling | None) -> tuple[CompiledModule, object]:
@@ -103,7 +97,7 @@ def test_autotune_tries_both_layouts() -> None:
 
 
 def test_tile_ir_shape_and_round_trip() -> None:
-    _, module = lower(gemm_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
+    _, module = lower(relu_gemm(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
     (kernel,) = [op for op in module.body.ops if isinstance(op, tile.KernelOp)]
     assert kernel.persistent is not None and kernel.persistent.value.data == 1
     (tiles,) = [op for op in kernel.walk() if isinstance(op, tile.TilesOp)]
@@ -126,7 +120,7 @@ def test_tile_ir_shape_and_round_trip() -> None:
     ],
 )
 def test_persistent_gemm_matches_torch(m: int, n: int, k: int, el: str) -> None:
-    compiled, _ = lower(gemm_text(m, n, k, el, both=True), Tiling((32, 32, 16), 4, 2, True))
+    compiled, _ = lower(relu_gemm(m, n, k, el, both=True), Tiling((32, 32, 16), 4, 2, True))
     x, w, b = inputs(m, n, k, el)
     mm, r = compiled["f"](x, w, b)
     want_mm, want_r = reference(x, w, b)
@@ -190,12 +184,12 @@ def test_a_transposed_flag_is_zero_or_one() -> None:
 
 
 def test_tma_use_follows_alignment() -> None:
-    aligned, _ = lower(gemm_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
+    aligned, _ = lower(relu_gemm(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
     assert aligned.source.count("tl.make_tensor_descriptor(") == 3
     assert "_persistent_grid(6)" in aligned.source and "_ensure_allocator()" in aligned.source
-    odd, _ = lower(gemm_text(50, 36, 24, "f16"), Tiling((32, 32, 16), 4, 2, True))
+    odd, _ = lower(relu_gemm(50, 36, 24, "f16"), Tiling((32, 32, 16), 4, 2, True))
     assert odd.source.count("tl.make_tensor_descriptor(") == 1  # A only
-    plain, _ = lower(gemm_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, False))
+    plain, _ = lower(relu_gemm(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, False))
     assert "make_tensor_descriptor" not in plain.source and "tl.range" not in plain.source
 
 
@@ -221,7 +215,7 @@ def test_persistent_grid_is_the_fewest_programs_for_the_fewest_rounds(
 
 def test_misaligned_view_is_copied_to_an_aligned_buffer() -> None:
     m, n, k = 96, 64, 48
-    compiled, _ = lower(gemm_text(m, n, k, "bf16"), Tiling((32, 32, 16), 4, 2, True))
+    compiled, _ = lower(relu_gemm(m, n, k, "bf16"), Tiling((32, 32, 16), 4, 2, True))
     x, w, b = inputs(m, n, k, "bf16", seed=1)
     storage = torch.empty(m * k + 1, dtype=x.dtype, device=x.device)
     view = storage[1:].view(m, k)  # starts 2 bytes into its storage
@@ -234,14 +228,14 @@ def test_misaligned_view_is_copied_to_an_aligned_buffer() -> None:
 def test_default_pipeline_on_a_large_bf16_gemm() -> None:
     """The heuristic's own choice (128x256x64, persistent) through irc.compile."""
     m, n, k = 2048, 2048, 64
-    compiled = irc.compile(irc.parse(gemm_text(m, n, k, "bf16"), "gemm.ir"), device=DEVICE)
+    compiled = irc.compile(irc.parse(relu_gemm(m, n, k, "bf16"), "gemm.ir"), device=DEVICE)
     assert "_persistent_grid(128)" in compiled.source
     x, w, b = inputs(m, n, k, "bf16", seed=2)
     assert_close(compiled["f"](x, w, b), reference(x, w, b)[1])
 
 
 def _tile_text() -> str:
-    _, module = lower(gemm_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
+    _, module = lower(relu_gemm(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
     return print_module(module)
 
 
@@ -295,7 +289,7 @@ def test_tma_scratch_allocator_is_installed_unless_the_program_has_one() -> None
     import triton
     from triton.runtime import _allocation
 
-    compiled, _ = lower(gemm_text(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
+    compiled, _ = lower(relu_gemm(96, 64, 48, "bf16"), Tiling((32, 32, 16), 4, 2, True))
     args = inputs(96, 64, 48, "bf16")
     before = _allocation._allocator.get()
     try:
@@ -433,14 +427,14 @@ def test_a_block_store_is_written_in_two_column_halves() -> None:
     """A 128x128 bf16 output tile goes out as two TMA stores of 128x64 boxes; a
     128x256 one, whose epilogue runs on column halves (`tile.column_part`), as one
     TMA store of a 128x128 box a half."""
-    compiled, _ = lower(gemm_text(8192, 768, 3072, "bf16"), None)
+    compiled, _ = lower(relu_gemm(8192, 768, 3072, "bf16"), None)
     source = compiled.source
     stores = re.findall(r"(d\d+)\.store\(\[(v\d+), (v\d+)( \+ 64)?\], (v\d+)\)", source)
     assert len(stores) == 2 and stores[0][:3] == stores[1][:3] and stores[1][3] == " + 64"
     (descriptor,) = {s[0] for s in stores}
     assert re.search(descriptor + r" = tl.make_tensor_descriptor\(ptr\d, shape=\[8192, 768\], strides=\[768, 1\], block_shape=\[128, 64\]\)", source)
     assert "tl.split(" in source
-    wide, _ = lower(gemm_text(8192, 2304, 768, "bf16"), None)
+    wide, _ = lower(relu_gemm(8192, 2304, 768, "bf16"), None)
     stores = re.findall(r"(d\d+)\.store\(\[(v\d+), (v\d+)\], (v\d+)\)", wide.source)
     assert len(stores) == 2 and stores[0][1] == stores[1][1] and stores[0][2] != stores[1][2]
     (descriptor,) = {s[0] for s in stores}

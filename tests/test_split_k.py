@@ -30,25 +30,12 @@ from irc.passes.split_k import (
 )
 from irc.pipeline import LOWERING, run_pipeline
 from irc.testing.forced_tiling import compile_with_tiling
+from irc.testing.programs import gemm_text
 from irc.testing.verdict import judge_outputs
 from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 UP_TO = "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,k-major-gemm-operands"
-
-
-def gemm_text(m: int, n: int, k: int, el: str = "f32", b_t: bool = False) -> str:
-    """(a @ b + bias) then GELU; `b_t`: b stored [N, K] (an nn.Linear weight)."""
-    b_type = f"tensor<{n}x{k}x{el}>" if b_t else f"tensor<{k}x{n}x{el}>"
-    view = "  %bt = graph.transpose %b {perm = [1, 0]}\n" if b_t else ""
-    b = "%bt" if b_t else "%b"
-    return f"""func @f(%a: tensor<{m}x{k}x{el}>, %b: {b_type}, %c: tensor<{n}x{el}>) -> tensor<{m}x{n}x{el}> {{
-{view}  %mm = graph.matmul %a, {b}
-  %s = graph.add %mm, %c
-  %r = graph.gelu %s
-  return %r : tensor<{m}x{n}x{el}>
-}}
-"""
 
 
 def loop_module(text: str, sms: int = 132) -> object:

@@ -24,6 +24,8 @@ from irc.passes.tile import Tiling, kernel_shape, tiling_of
 from irc.pipeline import AFTER_TILING, run_pipeline
 from irc.runtime.loader import load_source
 from irc.target import Target
+from irc.testing.programs import cos_reshape_cos
+from irc.testing.programs import tensor_type as t
 from irc.testing.verdict import judge
 
 H100 = Target(512, 2, 16, "an H100's tiling (irc.target.target_for)", 132)
@@ -36,10 +38,6 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
-def t(shape: tuple[int, ...], el: str = "f32") -> str:
-    return "tensor<" + "".join(f"{d}x" for d in shape) + el + ">"
-
-
 def reshape_output(b: int, n: int, m: int, el: str = "f32") -> str:
     full, out = t((b, n, m), el), t((b * n, m), el)
     return f"""func @f(%x: {full}, %w: {t((m,), el)}) -> {out} {{
@@ -47,17 +45,6 @@ def reshape_output(b: int, n: int, m: int, el: str = "f32") -> str:
   %r = graph.relu %a : {full}
   %y = graph.reshape %r : {out}
   return %y : {out}
-}}
-"""
-
-
-def cos_reshape_cos(n: int, m: int, el: str = "f32") -> str:
-    return f"""func @f(%x: {t((n * m,), el)}, %w: {t((m,), el)}) -> {t((n, m), el)} {{
-  %a = graph.cos %x : {t((n * m,), el)}
-  %r = graph.reshape %a : {t((n, m), el)}
-  %b = graph.cos %r : {t((n, m), el)}
-  %y = graph.mul %b, %w : {t((n, m), el)}
-  return %y : {t((n, m), el)}
 }}
 """
 
