@@ -65,7 +65,7 @@ def lower_to_tile(
     if target is not None:
         passes[tiled - 1] = target.tile_pass()
         passes[passes.index("split-reduction")] = target.split_pass()
-        passes[passes.index("split-k")] = f"split-k{{sms={target.sms}}}"
+        passes[passes.index("split-k")] = target.split_k_pass()
     if tf32:
         passes[passes.index("loop-to-tile")] += "{tf32=true}"
     # A loop-level input's tilings are the user's (the IR shows them so that they can

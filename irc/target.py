@@ -78,6 +78,10 @@ class Target:
         splits = f" splits={self.splits}" if self.splits != Target.splits else ""
         return f"split-reduction{{sms={self.sms}{splits}}}"
 
+    def split_k_pass(self) -> str:
+        """The `split-k` step of a pipeline, for this GPU's SM count."""
+        return f"split-k{{sms={self.sms}}}"
+
     def retile(self, module: ModuleOp) -> None:
         """After the `tile` pass: the interpreter's tilings, where this target is for it."""
         if self.interpreted:

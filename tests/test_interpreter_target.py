@@ -74,6 +74,7 @@ def test_gpu_targets_never_retile() -> None:
     )
     assert not gpu.interpreted and not Target().interpreted
     assert gpu.split_pass() == "split-reduction{sms=132}"
+    assert gpu.split_k_pass() == "split-k{sms=132}"
 
 
 def test_the_suite_keeps_the_gpu_tilings_on_the_interpreter() -> None:
@@ -83,6 +84,7 @@ def test_the_suite_keeps_the_gpu_tilings_on_the_interpreter() -> None:
 def test_a_cpu_compile_uses_the_interpreter_target(interpreter_tilings: None) -> None:
     target = interpreter_target()
     assert target.interpreted and target.split_pass() == "split-reduction{sms=1 splits=16}"
+    assert target.split_k_pass() == "split-k{sms=1}"  # one SM: no GEMM is split
     compiled = irc.compile("examples/softmax.ir", device="cpu")
     assert compiled.target == target
 

@@ -247,3 +247,11 @@ def test_any_split_the_model_picks_matches_torch(
     (fn,) = [op for op in irc.parse(text, "gemm.ir").walk() if op.name == "func.func"]  # type: ignore[attr-defined]
     (verdict,) = judge_outputs(fn, inputs, compiled["f"](*inputs))
     assert verdict.ok, verdict.line
+
+
+def test_one_sm_splits_only_to_fill_its_program_slots() -> None:
+    """The interpreter's target has one SM (`split-k{sms=1}`): a GEMM of many tiles
+    stays whole; one of a single 64x64 tile splits in two, the two programs an SM
+    holds at once by the model."""
+    assert split_choice(300, 700, 9000, 1) == (1, 9000)
+    assert split_choice(64, 64, 65536, 1) == (2, 32768)
