@@ -255,3 +255,24 @@ def test_one_sm_splits_only_to_fill_its_program_slots() -> None:
     holds at once by the model."""
     assert split_choice(300, 700, 9000, 1) == (1, 9000)
     assert split_choice(64, 64, 65536, 1) == (2, 32768)
+
+
+def test_a_split_gemm_that_also_returns_its_product_stores_both() -> None:
+    """The summing kernel stores the product (the sum of the partials) and the
+    epilogue's result, as the whole GEMM's kernel did."""
+    text = gemm_text(40, 24, 1000, returns_product=True)
+    compiled, module = compile_with_tiling(text, None, DEVICE, f"{UP_TO},split-k{{sms=8}},tile")
+    launched = [op.sym_name.data for op in module.body.ops if isinstance(op, tile.KernelOp)]  # type: ignore[attr-defined]
+    assert launched == [
+        "triton_mm_fused_matmul_add_gelu_0_split",
+        "triton_mm_fused_matmul_add_gelu_0",
+    ]
+    g = torch.Generator().manual_seed(9)
+    x, w, b = (
+        torch.randn(40, 1000, generator=g),
+        torch.randn(1000, 24, generator=g),
+        torch.randn(24, generator=g),
+    )
+    mm, r = compiled["f"](x.to(DEVICE), w.to(DEVICE), b.to(DEVICE))
+    assert_close(mm.cpu(), x @ w, rtol=1e-4, atol=1e-4)
+    assert_close(r.cpu(), F.gelu(x @ w + b), rtol=1e-4, atol=1e-4)
