@@ -820,6 +820,12 @@ class ConstantOp(IRDLOperation):
         check_number(self, "value", self.value, self.result.type)
 
 
+def kernels(op: Operation) -> list[KernelOp]:
+    """The loop kernels under `op` (a module or a function), in order: the loop
+    level's `tile.kernels`, whose kernels sit in their functions' bodies."""
+    return [k for k in op.walk() if isinstance(k, KernelOp)]
+
+
 def is_contraction(op: Operation) -> bool:
     """Whether `op` is a `loop.reduce {contract = true}`: a dot, not a loop of its kernel."""
     return isinstance(op, ReduceOp) and op.contract is not None

@@ -61,6 +61,7 @@ from irc.analysis.dot_operands import runs_in_half
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import F32
+from irc.passes.gemm_operand_copies import kernel_names
 from irc.passes.options import check_option
 from irc.passes.split_reduction import chunked_kernel, combine_partials
 from irc.passes.tile import SPLIT_TF32_SMALL_RATE, KernelShape, gemm_tiling
@@ -97,10 +98,11 @@ PARTIAL_BYTES_PER_K = 227_500
 step of a round: 65 ns at about 3.5 TB/s."""
 
 
-def split_cost(m: int, n: int, chunk: int, splits: int, sms: int, k: int = 0) -> float:
-    """A GEMM's time in K steps of a round of 128x128 programs, split into `splits`
-    chunks of `chunk` (1: whole), at the tiles the tile pass would give it: rounds of
-    its programs (`RAGGED_RATE` where the chunks overrun `k`) and its partials."""
+def split_cost(m: int, n: int, k: int, chunk: int, splits: int, sms: int) -> float:
+    """An m x k @ k x n GEMM's time in K steps of a round of 128x128 programs, split
+    into `splits` chunks of `chunk` (1 of k: whole), at the tiles the tile pass would
+    give it: rounds of its programs (`RAGGED_RATE` where the chunks overrun k) and its
+    partials."""
     parallel = (splits, m, n) if splits > 1 else (m, n)
     shape = KernelShape(KernelKind.CONTRACTION, parallel, (chunk,), element_bytes=4)
     bm, bn, _ = gemm_tiling(shape, sms).block
@@ -109,8 +111,13 @@ def split_cost(m: int, n: int, chunk: int, splits: int, sms: int, k: int = 0) ->
     if bm * bn >= 128 * 128:
         time = math.ceil(tiles / sms) * steps
     else:  # two programs an SM, each at the small tiles' rate
-        time = math.ceil(tiles / (2 * sms)) * steps * (2 * bm * bn / 16384) / SPLIT_TF32_SMALL_RATE
-    if splits * chunk > max(k, chunk):
+        time = (
+            math.ceil(tiles / (2 * sms))
+            * steps
+            * (2 * bm * bn / (128 * 128))
+            / SPLIT_TF32_SMALL_RATE
+        )
+    if splits * chunk > k:
         time /= RAGGED_RATE
     partials = 0.0 if splits == 1 else 8 * splits * m * n / PARTIAL_BYTES_PER_K
     return time + partials
@@ -120,7 +127,7 @@ def split_choice(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
     """(S, chunk) of the cheapest split of an m x k @ k x n GEMM; (1, k) for none.
     Every S up to `MOST_SPLITS` is tried: chunks of whole K steps that divide K
     exactly (S = 3 of 4992 = 3 x 1664) beat ragged ones by `RAGGED_RATE`."""
-    best, best_cost = (1, k), SPLIT_GAIN * split_cost(m, n, k, 1, sms)
+    best, best_cost = (1, k), SPLIT_GAIN * split_cost(m, n, k, k, 1, sms)
     tried: set[int] = set()
     for s in range(2, MOST_SPLITS + 1):
         chunk = -(-k // s // K_STEP) * K_STEP
@@ -130,7 +137,7 @@ def split_choice(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
         if splits < 2 or chunk in tried:
             continue
         tried.add(chunk)
-        cost = split_cost(m, n, chunk, splits, sms, k)
+        cost = split_cost(m, n, k, chunk, splits, sms)
         if cost < best_cost:
             best, best_cost = (splits, chunk), cost
     return best
@@ -167,8 +174,8 @@ class SplitKPass(ModulePass):
         check_option(self.name, "sms", self.sms, 1, 1 << 16)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        taken = {k.kernel_name.data for k in op.walk() if isinstance(k, loop.KernelOp)}
-        for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
+        taken = kernel_names(op)
+        for kernel in loop.kernels(op):
             red = splittable(kernel)
             if red is None:
                 continue

@@ -188,8 +188,9 @@ def _chunk_region(
     start = _apply(block, "mul", [g, _index_const(block, chunk, first)], first)
     flat = _apply(block, "add", [start, rr], first)
     inside = flat
+    contraction = loop.is_contraction(parent := block.parent_op())
     if n % chunk:
-        if kind is not None and loop.is_contraction(parent := block.parent_op()):
+        if kind is not None and contraction:
             assert isinstance(parent, loop.ReduceOp)
             product = parent.body.block.last_op.values[0].owner  # type: ignore[union-attr]
             assert isinstance(product, loop.ApplyOp) and product.fn.data == "mul"
@@ -207,7 +208,7 @@ def _chunk_region(
             ]
         else:
             inside = _apply(block, "minimum", [flat, _index_const(block, n - 1, first)], first)
-        if kind is not None and not loop.is_contraction(block.parent_op()):
+        if kind is not None and not contraction:
             yielded = block.last_op
             assert isinstance(yielded, loop.YieldOp)
             valid = _apply(block, "lt", [flat, _index_const(block, n, first)], yielded, I1)

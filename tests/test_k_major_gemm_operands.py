@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-import irc
 from irc.dialects import loop, tile
 from irc.passes.gemm_operand_copies import MIN_FLOPS
 from irc.passes.k_major_gemm_operands import (
@@ -26,24 +25,13 @@ from irc.passes.k_major_gemm_operands import (
     KMajorGemmOperandsPass,
     slow_f32_operands,
 )
-from irc.pipeline import LOWERING, run_pipeline
+from irc.pipeline import LOWERING
 from irc.testing.forced_tiling import compile_with_tiling
-from irc.testing.programs import gemm_text
+from irc.testing.programs import gemm_text, loop_level
 from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 COPY_ALL = "k-major-gemm-operands{min_flops=0}"
-
-
-def loop_module(text: str, copies: str = COPY_ALL) -> object:
-    module = irc.parse(text, "gemm.ir")
-    run_pipeline(module, f"fuse,decompose,graph-to-loop,split-reduction,{copies}")
-    irc.verify(module)
-    return module
-
-
-def kernels(module: object) -> list[loop.KernelOp]:
-    return [k for k in module.walk() if isinstance(k, loop.KernelOp)]  # type: ignore[attr-defined]
 
 
 def buffer_shapes(kernel: loop.KernelOp) -> list[tuple[int, ...]]:
@@ -73,8 +61,8 @@ def test_a_weight_stored_k_by_n_is_copied_k_major() -> None:
     """w [256, 300] (K strided) becomes [300, 256]: rows along K; the copy runs over
     the target and reads the source transposed ([k, n] for [n, k]); the GEMM reads it
     [n, k]. x [200, 256] is K-major in aligned rows and stays."""
-    module = loop_module(gemm_text(200, 300, 256))
-    copy, gemm = kernels(module)
+    module = loop_level(gemm_text(200, 300, 256), COPY_ALL)
+    copy, gemm = loop.kernels(module)
     assert copy.kernel_name.data == f"{KERNEL_PREFIX}0" and copy.parallel_bounds() == [300, 256]
     loads, stores = copy_indices(copy)
     assert stores == [0, 1] and loads[1] == 0  # the source's row index is the clamped k
@@ -93,8 +81,8 @@ def test_rows_of_odd_k_are_padded_with_zeros_and_k_runs_over_them() -> None:
     copied into [200, 260] (no transposition), w [257, 300] transposed into [300,
     260], their pads written 0. Both operands are copies: K runs to 260, unmasked
     by a ragged 257 (the products of the pads add 0)."""
-    module = loop_module(gemm_text(200, 300, 257))
-    x_copy, w_copy, gemm = kernels(module)
+    module = loop_level(gemm_text(200, 300, 257), COPY_ALL)
+    x_copy, w_copy, gemm = loop.kernels(module)
     assert x_copy.parallel_bounds() == [200, 260] and w_copy.parallel_bounds() == [300, 260]
     assert copy_indices(x_copy) == ([0, None], [0, 1])
     assert copy_indices(w_copy) == ([None, 0], [0, 1])
@@ -107,25 +95,25 @@ def test_rows_of_odd_k_are_padded_with_zeros_and_k_runs_over_them() -> None:
 
 
 def test_an_lhs_stored_k_by_m_is_copied_too() -> None:
-    module = loop_module(gemm_text(200, 300, 256, a_t=True, b_t=True))
-    copy, gemm = kernels(module)
+    module = loop_level(gemm_text(200, 300, 256, a_t=True, b_t=True), COPY_ALL)
+    copy, gemm = loop.kernels(module)
     assert copy.parallel_bounds() == [200, 256]
     assert buffer_shapes(gemm) == [(200, 256), (300, 256), (300,)]
 
 
 def test_k_major_half_precision_small_or_once_read_operands_are_left() -> None:
     # Both operands K-major already (w stored [N, K]), in rows 16 bytes apart.
-    assert len(kernels(loop_module(gemm_text(200, 300, 256, b_t=True)))) == 1
+    assert len(loop.kernels(loop_level(gemm_text(200, 300, 256, b_t=True), COPY_ALL))) == 1
     # 16-bit operands: wgmma reads them in either order.
-    assert len(kernels(loop_module(gemm_text(200, 300, 256, "bf16")))) == 1
+    assert len(loop.kernels(loop_level(gemm_text(200, 300, 256, "bf16"), COPY_ALL))) == 1
     # Below the default product size: a copy's launch would outweigh it.
     assert 2 * 200 * 300 * 256 < MIN_FLOPS
-    assert len(kernels(loop_module(gemm_text(200, 300, 256), "k-major-gemm-operands"))) == 1
+    assert len(loop.kernels(loop_level(gemm_text(200, 300, 256), "k-major-gemm-operands"))) == 1
     # M = 100 is one row tile: w is read once by the GEMM and stays.
-    assert len(kernels(loop_module(gemm_text(100, 300, 256)))) == 1
+    assert len(loop.kernels(loop_level(gemm_text(100, 300, 256), COPY_ALL))) == 1
     # By default, a large f32 GEMM's [K, N] weight is copied.
-    big = loop_module(gemm_text(1024, 1024, 1024), "k-major-gemm-operands")
-    assert [k.kernel_name.data for k in kernels(big)][0] == f"{KERNEL_PREFIX}0"
+    big = loop_level(gemm_text(1024, 1024, 1024), "k-major-gemm-operands")
+    assert [k.kernel_name.data for k in loop.kernels(big)][0] == f"{KERNEL_PREFIX}0"
 
 
 def test_pass_options_are_checked() -> None:
@@ -143,7 +131,7 @@ def test_an_operand_of_two_gemms_is_copied_once() -> None:
   return %a, %b : tensor<300x304xf32>, tensor<300x256xf32>
 }
 """
-    names = [k.kernel_name.data for k in kernels(loop_module(text))]
+    names = [k.kernel_name.data for k in loop.kernels(loop_level(text, COPY_ALL))]
     # The first GEMM reads w [K, N], K strided: copied. The second reads w's transpose,
     # whose K (304) is w's contiguous dimension: left. One copy in all.
     assert sum(n.startswith(KERNEL_PREFIX) for n in names) == 1

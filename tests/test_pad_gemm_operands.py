@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-import irc
 from irc.compiler import CompiledModule
 from irc.dialects import loop, tile
 from irc.passes.gemm_operand_copies import MIN_FLOPS, padded_columns
@@ -28,25 +27,13 @@ from irc.passes.pad_gemm_operands import (
     unaligned_operands,
 )
 from irc.passes.tile import Tiling
-from irc.pipeline import run_pipeline
 from irc.testing.forced_tiling import compile_with_tiling
-from irc.testing.programs import gemm_text
+from irc.testing.programs import gemm_text, loop_level
 from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16}
 PAD_ALL = "pad-gemm-operands{min_flops=0 persistent_only=false}"
-
-
-def loop_module(text: str, pad: str = PAD_ALL) -> object:
-    module = irc.parse(text, "gemm.ir")
-    run_pipeline(module, f"fuse,decompose,graph-to-loop,split-reduction,{pad}")
-    irc.verify(module)
-    return module
-
-
-def kernels(module: object) -> list[loop.KernelOp]:
-    return [k for k in module.walk() if isinstance(k, loop.KernelOp)]  # type: ignore[attr-defined]
 
 
 def test_padded_columns_are_whole_granules() -> None:
@@ -60,8 +47,8 @@ def test_padded_columns_are_whole_granules() -> None:
 
 
 def test_both_odd_operands_are_copied_before_the_gemm() -> None:
-    module = loop_module(gemm_text(300, 301, 257, "bf16"))
-    pads, gemm = kernels(module)[:2], kernels(module)[2]
+    module = loop_level(gemm_text(300, 301, 257, "bf16"), PAD_ALL)
+    pads, gemm = loop.kernels(module)[:2], loop.kernels(module)[2]
     assert [k.kernel_name.data for k in pads] == ["pad_rows_0", "pad_rows_1"]
     loads = [op for op in gemm.walk() if isinstance(op, loop.LoadOp)]
     shapes = [tuple(ld.buffer.type.get_shape()) for ld in loads]  # type: ignore[attr-defined]
@@ -74,14 +61,14 @@ def test_both_odd_operands_are_copied_before_the_gemm() -> None:
 
 def test_aligned_small_or_once_read_operands_are_left() -> None:
     # K and N whole granules: nothing to pad.
-    assert len(kernels(loop_module(gemm_text(300, 304, 256, "bf16")))) == 1
+    assert len(loop.kernels(loop_level(gemm_text(300, 304, 256, "bf16"), PAD_ALL))) == 1
     # Below the default product size: a copy's launch would outweigh it.
     assert 2 * 300 * 301 * 257 < MIN_FLOPS
-    assert len(kernels(loop_module(gemm_text(300, 301, 257, "bf16"), "pad-gemm-operands"))) == 1
+    assert len(loop.kernels(loop_level(gemm_text(300, 301, 257, "bf16"), "pad-gemm-operands"))) == 1
     # N = 100 is one tile: x is read once by the GEMM and stays; w (read by 3 row
     # tiles) is padded.
-    module = loop_module(gemm_text(300, 100, 257, "bf16"))
-    (pad, gemm) = kernels(module)
+    module = loop_level(gemm_text(300, 100, 257, "bf16"), PAD_ALL)
+    (pad, gemm) = loop.kernels(module)
     assert pad.parallel_bounds() == [257, 100]
     assert [u.load.buffer.type.get_shape() for u in unaligned_operands(gemm)] == [(300, 257)]  # type: ignore[attr-defined]
 
@@ -91,9 +78,11 @@ def test_only_gemms_the_tile_pass_makes_persistent_are_padded_by_default() -> No
     2000-byte rows miss the line, but only 16 row tiles read it).
     2048x517 @ 517x2048: the GELU outweighs K = 517, a program a tile, left (its
     pointer loads ran as fast unaligned on an H100; the copy only added)."""
-    (pad, _) = kernels(loop_module(gemm_text(2000, 1000, 1025, "bf16"), "pad-gemm-operands"))
+    (pad, _) = loop.kernels(loop_level(gemm_text(2000, 1000, 1025, "bf16"), "pad-gemm-operands"))
     assert pad.kernel_name.data == "pad_rows_0" and pad.parallel_bounds() == [2000, 1025]
-    assert len(kernels(loop_module(gemm_text(2048, 2048, 517, "bf16"), "pad-gemm-operands"))) == 1
+    assert (
+        len(loop.kernels(loop_level(gemm_text(2048, 2048, 517, "bf16"), "pad-gemm-operands"))) == 1
+    )
 
 
 def gemm_of_transposed_x(m: int, n: int, k: int) -> str:
@@ -109,7 +98,7 @@ def gemm_of_transposed_x(m: int, n: int, k: int) -> str:
 def copied_shapes(module: object) -> list[tuple[list[int], tuple[int, ...]]]:
     """(source shape, padded shape) of each copy kernel."""
     out = []
-    for k in kernels(module):
+    for k in loop.kernels(module):
         if k.kernel_name.data.startswith("pad_rows_"):
             (store,) = [op for op in k.walk() if isinstance(op, loop.StoreOp)]
             out.append((k.parallel_bounds(), tuple(store.buffer.type.get_shape())))  # type: ignore[attr-defined]
@@ -122,17 +111,19 @@ def test_n_major_right_operands_are_padded_to_lines_where_m_is_long() -> None:
     the copy would cost more than the GEMM is likely to save). x [M, 64], K-major, is
     left; so are a K-major x of 400-byte rows and an x stored [K, M] (the left
     operand ran as fast either way)."""
-    assert copied_shapes(loop_module(gemm_text(4096, 200, 64, "bf16"))) == [([64, 200], (64, 256))]
-    assert copied_shapes(loop_module(gemm_text(3968, 200, 64, "bf16"))) == []
-    assert copied_shapes(loop_module(gemm_text(4096, 4096, 200, "bf16"))) == []
-    assert copied_shapes(loop_module(gemm_of_transposed_x(200, 4096, 64))) == []
+    assert copied_shapes(loop_level(gemm_text(4096, 200, 64, "bf16"), PAD_ALL)) == [
+        ([64, 200], (64, 256))
+    ]
+    assert copied_shapes(loop_level(gemm_text(3968, 200, 64, "bf16"), PAD_ALL)) == []
+    assert copied_shapes(loop_level(gemm_text(4096, 4096, 200, "bf16"), PAD_ALL)) == []
+    assert copied_shapes(loop_level(gemm_of_transposed_x(200, 4096, 64), PAD_ALL)) == []
     # x stored [K, M] with M odd: copied for that, to 16-byte rows.
-    assert copied_shapes(loop_module(gemm_of_transposed_x(201, 256, 64))) == [
+    assert copied_shapes(loop_level(gemm_of_transposed_x(201, 256, 64), PAD_ALL)) == [
         ([64, 201], (64, 208))
     ]
     # line_rereads lowers the bar; rows 2 bytes apart still pad at `rereads`.
     lowered = "pad-gemm-operands{min_flops=0 persistent_only=false line_rereads=1}"
-    assert copied_shapes(loop_module(gemm_text(300, 200, 64, "bf16"), lowered)) == [
+    assert copied_shapes(loop_level(gemm_text(300, 200, 64, "bf16"), lowered)) == [
         ([64, 200], (64, 256))
     ]
 
@@ -222,10 +213,10 @@ def test_an_operand_of_two_gemms_is_copied_once() -> None:
   return %a, %c : tensor<300x304xbf16>, tensor<300x304xbf16>
 }
 """
-    module = loop_module(text)
-    names = [k.kernel_name.data for k in kernels(module)]
+    module = loop_level(text, PAD_ALL)
+    names = [k.kernel_name.data for k in loop.kernels(module)]
     assert names.count("pad_rows_0") == 1 and not any(n == "pad_rows_1" for n in names)
-    gemms = [k for k in kernels(module) if not k.kernel_name.data.startswith("pad")]
+    gemms = [k for k in loop.kernels(module) if not k.kernel_name.data.startswith("pad")]
     assert len(gemms) == 2
     for gemm in gemms:
         (xload,) = [

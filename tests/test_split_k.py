@@ -32,23 +32,14 @@ from irc.passes.split_k import (
 )
 from irc.pipeline import LOWERING, run_pipeline
 from irc.testing.forced_tiling import compile_with_tiling
-from irc.testing.programs import gemm_text
+from irc.testing.programs import gemm_text, loop_level
 from irc.testing.verdict import judge_outputs
 from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 UP_TO = "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,k-major-gemm-operands"
-
-
-def loop_module(text: str, sms: int = 132) -> object:
-    module = irc.parse(text, "gemm.ir")
-    run_pipeline(module, f"{UP_TO},split-k{{sms={sms}}}")
-    irc.verify(module)
-    return module
-
-
-def kernels(module: object) -> list[loop.KernelOp]:
-    return [k for k in module.walk() if isinstance(k, loop.KernelOp)]  # type: ignore[attr-defined]
+SPLIT = "pad-gemm-operands,k-major-gemm-operands,split-k{sms=132}"
+"""The loop passes a split sees before it, and split-k for an H200 (`loop_level`)."""
 
 
 def test_the_pass_runs_after_the_operand_copies_and_before_tile() -> None:
@@ -81,14 +72,16 @@ def test_chunks_are_whole_k_steps_long_enough_and_cover_k() -> None:
                 continue
             assert chunk % K_STEP == 0 and chunk >= MIN_CHUNK
             assert (splits - 1) * chunk < k <= splits * chunk
-            assert split_cost(m, n, chunk, splits, sms) < SPLIT_GAIN * split_cost(m, n, k, 1, sms)
+            assert split_cost(m, n, k, chunk, splits, sms) < SPLIT_GAIN * split_cost(
+                m, n, k, k, 1, sms
+            )
 
 
 def test_a_split_gemm_is_a_batched_gemm_and_a_reduction() -> None:
     """300x9000 @ 9000x700: 9 chunks of 1024 (the last one ragged); stage 1 stores
     [9, 300, 700] partials, the GEMM's own kernel sums them and adds the bias."""
-    module = loop_module(gemm_text(300, 700, 9000))
-    copy, stage, final = kernels(module)
+    module = loop_level(gemm_text(300, 700, 9000), SPLIT)
+    copy, stage, final = loop.kernels(module)
     assert copy.kernel_name.data == "k_major_0"
     assert stage.kernel_name.data == final.kernel_name.data + "_split"
     assert stage.parallel_bounds() == [9, 300, 700]
@@ -108,7 +101,9 @@ def test_a_split_gemm_is_a_batched_gemm_and_a_reduction() -> None:
 
 def test_half_batched_tiled_and_well_filled_gemms_stay_whole() -> None:
     def split(text: str) -> bool:
-        return any(k.kernel_name.data.endswith("_split") for k in kernels(loop_module(text)))
+        return any(
+            k.kernel_name.data.endswith("_split") for k in loop.kernels(loop_level(text, SPLIT))
+        )
 
     assert split(gemm_text(300, 700, 9000))
     assert not split(gemm_text(300, 700, 9000, "bf16"))
@@ -136,10 +131,10 @@ def test_half_batched_tiled_and_well_filled_gemms_stay_whole() -> None:
 """
     module = irc.parse(tiled, "tiled.ir")
     run_pipeline(module, "split-k")
-    assert len(kernels(module)) == 1  # the user's tiling is kept, and so is the kernel
+    assert len(loop.kernels(module)) == 1  # the user's tiling is kept, and so is the kernel
     untiled = irc.parse(tiled.replace(", block = [64, 64, 32], warps = 4, stages = 3", ""), "u.ir")
     run_pipeline(untiled, "split-k")
-    assert len(kernels(untiled)) == 2
+    assert len(loop.kernels(untiled)) == 2
 
 
 def test_pass_options_are_checked() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from xdsl.dialects.builtin import ModuleOp
+
 
 def tensor_type(shape: Sequence[int], el: str = "f32") -> str:
     """`tensor<4x5xf32>`; `tensor<f32>` for rank 0."""
@@ -62,3 +64,16 @@ def cos_reshape_cos(n: int, m: int, el: str = "f32") -> str:
   return %y : {rows}
 }}
 """
+
+
+def loop_level(text: str, passes: str) -> ModuleOp:
+    """`text` parsed, fused and lowered to the loop level (graph-to-loop,
+    split-reduction), then through `passes` (the loop passes a test is about),
+    and verified."""
+    import irc
+    from irc.pipeline import run_pipeline
+
+    module = irc.parse(text, "program.ir")
+    run_pipeline(module, f"fuse,decompose,graph-to-loop,split-reduction,{passes}")
+    irc.verify(module)
+    return module
