@@ -271,3 +271,41 @@ def test_a_split_gemm_that_also_returns_its_product_stores_both() -> None:
     mm, r = compiled["f"](x.to(DEVICE), w.to(DEVICE), b.to(DEVICE))
     assert_close(mm.cpu(), x @ w, rtol=1e-4, atol=1e-4)
     assert_close(r.cpu(), F.gelu(x @ w + b), rtol=1e-4, atol=1e-4)
+
+
+def test_a_stage_name_the_input_already_uses_is_not_taken_again() -> None:
+    """Hand-written loop IR may name a kernel `mm_split` beside the GEMM `mm`: the
+    stage takes another name (`mm_split_`), and the module still verifies, lowers
+    and computes x @ y.T and x + 1."""
+    text = """func @f(%a: memref<8x4096xf32>, %b: memref<8x4096xf32>) -> (memref<8x8xf32>, memref<8x4096xf32>) {
+  %o = loop.alloc : memref<8x8xf32>
+  %p = loop.alloc : memref<8x4096xf32>
+  loop.kernel {name = "mm_split", bounds = [8, 4096]} (%i: index, %j: index) {
+    %x = loop.load %a, %i, %j : f32
+    %c = loop.constant {value = 1.0} : f32
+    %s = loop.apply %x, %c {fn = "add"} : f32
+    loop.store %s, %p, %i, %j
+  }
+  loop.kernel {name = "mm", bounds = [8, 8]} (%i: index, %j: index) {
+    %s = loop.reduce {kind = "sum", bounds = [4096], contract = true} (%k: index) {
+      %x = loop.load %a, %i, %k : f32
+      %y = loop.load %b, %j, %k : f32
+      %t = loop.apply %x, %y {fn = "mul"} : f32
+      loop.yield %t
+    } : f32
+    loop.store %s, %o, %i, %j
+  }
+  return %o, %p : memref<8x8xf32>, memref<8x4096xf32>
+}
+"""
+    module = irc.parse(text, "names.ir")
+    run_pipeline(module, "split-k")
+    irc.verify(module)
+    names = [k.kernel_name.data for k in loop.kernels(module)]
+    assert names == ["mm_split", "mm_split_", "mm"]
+    compiled = irc.compile(irc.parse(text, "names.ir"), device=DEVICE)
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(8, 4096, generator=g), torch.randn(8, 4096, generator=g)
+    product, plus_one = compiled(x.to(DEVICE), y.to(DEVICE))
+    assert_close(product.cpu(), x @ y.T, rtol=1e-4, atol=1e-4)
+    assert_close(plus_one.cpu(), x + 1)
