@@ -881,33 +881,34 @@ def ragged_count(shape: KernelShape, n: int, most: int, sms: int) -> int:
     divisor worth splitting by, the last one short (its missing elements masked):
     chunks of the power of two at or above ceil(n / G), G the largest power of two
     up to `most` (`chunk_length` gives them that length), if there are 16 or more
-    and they fill the GPU (`PROGRAMS_PER_SM`) under the tile pass's tiling or the
-    alternative does not; else G chunks of ceil(n / G), if G is 16 or more; else 1.
+    and, under the tile pass's tiling, they fill the GPU (`PROGRAMS_PER_SM`) or
+    make no fewer programs than the alternative; else G chunks of ceil(n / G), if
+    G is 16 or more; else 1.
 
     A power-of-two chunk keeps every lane of a program's block working and every
     chunk's start aligned: 8292 x 12768 bf16 in 8192 chunks of 12,924 took 1.19x
     torch.compile's time on an H200, each chunk starting 8 bytes from a 16-byte
     boundary, in blocks of 16,384 lanes 79% of them active. It can halve the
     chunks (1025 elements become 2048), and short chunks share a program (the tile
-    pass packs rows to 4096 lanes), hence the test of the grid."""
+    pass packs rows to 4096 lanes), hence the test of the grid: a reduction too
+    small to fill the GPU either way keeps its programs."""
     g = 1
     while g * 2 <= most:
         g *= 2
     if g < 16:
         return 1
-    even = -(-n // -(-n // g))
+    plain = -(-n // -(-n // g))
     aligned = -(-n // next_pow2(-(-n // g)))
     if aligned < 16:
-        return even
+        return plain
 
     def grid(count: int) -> int:
         split = replace(shape, parallel=(count,), reduction=(chunk_length(n, count, True),))
         return programs(split, choose_tiling(split, sms=sms))
 
-    want = PROGRAMS_PER_SM * sms
-    if grid(aligned) >= want or grid(even) < want:
+    if grid(aligned) >= min(PROGRAMS_PER_SM * sms, grid(plain)):
         return aligned
-    return even
+    return plain
 
 
 def chunk_length(n: int, g: int, full: bool) -> int:

@@ -42,6 +42,7 @@ from irc.passes.tile import (
     next_pow2,
 )
 from irc.pipeline import run_pipeline
+from irc.testing.forced_tiling import compile_with_tiling
 from irc.testing.programs import tensor_type as t
 from irc.testing.reference import functions, random_inputs
 from irc.testing.reference import run as reference_run
@@ -469,6 +470,31 @@ def test_ragged_full_reductions_split_in_chunks_of_a_power_of_two(
     lanes = max(a.size.value.data for a in stage.walk() if isinstance(a, tile.ArangeOp))
     assert lanes == chunk, "a program's block is its chunk: every lane works"
     assert count >= 4 * SMS
+
+
+@pytest.mark.parametrize(
+    ("shape", "el"), [((300, 301), "f32"), ((97, 1031), "bf16")], ids=["f32", "bf16"]
+)
+def test_power_of_two_ragged_chunks_match_torch(shape: tuple[int, int], el: str) -> None:
+    """On a GPU of one SM (`sms=1`) power-of-two chunks fill it at any size: 90,300
+    elements split 45 ways in chunks of 2048, the last one short, with the
+    full-size output written beside the partials; both agree with torch."""
+    text = sigmoid_and_max(shape, el)
+    pipeline = "fuse,decompose,graph-to-loop,split-reduction{sms=1}"
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, pipeline)
+    stage = loop.kernels(module)[0]
+    (count,) = loop.int_list(stage.bounds)
+    (red,) = [op for op in stage.body.walk() if isinstance(op, loop.ReduceOp)]
+    (chunk,) = loop.int_list(red.bounds)
+    n = math.prod(shape)
+    assert chunk & (chunk - 1) == 0 and n % chunk and -(-n // chunk) == count
+    compiled, _ = compile_with_tiling(text, None, DEVICE, pipeline + ",tile")
+    (fn,) = functions(irc.parse(text, "t.ir")).values()
+    inputs = random_inputs(fn, seed=5, device=DEVICE)
+    want = reference_run(irc.parse(text, "t.ir"), "f", inputs, device=DEVICE)
+    for g, w in zip(compiled.f(*inputs), want, strict=True):
+        assert_close(g, w.to(g.dtype))
 
 
 @given(n=st.integers(65536, 1 << 34), most=st.sampled_from([16, 64, 1024, 8192]))
