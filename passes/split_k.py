@@ -16,8 +16,9 @@ SM), or of 64x64 ones (two an SM: one alone did not keep an SM busy, at the tile
 pass's `SPLIT_TF32_SMALL_RATE`), takes its chunk's K steps plus `PROGRAM_K` for a
 program's start and end; chunks that overrun K cost more (`RAGGED_RATE`); the
 partials cost their bytes, written and read, at `PARTIAL_BYTES_PER_K` a K step.
-Its constants were fitted on one H200 run (GEMM + bias + erf GELU, `x @ w.T`,
-written as the split; us, S = 1 / 2 / 4 / 8; torch.compile):
+Its constants were fitted on two H200 runs: 170 forced splits of 12 odd-sized
+GEMMs (`PROGRAM_K`, `RAGGED_RATE`), and this table (GEMM + bias + erf GELU,
+`x @ w.T`, written as the split; us, S = 1 / 2 / 4 / 8; torch.compile):
 
 | GEMM | S=1 | 2 | 4 | 8 | torch.compile |
 |---|---:|---:|---:|---:|---:|
@@ -42,7 +43,13 @@ then did, end to end in one run (`x @ w`, us: whole, split, torch.compile):
 | 300x9000 @ 9000x700 | 310.7 | 146.2 (9 x 1024, ragged) | 112.8 |
 
 A ragged last chunk masks both factors in every chunk's K loop; the last row is
-the cost of that (123 us for its batched GEMM against 86 for 8960). Only f32
+the cost of that (123 us for its batched GEMM against 86 for 8960). Where S
+divides K into whole 16-byte runs (`ALIGN_ELEMENTS`), the chunks are exact
+instead, though not whole K steps: 9000 = 9 x 1000, each chunk's last step masked
+at its loads as an unsplit K's is. In one later run: 300x9000 @ 9000x700 118.3
+us against 146.4 ragged (torch.compile 112.6), 777x5000 @ 5000x1333 252.3
+against 292.8 (318.2), 1000x3000 @ 3000x1500 219.0 against 233.7 whole (211.1).
+Only f32
 products are split: half-precision GEMMs run persistent, by TMA, and were not
 measured split.
 """
@@ -69,6 +76,11 @@ from irc.passes.tile import SPLIT_TF32_SMALL_RATE, KernelShape, gemm_tiling
 K_STEP = 32
 """A chunk is whole K steps of the f32 tiles (the tile pass's 32)."""
 
+ALIGN_ELEMENTS = 4
+"""An exact chunk's length is a multiple of this many f32 elements, so that every
+chunk starts 16 bytes apart in K (a row of the operand stored [M, K] or [N, K])
+and its loads stay vectorized."""
+
 MIN_CHUNK = 256
 """The shortest chunk: 8 K steps, past the pipeline's fill."""
 
@@ -76,16 +88,25 @@ MOST_SPLITS = 256
 """The most chunks: 64x65536 @ 65536x64 makes one output tile, which 256 chunks of
 256 spread over the SMs (on an H200: 3605 us whole, 123 in 32 chunks, 32 in 256)."""
 
-RAGGED_RATE = 0.75
+RAGGED_RATE = 0.85
 """The rate of a split whose last chunk runs past K (its chunk overlaps the one
-before, both factors masked in every chunk's loop) against chunks that divide K:
-300x9000 @ 9000x700 in 4 chunks of 2272 took 134 us, 300x8960 @ 8960x700 in 4 of
-2240 100 us (the batched GEMM, H200)."""
+before, both factors masked in every chunk's loop) against chunks that divide K.
+GEMM + bias + erf GELU on an H200, one run (us, exact against ragged chunks of
+about the same length): 300x9000 @ 9000x700 in 2 x 4500 171.5, 2 x 4512 228.2;
+400x12000 @ 12000x500 in 4 x 3000 177.8, 4 x 3008 211.0, 8 x 1500 139.0, 8 x 1504
+156.0; 256x10000 @ 10000x1000 in 4 x 2500 153.3, 4 x 2528 169.2; 96x30000 @
+30000x200 in 4 x 7500 427.8, 4 x 7520 513.4 (0.75-0.93, 0.85 the middle)."""
 
-PROGRAM_K = 77
+PROGRAM_K = 60
 """A program's start and end (its pipeline's fill, the partial tile's store) cost
-like this many K steps of its loop: about 5 us against 65 ns a K step of a
-128x128 f32 program (an H200, the table's S = 8 and 16 against S = 4)."""
+like this many K steps of its loop: about 4 us against 65 ns a K step of a
+128x128 f32 program. Fitted on two H200 runs: the table's S = 8 and 16 against S =
+4 (77), and 170 forced splits of 12 GEMMs (`x @ w`, odd sizes; the second run).
+40 picked the fastest forced split of the second run's GEMMs but moved the
+table's picks to slower ones; 60 keeps those, and of the second run's picks 8
+are within 3% of its fastest split, one 6% (640x7500 @ 7500x360: 8 x 960, 99.1
+against 15 x 500, 93.4), two were not among the forced ones, and 123x7777 @
+7777x45 (rows of 31,108 bytes: no 16-byte alignment) was left out of the fit."""
 
 SPLIT_GAIN = 0.9
 """A split must cost at most this much of the unsplit GEMM (by `split_cost`): the
@@ -107,7 +128,7 @@ def split_cost(m: int, n: int, k: int, chunk: int, splits: int, sms: int) -> flo
     shape = KernelShape(KernelKind.CONTRACTION, parallel, (chunk,), element_bytes=4)
     bm, bn, _ = gemm_tiling(shape, sms).block
     tiles = splits * -(-m // bm) * -(-n // bn)
-    steps = chunk + PROGRAM_K
+    steps = -(-chunk // K_STEP) * K_STEP + PROGRAM_K  # a chunk's last step is whole work
     if bm * bn >= 128 * 128:
         time = math.ceil(tiles / sms) * steps
     else:  # two programs an SM, each at the small tiles' rate
@@ -125,21 +146,26 @@ def split_cost(m: int, n: int, k: int, chunk: int, splits: int, sms: int) -> flo
 
 def split_choice(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
     """(S, chunk) of the cheapest split of an m x k @ k x n GEMM; (1, k) for none.
-    Every S up to `MOST_SPLITS` is tried: chunks of whole K steps that divide K
-    exactly (S = 3 of 4992 = 3 x 1664) beat ragged ones by `RAGGED_RATE`."""
+    Every S up to `MOST_SPLITS` is tried, in chunks of whole K steps and, where S
+    divides K into whole `ALIGN_ELEMENTS`, in exact chunks (9000 = 9 x 1000: each
+    chunk's last step masked, as an unsplit K's is, and no chunk overlaps another).
+    Chunks that divide K beat ragged ones by `RAGGED_RATE`."""
     best, best_cost = (1, k), SPLIT_GAIN * split_cost(m, n, k, k, 1, sms)
     tried: set[int] = set()
     for s in range(2, MOST_SPLITS + 1):
-        chunk = -(-k // s // K_STEP) * K_STEP
-        splits = -(-k // chunk)
-        if chunk < MIN_CHUNK:
+        stepped = -(-k // s // K_STEP) * K_STEP
+        if stepped < MIN_CHUNK:
             break
-        if splits < 2 or chunk in tried:
-            continue
-        tried.add(chunk)
-        cost = split_cost(m, n, k, chunk, splits, sms)
-        if cost < best_cost:
-            best, best_cost = (splits, chunk), cost
+        exact = k // s if k % s == 0 and k // s % ALIGN_ELEMENTS == 0 else stepped
+        exact = exact if exact >= MIN_CHUNK else stepped
+        for chunk in dict.fromkeys((stepped, exact)):
+            splits = -(-k // chunk)
+            if splits < 2 or chunk in tried:
+                continue
+            tried.add(chunk)
+            cost = split_cost(m, n, k, chunk, splits, sms)
+            if cost < best_cost:
+                best, best_cost = (splits, chunk), cost
     return best
 
 

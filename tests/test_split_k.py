@@ -23,6 +23,7 @@ import irc
 from irc.dialects import loop, tile
 from irc.ir.kernel_kind import KernelKind
 from irc.passes.split_k import (
+    ALIGN_ELEMENTS,
     K_STEP,
     MIN_CHUNK,
     SPLIT_GAIN,
@@ -64,13 +65,14 @@ def test_the_model_picks_the_measured_split(m: int, k: int, n: int, splits: int)
     assert split_choice(m, n, k, 132)[0] == splits
 
 
-def test_chunks_are_whole_k_steps_long_enough_and_cover_k() -> None:
+def test_chunks_are_whole_k_steps_or_exact_aligned_runs_long_enough_and_cover_k() -> None:
     for m, k, n in [(300, 9000, 700), (777, 5000, 1333), (64, 65536, 64), (40, 1000, 24)]:
-        for sms in (8, 132):
+        for sms in (1, 8, 132):
             splits, chunk = split_choice(m, n, k, sms)
             if splits == 1:
                 continue
-            assert chunk % K_STEP == 0 and chunk >= MIN_CHUNK
+            exact = splits * chunk == k and chunk % ALIGN_ELEMENTS == 0
+            assert (chunk % K_STEP == 0 or exact) and chunk >= MIN_CHUNK
             assert (splits - 1) * chunk < k <= splits * chunk
             assert split_cost(m, n, k, chunk, splits, sms) < SPLIT_GAIN * split_cost(
                 m, n, k, k, 1, sms
@@ -78,8 +80,9 @@ def test_chunks_are_whole_k_steps_long_enough_and_cover_k() -> None:
 
 
 def test_a_split_gemm_is_a_batched_gemm_and_a_reduction() -> None:
-    """300x9000 @ 9000x700: 9 chunks of 1024 (the last one ragged); stage 1 stores
-    [9, 300, 700] partials, the GEMM's own kernel sums them and adds the bias."""
+    """300x9000 @ 9000x700: 9 exact chunks of 1000 (31.25 K steps: no chunk
+    overlaps another, nothing masked in the loop IR); stage 1 stores [9, 300, 700]
+    partials, the GEMM's own kernel sums them and adds the bias."""
     module = loop_level(gemm_text(300, 700, 9000), SPLIT)
     copy, stage, final = loop.kernels(module)
     assert copy.kernel_name.data == "k_major_0"
@@ -87,16 +90,27 @@ def test_a_split_gemm_is_a_batched_gemm_and_a_reduction() -> None:
     assert stage.parallel_bounds() == [9, 300, 700]
     assert loop.kernel_kind(stage) is KernelKind.CONTRACTION
     (dot,) = [op for op in stage.walk() if loop.is_contraction(op)]
-    assert loop.int_list(dot.bounds) == [1024]  # type: ignore[attr-defined]
+    assert loop.int_list(dot.bounds) == [1000]  # type: ignore[attr-defined]
+    fns = [op.fn.data for op in dot.walk() if isinstance(op, loop.ApplyOp)]  # type: ignore[attr-defined]
+    assert "minimum" not in fns and "where" not in fns and fns[-1] == "mul"
     (partials,) = [op for op in stage.walk() if isinstance(op, loop.StoreOp)]
     assert partials.buffer.type.get_shape() == (9, 300, 700)  # type: ignore[attr-defined]
-    # the last chunk is K's last 1024 elements, both factors 0 where chunk 7 had them
-    fns = [op.fn.data for op in dot.walk() if isinstance(op, loop.ApplyOp)]  # type: ignore[attr-defined]
-    assert "minimum" in fns and "ge" in fns and fns[-1] == "mul"
     assert loop.kernel_kind(final) is KernelKind.REDUCTION
     (sums,) = [op for op in final.walk() if isinstance(op, loop.ReduceOp)]
     assert loop.int_list(sums.bounds) == [9] and sums.contract is None
     assert not any(loop.is_contraction(op) for op in final.walk())
+
+
+def test_a_ragged_split_masks_the_overlap_of_its_last_chunk() -> None:
+    """1000x3001 @ 3001x1500 (K prime: no exact chunks): 4 chunks of 768, the last
+    one K's last 768 elements, both factors 0 where chunk 2 had them."""
+    module = loop_level(gemm_text(1000, 1500, 3001), SPLIT)
+    (stage,) = [k for k in loop.kernels(module) if k.kernel_name.data.endswith("_split")]
+    assert stage.parallel_bounds() == [4, 1000, 1500]
+    (dot,) = [op for op in stage.walk() if loop.is_contraction(op)]
+    assert loop.int_list(dot.bounds) == [768]  # type: ignore[attr-defined]
+    fns = [op.fn.data for op in dot.walk() if isinstance(op, loop.ApplyOp)]  # type: ignore[attr-defined]
+    assert "minimum" in fns and "ge" in fns and fns[-1] == "mul"
 
 
 def test_half_batched_tiled_and_well_filled_gemms_stay_whole() -> None:
@@ -146,6 +160,8 @@ def test_pass_options_are_checked() -> None:
     ("m", "n", "k", "b_t", "sms"),
     [
         (40, 24, 1000, False, 8),  # 4 chunks of 256, the last one ragged
+        (40, 24, 1200, False, 1),  # 2 exact chunks of 600: 18.75 K steps each
+        (5, 3, 2000, True, 1),  # 2 exact chunks of 1000
         (33, 70, 1280, True, 8),  # chunks that divide K
         (20, 9, 2049, False, 4),  # K odd: the copies pad it to 2052, then chunks
         (70, 50, 777, True, 16),
@@ -196,10 +212,15 @@ def test_infinities_and_nans_land_where_the_f64_product_has_them() -> None:
 
 def test_chunks_that_divide_k_beat_ragged_ones() -> None:
     """4992 = 3 x 1664: three exact chunks, not four or eight of which the last
-    overruns K (`RAGGED_RATE`); 9000 has no whole-step divisor, so ragged it is."""
+    overruns K (`RAGGED_RATE`); 9000 = 9 x 1000, exact though not whole K steps
+    (on an H200 118 us against 146 for 9 x 1024, ragged); 3001 is prime, so ragged
+    it is; 9002 = 2 x 4501 has no divisor into 16-byte runs but 2, too few."""
     assert split_choice(777, 1333, 4992, 132) == (3, 1664)
-    splits, chunk = split_choice(300, 700, 9000, 132)
-    assert splits * chunk > 9000
+    assert split_choice(300, 700, 9000, 132) == (9, 1000)
+    splits, chunk = split_choice(1000, 1500, 3001, 132)
+    assert splits * chunk > 3001 and chunk % K_STEP == 0
+    splits, chunk = split_choice(300, 700, 9002, 132)
+    assert splits * chunk > 9002 and chunk % K_STEP == 0
 
 
 def test_the_fusion_report_names_both_stages_and_the_pass(tmp_path: Path) -> None:
