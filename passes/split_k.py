@@ -49,7 +49,10 @@ instead, though not whole K steps: 9000 = 9 x 1000, each chunk's last step maske
 at its loads as an unsplit K's is. In one later run: 300x9000 @ 9000x700 118.3
 us against 146.4 ragged (torch.compile 112.6), 777x5000 @ 5000x1333 252.3
 against 292.8 (318.2), 1000x3000 @ 3000x1500 219.0 against 233.7 whole (211.1).
-Only f32
+Exact chunks also split some GEMMs of many tiles whose last round the split
+fills better (H200, split over whole: 1710x716 @ 716x701 0.64, 1772x4071 @
+4071x1600 0.73, 3004x4694 @ 4694x1620 0.84, 5169x5928 @ 5928x1248 0.86; the
+model's misses: 2611x1285 @ 1285x548 1.06, 783x990 @ 990x1565 1.15). Only f32
 products are split: half-precision GEMMs run persistent, by TMA, and were not
 measured split.
 """
@@ -71,7 +74,12 @@ from irc.ir.types import F32
 from irc.passes.gemm_operand_copies import kernel_names
 from irc.passes.options import check_option
 from irc.passes.split_reduction import chunked_kernel, combine_partials
-from irc.passes.tile import SPLIT_TF32_SMALL_RATE, KernelShape, gemm_tiling
+from irc.passes.tile import (
+    SPLIT_TF32_SMALL_RATE,
+    SPLIT_TF32_WIDE_RATE,
+    KernelShape,
+    gemm_tiling,
+)
 
 K_STEP = 32
 """A chunk is whole K steps of the f32 tiles (the tile pass's 32)."""
@@ -131,6 +139,8 @@ def split_cost(m: int, n: int, k: int, chunk: int, splits: int, sms: int) -> flo
     steps = -(-chunk // K_STEP) * K_STEP + PROGRAM_K  # a chunk's last step is whole work
     if bm * bn >= 128 * 128:
         time = math.ceil(tiles / sms) * steps
+    elif (bm, bn) == (128, 64):  # unbatched only: the whole GEMM
+        time = math.ceil(tiles / sms) * steps * (bm * bn / (128 * 128)) / SPLIT_TF32_WIDE_RATE
     else:  # two programs an SM, each at the small tiles' rate
         time = (
             math.ceil(tiles / (2 * sms))

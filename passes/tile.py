@@ -53,6 +53,7 @@ Warps grow with the elements a program holds: in reductions one per 256 or
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
@@ -750,6 +751,16 @@ over sixteen GEMM + bias + erf GELU shapes with K-major operands
 against 208; 1024^3 60 against 84, where 128x128 fills half the SMs). 128x128x32
 takes 0.80-0.94 of cuBLAS's FFMA SGEMM at 4096^3 and GPT-2's shapes."""
 
+SPLIT_TF32_WIDE_RATE = 0.85
+"""f32 GEMMs (split-tf32): the rate of 128x64x32 programs (4 warps, 3 stages)
+against 128x128x32, for unbatched GEMMs whose 128x128 and 64x64 rounds fill the
+SMs worse. Implied by forced tilings on an H200 (GEMM + bias + erf GELU, each
+tiling's time over its rounds of tiles, against 64x64 at its 0.80): 0.88 at
+5343x312 @ 312x540 (80.6 us against 89.0 for 64x64 and 114.1 for 128x128), 0.91 at
+4000x256 @ 256x1000, 1.03 at 8000x300 @ 300x300, 0.78 at 2000x400 @ 400x3000, 0.73
+at 1769x1080 @ 1080x1380, 0.83 at 3000x1023 @ 1023x2049 (294.1 against 303.9 and
+333.9); 0.85 the middle. Batched GEMMs (split-k's stages) were not measured."""
+
 SMALL_TILE_RATE = 0.47
 """64x64x32 programs, 4 warps, 2 stages, against 128x256 on the same GEMM (101 us)."""
 
@@ -807,8 +818,9 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     epilogue's tiles) against the small tiling: 8192x768 outputs take 128x128
     (384 tiles, 2.9 rounds) rather than 128x256 (192 tiles, 1.45 rounds, half of
     the second round idle). f32 products (three TF32 tensor-core products,
-    `split-tf32`) take 128x128x32 unless 64x64x32 tiles (3 stages) fill the rounds
-    enough better (`SPLIT_TF32_SMALL_RATE`); f64 ones (FMA units) keep 64x64x32. Unbatched tensor-core GEMMs
+    `split-tf32`) take 128x128x32 unless 128x64x32 tiles (unbatched) or 64x64x32
+    ones (3 stages) fill the rounds enough better (`SPLIT_TF32_WIDE_RATE`,
+    `SPLIT_TF32_SMALL_RATE`); f64 ones (FMA units) keep 64x64x32. Unbatched tensor-core GEMMs
     are persistent (one program an SM walks the tiles), unless their epilogue
     computes transcendental functions or stages bytes that outweigh the K loop
     (`EPILOGUE_K`, `EPILOGUE_BYTE_K`)
@@ -835,11 +847,16 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
         small = replace(small, stages=SPLIT_TF32_STAGES)
         lm, ln = (min(128, max(16, next_pow2(x))) for x in (m, n))
         large = Tiling((lm, ln, small.block[2]), 8 if lm * ln >= 128 * 128 else 4, 3)
-        if not gemm_fits(large, shape, shared_bytes) or cost(
-            bm, bn, SPLIT_TF32_SMALL_RATE
-        ) < cost(large.block[0], large.block[1], 1.0):
-            return small
-        return large
+        options = [(large, 1.0)]
+        if not batch and (lm, bn) == (128, 64) and ln > bn:
+            options.append((Tiling((lm, bn, small.block[2]), 4, 3), SPLIT_TF32_WIDE_RATE))
+        options.append((small, SPLIT_TF32_SMALL_RATE))
+        best, best_cost = small, math.inf
+        for tiling, rate in options:
+            c = cost(tiling.block[0], tiling.block[1], rate)
+            if c < best_cost and (tiling is small or gemm_fits(tiling, shape, shared_bytes)):
+                best, best_cost = tiling, c
+        return best
 
     best, best_cost = small, cost(small.block[0], small.block[1], SMALL_TILE_RATE)
     extra_bytes = max(0, shape.epilogue_bytes - 2)
