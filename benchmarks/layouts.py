@@ -280,20 +280,19 @@ def _gemm_kernels(s: Shape) -> int:
     """The GEMM's kernel, and the copy of each operand `pad-gemm-operands` pads (half
     precision, rows not 16-byte aligned or, for the right operand stored [K, N] read
     by 32 row tiles, not 128, a persistent GEMM) or `k-major-gemm-operands`
-    makes K-major (f32, K strided or odd): the passes are asked, on the row's program."""
+    makes K-major (f32, K strided or odd), and the partial products' stage where
+    `split-k` splits an f32 GEMM's K: the passes are asked, on the row's program."""
     import irc
     from irc.dialects import loop
-    from irc.passes import k_major_gemm_operands, pad_gemm_operands
     from irc.pipeline import run_pipeline
 
     module = irc.parse(_gemm_bias_gelu(s), "gemm_bias_gelu.ir")
     run_pipeline(
         module,
-        "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,k-major-gemm-operands",
+        "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,"
+        "k-major-gemm-operands,split-k",
     )
-    prefixes = (pad_gemm_operands.KERNEL_PREFIX, k_major_gemm_operands.KERNEL_PREFIX)
-    names = [k.kernel_name.data for k in module.walk() if isinstance(k, loop.KernelOp)]
-    return 1 + sum(name.startswith(prefixes) for name in names)
+    return len(loop.kernels(module))
 
 
 def _causal_attention(s: Shape) -> str:
