@@ -338,7 +338,7 @@ def autotune_module(
         cache: dict[str, dict[str, Any]] = json.loads(path.read_text())
     except (OSError, ValueError):
         cache = {}
-    kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    kernels = loop.kernels(module)
     todo = [(k, kernel_key(k, device_name, triton.__version__)) for k in kernels]
     # Each uncached kernel's candidates, listed once for both the bar's total and the timing.
     options = {key: candidates(kernel_shape(k), tiling_of(k)) for k, key in todo if key not in cache}

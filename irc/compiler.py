@@ -71,9 +71,7 @@ def lower_to_tile(
     # A loop-level input's tilings are the user's (the IR shows them so that they can
     # be written by hand): kept, where the tile pass and the interpreter's re-tiling
     # would choose their own. Kernels that come without one are tiled.
-    written = {
-        k: tiling_of(k) for k in module.walk() if isinstance(k, loop.KernelOp) and k.block is not None
-    }
+    written = {k: tiling_of(k) for k in loop.kernels(module) if k.block is not None}
     run_pipeline(module, ",".join(passes[:tiled]), verify_each=verify_each)
     if target is not None:
         target.retile(module)

@@ -65,7 +65,7 @@ class GemmOperandCopyPass(ModulePass):
         """Each GEMM kernel of `op` whose product reaches `min_flops` and that
         `copies_for` takes, with those of its operands (`operands_of`) that it reads
         `least_rereads` times or more."""
-        for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
+        for kernel in loop.kernels(op):
             operands = operands_of(kernel)  # contractions with 2-d outputs only
             if not operands or gemm_flops(kernel) < self.min_flops:
                 continue
@@ -86,7 +86,7 @@ class GemmOperandCopyPass(ModulePass):
 
 def kernel_names(op: ModuleOp) -> set[str]:
     """The names `op`'s kernels take, which a new copy kernel's must not."""
-    return {k.kernel_name.data for k in op.walk() if isinstance(k, loop.KernelOp)}
+    return {k.kernel_name.data for k in loop.kernels(op)}
 
 
 @dataclass(frozen=True)

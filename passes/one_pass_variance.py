@@ -161,5 +161,5 @@ class OnePassVariancePass(ModulePass):
     levels = ("loop",)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
+        for kernel in loop.kernels(op):
             rewrite_kernel(kernel)

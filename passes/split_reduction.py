@@ -952,7 +952,7 @@ class SplitReductionPass(ModulePass):
         check_option(self.name, "combine_once_bytes", self.combine_once_bytes, 0)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for kernel in [k for k in op.walk() if isinstance(k, loop.KernelOp)]:
+        for kernel in loop.kernels(op):
             g = split_chunks(
                 kernel,
                 self.threshold,

@@ -32,7 +32,7 @@ func @f(%x: tensor<4096x4096xf32>) -> tensor<4096x4096xf32> {
 def kernel() -> loop.KernelOp:
     module = irc.parse(PROGRAM, "t.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction")
-    return next(k for k in module.walk() if isinstance(k, loop.KernelOp))
+    return loop.kernels(module)[0]
 
 
 A, B, C, D = (Tiling((b,), 4) for b in (1024, 512, 2048, 4096))
@@ -118,7 +118,7 @@ def test_candidates_that_fail_are_never_chosen() -> None:
 def test_progress_ends_full_and_the_choice_is_cached(tmp_path: Path) -> None:
     module = irc.parse(PROGRAM, "t.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction")
-    k = next(k for k in module.walk() if isinstance(k, loop.KernelOp))
+    k = loop.kernels(module)[0]
     tilings = candidates(kernel_shape(k))
     fastest = tilings[-1]
     timer = FakeTimer({t: 0.5 if t == fastest else 1.0 for t in tilings})
@@ -173,12 +173,12 @@ def test_identical_kernels_under_other_names_are_tuned_once(tmp_path: Path) -> N
     twice = PROGRAM + PROGRAM.replace("@f(%x", "@g(%a").replace("exp %x", "exp %a")
     module = irc.parse(twice, "t.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction")
-    k0, k1 = (k for k in module.walk() if isinstance(k, loop.KernelOp))
+    k0, k1 = loop.kernels(module)
     assert k0.kernel_name.data != k1.kernel_name.data
     assert kernel_key(k0, "gpu", "3.6") == kernel_key(k1, "gpu", "3.6")
     other = irc.parse(PROGRAM.replace("graph.exp", "graph.sin"), "t.ir")
     run_pipeline(other, "fuse,decompose,graph-to-loop,split-reduction")
-    k2 = next(k for k in other.walk() if isinstance(k, loop.KernelOp))
+    k2 = loop.kernels(other)[0]
     assert kernel_key(k2, "gpu", "3.6") != kernel_key(k0, "gpu", "3.6")
     ms = {t: 1.0 + 0.01 * i for i, t in enumerate(candidates(kernel_shape(k0)))}
     once, both = FakeTimer(ms), FakeTimer(ms)

@@ -640,7 +640,7 @@ def test_autotune_keys_a_printed_loop_kernel(tmp_path: Path) -> None:
     path.write_text(NUMBERED)
     module = parse(run_to_text([str(path), "-p", "decompose,fuse,graph-to-loop"]), "l.ir")
     before = print_module(module)
-    kernel = next(op for op in module.walk() if isinstance(op, loop.KernelOp))
+    kernel = loop.kernels(module)[0]
     assert len(kernel_key(kernel, "gpu", "3.6")) == 32
     assert print_module(module) == before
 

@@ -103,7 +103,7 @@ def loop_tilings(text: str, target: Target) -> list[Tiling]:
     passes[passes.index("split-reduction")] = target.split_pass()
     run_pipeline(module, ",".join(["fuse", *passes[: passes.index("tile") + 1]]))
     target.retile(module)
-    return [tiling_of(k) for k in module.walk() if isinstance(k, loop.KernelOp)]
+    return [tiling_of(k) for k in loop.kernels(module)]
 
 
 def test_the_retiling_is_written_on_the_kernels(interpreter_tilings: None) -> None:

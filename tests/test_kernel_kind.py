@@ -108,7 +108,7 @@ def test_row_geometry_is_the_lowering_rows() -> None:
         if op.kernel_kind() is KernelKind.REDUCTION
     }
     irc.run_pipeline(module, "graph-to-loop")
-    kernels = {k.kernel_name.data: k for k in module.walk() if isinstance(k, loop.KernelOp)}
+    kernels = {k.kernel_name.data: k for k in loop.kernels(module)}
     for name, geometry in want.items():
         kernel = kernels[name]
         assert tuple(kernel.parallel_bounds()) == geometry.row
@@ -130,7 +130,7 @@ def test_graph_to_loop_carries_the_kind() -> None:
     module, fused = _fused(SOFTMAX_LN)
     kinds = {op.kernel.data: op.kernel_kind() for op in fused}  # type: ignore[union-attr]
     irc.run_pipeline(module, "graph-to-loop")
-    kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    kernels = loop.kernels(module)
     assert {k.kernel_name.data for k in kernels} == set(kinds)
     for k in kernels:
         assert k.kind == StringAttr(kinds[k.kernel_name.data])
@@ -158,7 +158,7 @@ def test_split_reduction_reads_and_keeps_the_kind() -> None:
         "  return %s : tensor<f32>\n}\n"
     )
     irc.run_pipeline(module, "fuse,graph-to-loop,split-reduction")
-    kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    kernels = loop.kernels(module)
     assert len(kernels) == 2
     assert all(loop.kernel_kind(k) is KernelKind.REDUCTION for k in kernels)
     assert all(k.kind == StringAttr("reduction") for k in kernels)
@@ -284,6 +284,6 @@ def test_loop_kernel_kind_written_or_not(tmp_path: Path) -> None:
     status, out, err = _opt(tmp_path, LOOP_REDUCTION.format(props=', kind = "reduction"'))
     assert (status, err) == (0, "")
     assert out == _opt(tmp_path, plain)[1] == plain
-    kernel = next(k for k in irc.parse(plain).walk() if isinstance(k, loop.KernelOp))
+    kernel = loop.kernels(irc.parse(plain))[0]
     assert kernel.kind is None and loop.kernel_kind(kernel) is KernelKind.REDUCTION
     assert kernel_shape(kernel).reduction == (8,)

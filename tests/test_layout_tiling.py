@@ -188,7 +188,7 @@ def streamed_loads(k: tile.KernelOp) -> list[tile.LoadOp]:
 def test_column_sum_loads_along_the_contiguous_kept_dim_and_splits() -> None:
     module = irc.parse(reduce_fn("reduce_sum", (8192, 8192), [0]), "t.ir")
     run_pipeline(module, "graph-to-loop")
-    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (k,) = loop.kernels(module)
     assert kernel_shape(k).columns == 8192
     module = tiled(reduce_fn("reduce_sum", (8192, 8192), [0]))
     runs = launches(module)
@@ -725,7 +725,7 @@ def test_broadcast_column_does_not_make_a_2d_tile() -> None:
 """
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse,graph-to-loop,tile")
-    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (k,) = loop.kernels(module)
     assert len(loop.int_list(k.block)) == 1
 
 
@@ -759,7 +759,7 @@ def test_a_loop_level_module_keeps_its_written_tilings() -> None:
 """
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
-    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (k,) = loop.kernels(module)
     mine = Tiling((16, 32), 2)
     assert tiling_of(k) != mine
     set_tiling(k, mine)
@@ -789,7 +789,7 @@ def test_autotune_candidates_of_new_shapes_verify_and_match_torch(text: str) -> 
 
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
-    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (k,) = loop.kernels(module)
     shape = kernel_shape(k)
     options = candidates(shape, tiling_of(k))
     new = [o for o in options if len(o.block) == 2]  # 2-d tiles: columns or transposes
@@ -799,7 +799,7 @@ def test_autotune_candidates_of_new_shapes_verify_and_match_torch(text: str) -> 
     (want,) = reference_run(irc.parse(text, "t.ir"), "f", inputs, device=DEVICE)
     for option in (new[1], new[-1]):
         copy = module.clone()
-        (kc,) = [c for c in copy.walk() if isinstance(c, loop.KernelOp)]
+        (kc,) = loop.kernels(copy)
         set_tiling(kc, Tiling(option.block, option.warps))
         # The candidate is what runs: a loop-level module keeps its written tilings.
         lowered = lower_to_tile(copy.clone(), target=target_for_device(DEVICE))
@@ -826,7 +826,7 @@ def test_a_split_softmax_takes_max_and_sum_of_exps_in_one_stage() -> None:
     stage for each statistic read it three times."""
     module = irc.parse(softmax((12554, 1422), 0), "t.ir")
     run_pipeline(module, "fuse,graph-to-loop,one-pass-variance,split-reduction")
-    kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    kernels = loop.kernels(module)
     assert len(kernels) == 3
     stage, combine, output = kernels
     assert [type(op) for op in stage.walk() if isinstance(op, loop.REDUCING_LOOPS)] == [
@@ -854,7 +854,7 @@ def test_the_epilogue_of_combined_statistics_is_element_wise_over_the_whole_spac
     run_pipeline(
         module, "fuse,graph-to-loop,one-pass-variance,split-reduction{combine-once-bytes=0},tile"
     )
-    final = [k for k in module.walk() if isinstance(k, loop.KernelOp)][-1]
+    final = loop.kernels(module)[-1]
     assert final.kind is not None and final.kind.data == "pointwise"
     assert loop.int_list(final.bounds) == list(shape)
     assert len(loop.int_list(final.block)) == 1  # type: ignore[arg-type]
@@ -908,7 +908,7 @@ def test_a_statistic_returned_beside_the_epilogue_is_stored_by_the_combining_ker
     the combining kernel stores it once a column, and the epilogue stays element-wise."""
     module = irc.parse(COLUMN_EPILOGUES["max-and-sum-returned"], "t.ir")
     run_pipeline(module, "fuse,graph-to-loop,split-reduction{combine-once-bytes=0}")
-    stage, combine, final = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    stage, combine, final = loop.kernels(module)
     (fn,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
     returned = fn.body.block.last_op.operands[1]  # type: ignore[union-attr]
     stores = [op for op in combine.walk() if isinstance(op, loop.StoreOp)]
@@ -1017,7 +1017,7 @@ def test_partials_every_program_would_reread_are_combined_once(text: str, once: 
     statistics on an H200: 0.72x the kernel time)."""
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse,graph-to-loop,one-pass-variance,split-reduction")
-    names = [k.kernel_name.data for k in module.walk() if isinstance(k, loop.KernelOp)]
+    names = [k.kernel_name.data for k in loop.kernels(module)]
     assert any(name.endswith("_combine") for name in names) == once, names
 
 

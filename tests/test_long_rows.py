@@ -139,7 +139,7 @@ def tiled_module(program: str, rows: int, cols: int, dtype: str, tiling: Tiling)
     module = irc.parse(text.replace("DT", dtype))
     tile_at = LOWERING.index("tile") + 1
     irc.run_pipeline(module, ",".join(["fuse", *LOWERING[:tile_at]]))
-    kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    kernels = loop.kernels(module)
     assert len(kernels) == 1
     set_tiling(kernels[0], tiling)
     irc.run_pipeline(module, ",".join(LOWERING[tile_at:]))
@@ -266,7 +266,7 @@ def test_online_softmax_leaves_unrolled_rows_alone() -> None:
     text = PROGRAMS["softmax"].replace("ROWS", "4").replace("COLS", "40000")
     module = irc.parse(text.replace("DT", "bf16"))
     irc.run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile,online-softmax")
-    (kernel,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (kernel,) = loop.kernels(module)
     assert kernel.unrolled is not None and kernel.unrolled.value.data == 1
     assert not any(isinstance(o, loop.SoftmaxReduceOp) for o in kernel.walk())
     assert [o.kind.data for o in kernel.walk() if isinstance(o, loop.ReduceOp)] == ["max", "sum"]

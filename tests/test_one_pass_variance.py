@@ -59,7 +59,7 @@ def text(program: str, n: int, c: int, dtype: str = "f32") -> str:
 def loop_kernels(source: str, pipeline: str = UP_TO_SPLIT) -> list[loop.KernelOp]:
     module = irc.parse(source, "t.ir")
     irc.run_pipeline(module, pipeline)
-    return [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    return loop.kernels(module)
 
 
 def ops(kernel: loop.KernelOp, kind: type) -> list[object]:
@@ -173,7 +173,7 @@ def tiled(source: str, tiling: Tiling) -> ModuleOp:
     module = irc.parse(source, "t.ir")
     tile_at = LOWERING.index("tile") + 1
     irc.run_pipeline(module, ",".join(["fuse", *LOWERING[:tile_at]]))
-    (kernel,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (kernel,) = loop.kernels(module)
     assert ops(kernel, loop.WelfordReduceOp)
     set_tiling(kernel, tiling)
     irc.run_pipeline(module, ",".join(LOWERING[tile_at:]))
@@ -231,7 +231,7 @@ def split_stages_tiled(source: str, tiling: Tiling) -> ModuleOp:
     module = irc.parse(source, "t.ir")
     tile_at = LOWERING.index("tile") + 1
     irc.run_pipeline(module, ",".join(["fuse", *LOWERING[:tile_at]]))
-    stage = [k for k in module.walk() if isinstance(k, loop.KernelOp)][0]
+    stage = loop.kernels(module)[0]
     assert stage.kernel_name.data.endswith("_split") and ops(stage, loop.WelfordReduceOp)
     set_tiling(stage, tiling)
     irc.run_pipeline(module, ",".join(LOWERING[tile_at:]))

@@ -334,7 +334,7 @@ def test_gemm_of_a_cast_operand_reads_the_cast_values() -> None:
 }"""
     module = irc.parse(text, "cast_gemm.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
-    kernels = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    kernels = loop.kernels(module)
     assert [loop.kernel_kind(k) for k in kernels] == ["pointwise", "contraction"]
     assert kernel_shape(kernels[1]).element_bytes == 2
 
@@ -354,7 +354,7 @@ def test_gemm_with_a_full_size_epilogue_operand_runs_a_program_a_tile() -> None:
 }"""
     module = irc.parse(text, "swiglu.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
-    (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    (kernel,) = loop.kernels(module)
     assert list(loop.int_list(kernel.block)) == [128, 256, 64]
     assert not tiling_of(kernel).persistent
     assert kernel_shape(kernel).epilogue_bytes == 4  # the bf16 output and the bf16 gate
@@ -391,7 +391,7 @@ def residual_kernel(m: int, k: int) -> loop.KernelOp:
     norm's input): bf16 and f32 outputs and a bf16 operand, 8 bytes an output element."""
     module = irc.parse(RESIDUAL_TEXT.replace("M", str(m)).replace("K", str(k)), "residual.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
-    (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    (kernel,) = loop.kernels(module)
     return kernel
 
 
@@ -451,7 +451,7 @@ def test_gemm_whose_epilogue_computes_transcendentals_runs_a_program_a_tile() ->
 }"""
     module = irc.parse(text, "gelu.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
-    (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    (kernel,) = loop.kernels(module)
     assert kernel_shape(kernel).transcendentals == 1
     assert tiling_of(kernel).block == (128, 256, 64) and not tiling_of(kernel).persistent
     plain = KernelShape("contraction", (4096, 3072), (768,), True, element_bytes=2)

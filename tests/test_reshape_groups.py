@@ -109,7 +109,7 @@ def test_sdpa_shaped_attention_gets_tensor_core_tiles_and_no_division() -> None:
 """
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse,graph-to-loop")
-    (kernel,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (kernel,) = loop.kernels(module)
     assert kernel_shape(kernel).half
     assert tiling_of(kernel).block == (128, 64)
     module = irc.parse(text, "t.ir")

@@ -51,7 +51,7 @@ def softmax_of_sum(rows: int, n: int, el: str) -> str:
 def shape_of(text: str) -> object:
     module = irc.parse(text)
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction")
-    (kernel,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (kernel,) = loop.kernels(module)
     return kernel_shape(kernel)
 
 

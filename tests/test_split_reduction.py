@@ -31,7 +31,7 @@ def chunks(text: str, pipeline: str = "split-reduction") -> tuple[int, int] | No
     """(programs, elements each) of the split's first stage, or None when not split."""
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop," + pipeline)
-    kernels = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    kernels = loop.kernels(module)
     if len(kernels) == 1:
         return None
     (g,) = loop.int_list(kernels[0].bounds)

@@ -79,7 +79,7 @@ def _kernels(target: Target | None, program: str = PROGRAM) -> dict[str, Tiling]
     run_pipeline(
         module, "decompose,graph-to-loop,split-reduction," + (target or Target()).tile_pass()
     )
-    return {k.kernel_name.data: tiling_of(k) for k in module.walk() if isinstance(k, loop.KernelOp)}
+    return {k.kernel_name.data: tiling_of(k) for k in loop.kernels(module)}
 
 
 def test_target_changes_element_wise_kernels_only() -> None:
@@ -292,7 +292,7 @@ def test_autotune_starts_from_the_kernels_own_tiling() -> None:
     module = irc.parse(PROGRAM)
     run_pipeline(module, "fuse")
     run_pipeline(module, "decompose,graph-to-loop,split-reduction," + target_for(H100).tile_pass())
-    poi = next(k for k in module.walk() if isinstance(k, loop.KernelOp))
+    poi = loop.kernels(module)[0]
     tried = candidates(kernel_shape(poi), tiling_of(poi))
     assert tried[0] == Tiling((512,), 8)
     assert Tiling((1024,), 4) in tried and len(set(tried)) == len(tried)
@@ -331,7 +331,7 @@ def test_irc_opt_autotune_starts_from_the_gpus_tiling(
     seen: list[Tiling] = []
 
     def fake_autotune(module: ModuleOp, device: str = "cuda") -> dict[str, object]:
-        seen.extend(tiling_of(k) for k in module.walk() if isinstance(k, loop.KernelOp))
+        seen.extend(tiling_of(k) for k in loop.kernels(module))
         return {}
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -393,7 +393,7 @@ def test_a_smaller_gpus_gemm_compiles_within_its_shared_memory() -> None:
     run_pipeline(
         module, "fuse,decompose,graph-to-loop,split-reduction," + target_for(ADA).tile_pass()
     )
-    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (k,) = loop.kernels(module)
     t = tiling_of(k)
     assert gemm_shared_bytes(*t.block, t.stages, 2) <= ADA["max_shared_mem"]
 

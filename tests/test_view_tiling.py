@@ -181,7 +181,7 @@ def loop_tilings(text: str, target: Target) -> list[Tiling]:
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop," + target.split_pass())
     run_pipeline(module, target.tile_pass())
-    return [tiling_of(k) for k in module.walk() if isinstance(k, loop.KernelOp)]
+    return [tiling_of(k) for k in loop.kernels(module)]
 
 
 @pytest.mark.parametrize(
@@ -283,7 +283,7 @@ def test_rows_that_share_an_operand_and_compute_a_function_take_fewer_rows(
         assert -(-rows // x) >= H100.sms
     module = irc.parse(cos_outer_sums(n, m, el), "t.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop")
-    shapes = [kernel_shape(k) for k in module.walk() if isinstance(k, loop.KernelOp)]
+    shapes = [kernel_shape(k) for k in loop.kernels(module)]
     assert [(s.transcendentals, s.shared_bytes > 0) for s in shapes] == [(1, True), (1, True)]
 
 
@@ -320,7 +320,7 @@ def test_one_row_is_no_shared_operand() -> None:
 """
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop," + H100.split_pass())
-    shapes = [kernel_shape(k) for k in module.walk() if isinstance(k, loop.KernelOp)]
+    shapes = [kernel_shape(k) for k in loop.kernels(module)]
     assert len(shapes) == 2
     assert [s.shared_bytes for s in shapes] == [0, 0]
 
@@ -353,7 +353,7 @@ def test_autotune_tries_shared_rows_and_each_candidate_matches_torch() -> None:
     text = neighbor(300, 5)
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse,decompose,graph-to-loop,split-reduction,tile")
-    (k,) = [k for k in module.walk() if isinstance(k, loop.KernelOp)]
+    (k,) = loop.kernels(module)
     shared = [o for o in candidates(kernel_shape(k), tiling_of(k)) if o.block[0] > 1]
     assert {o.block for o in shared} >= {(8, 256), (16, 256), (32, 128)}
     torch.manual_seed(0)
@@ -361,7 +361,7 @@ def test_autotune_tries_shared_rows_and_each_candidate_matches_torch() -> None:
     want = ((a - b) ** 2).sum(-1).amax(1)
     for option in (Tiling((8, 256), 4), Tiling((32, 128), 8)):
         copy = module.clone()
-        (kc,) = [c for c in copy.walk() if isinstance(c, loop.KernelOp)]
+        (kc,) = loop.kernels(copy)
         set_tiling(kc, option)
         run_pipeline(copy, ",".join(AFTER_TILING))  # irc.compile would tile it again
         source = triton_source(copy)
