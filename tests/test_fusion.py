@@ -22,6 +22,7 @@ import torch
 import irc
 from irc.passes import fuse as fuse_mod
 from irc.passes.fuse import FusePass, fuse_module
+from irc.testing.cli import run_opt
 from irc.testing.graphgen import check_program
 from irc.testing.reference import functions, random_inputs, run_function
 from irc.tools.opt import run as irc_opt
@@ -126,15 +127,6 @@ def test_fused_ir_is_a_valid_input_that_compiles_the_same(name: str) -> None:
 # --- the report -------------------------------------------------------------------------
 
 
-def _opt(tmp_path: Path, text: str, *args: str) -> tuple[int, str, str]:
-    path = tmp_path / "input.ir"
-    path.write_text(text)
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err):
-        status = irc_opt([str(path), *args], stdout=out)
-    return status, out.getvalue(), err.getvalue()
-
-
 def _softmax_bytes(m: int, n: int) -> tuple[int, int]:
     full, row = m * n * 4, m * 4
     unfused = (
@@ -144,7 +136,7 @@ def _softmax_bytes(m: int, n: int) -> tuple[int, int]:
 
 
 def test_fusion_report_in_words(tmp_path: Path) -> None:
-    status, _, err = _opt(tmp_path, CANONICAL["softmax_small"][0], "--fuse", "--fusion-report")
+    status, _, err = run_opt(tmp_path, CANONICAL["softmax_small"][0], "--fuse", "--fusion-report")
     assert status == 0
     lines = err.strip().splitlines()
     assert lines[0] == "fusion report for @softmax_small: 1 kernel launched"
@@ -157,7 +149,7 @@ def test_fusion_report_in_words(tmp_path: Path) -> None:
 
 
 def test_fusion_report_as_data(tmp_path: Path) -> None:
-    status, out, err = _opt(
+    status, out, err = run_opt(
         tmp_path, CANONICAL["softmax_small"][0], "--fuse", "--fusion-report=json"
     )
     assert status == 0 and err == ""  # the JSON alone on stdout, no IR
@@ -181,7 +173,7 @@ def test_fusion_report_as_data(tmp_path: Path) -> None:
 
 
 def test_fusion_report_lists_rejected_candidates_with_reasons(tmp_path: Path) -> None:
-    status, out, _ = _opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--fusion-report=json")
+    status, out, _ = run_opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--fusion-report=json")
     assert status == 0
     (report,) = json.loads(out)
     assert len(report["groups"]) == 2
@@ -195,7 +187,7 @@ def test_fusion_report_lists_rejected_candidates_with_reasons(tmp_path: Path) ->
     assert ops.count("matmul") == 2
     kernels = [g["kernel"] for g in report["groups"]]
     assert sorted([two["first_kernel"], two["second_kernel"]]) == sorted(kernels)
-    _, _, text = _opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--fusion-report")
+    _, _, text = run_opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--fusion-report")
     assert re.search(
         r"not fused: triton_mm_fused_\w+ \[.*matmul.*\] with triton_mm_fused_\w+ "
         r"\[.*matmul.*\] \(would save .*\): two matmuls",
@@ -218,13 +210,13 @@ def test_fusion_report_names_every_stage_of_a_split_group(tmp_path: Path) -> Non
   return %y : tensor<30011x96xbf16>
 }
 """
-    status, _, err = _opt(tmp_path, text, "--fuse", "--fusion-report")
+    status, _, err = run_opt(tmp_path, text, "--fuse", "--fusion-report")
     assert status == 0
     assert "3 kernels launched" in err and "(copy)" not in err
     (line,) = [ln for ln in err.splitlines() if "split by split-reduction" in ln]
     assert line.count(" + ") == 2 and "_split1 + " in line
     big = text.replace("30011x96", "300110x96")
-    status, _, err = _opt(tmp_path, big, "--fuse", "--fusion-report")
+    status, _, err = run_opt(tmp_path, big, "--fuse", "--fusion-report")
     assert status == 0
     assert "5 kernels launched" in err and "(copy)" not in err
     (line,) = [ln for ln in err.splitlines() if "split by split-reduction" in ln]
@@ -232,7 +224,7 @@ def test_fusion_report_names_every_stage_of_a_split_group(tmp_path: Path) -> Non
 
 
 def test_fusion_report_needs_the_fuse_pass(tmp_path: Path) -> None:
-    status, _, err = _opt(tmp_path, CANONICAL["softmax_small"][0], "--fusion-report")
+    status, _, err = run_opt(tmp_path, CANONICAL["softmax_small"][0], "--fusion-report")
     assert status == 1
     assert "--fusion-report describes the fuse pass: add --fuse" in err
 
@@ -256,7 +248,7 @@ def test_fusion_report_lists_only_final_rejections(tmp_path: Path) -> None:
         fuse_mod.Rejected.__init__ = real  # type: ignore[method-assign]
     assert seen and len(report.groups) == 1  # there were rejections on the way
     assert report.rejected == []
-    status, out, _ = _opt(
+    status, out, _ = run_opt(
         tmp_path, CANONICAL["layer_norm_f32_small"][0], "--fuse", "--fusion-report=json"
     )
     assert status == 0
@@ -282,10 +274,10 @@ RETURNS_A_VIEW = """func @f(%x: tensor<8x4xf32>) -> (tensor<4x8xf32>, tensor<8x4
 def test_fusion_report_counts_every_kernel_launched(tmp_path: Path) -> None:
     """A returned view gets a copy kernel from graph-to-loop, after fusion: it is
     launched, so it is counted and listed, by the name the emitted code gives it."""
-    status, out, _ = _opt(tmp_path, RETURNS_A_VIEW, "--fuse", "--fusion-report=json")
+    status, out, _ = run_opt(tmp_path, RETURNS_A_VIEW, "--fuse", "--fusion-report=json")
     assert status == 0
     (report,) = json.loads(out)
-    source = _opt(tmp_path, RETURNS_A_VIEW, "--fuse", "--emit", "triton")[1]
+    source = run_opt(tmp_path, RETURNS_A_VIEW, "--fuse", "--emit", "triton")[1]
     launched = re.findall(r"_launch\((\w+),", source)
     assert len(launched) == 2 and report["kernels_launched"] == len(launched)
     listed = [g["kernel"] for g in report["groups"]] + [
@@ -294,7 +286,7 @@ def test_fusion_report_counts_every_kernel_launched(tmp_path: Path) -> None:
     assert sorted(listed) == sorted(launched)
     (copy,) = report["other_kernels"]
     assert "copy" in copy["kernel"] and "returned view" in copy["why"]
-    _, _, text = _opt(tmp_path, RETURNS_A_VIEW, "--fuse", "--fusion-report")
+    _, _, text = run_opt(tmp_path, RETURNS_A_VIEW, "--fuse", "--fusion-report")
     assert text.startswith("fusion report for @f: 2 kernels launched\n")
     assert f"  kernel {copy['kernel']} (copy): " in text
 
@@ -302,11 +294,11 @@ def test_fusion_report_counts_every_kernel_launched(tmp_path: Path) -> None:
 def test_fusion_report_names_the_kernels_of_a_split_reduction(tmp_path: Path) -> None:
     """split-reduction makes two kernels of the large MSE's group: both are its."""
     text = CANONICAL["mse_large"][0]
-    status, out, _ = _opt(tmp_path, text, "--fuse", "--fusion-report=json")
+    status, out, _ = run_opt(tmp_path, text, "--fuse", "--fusion-report=json")
     assert status == 0
     (report,) = json.loads(out)
     (group,) = report["groups"]
-    source = _opt(tmp_path, text, "--fuse", "--emit", "triton")[1]
+    source = run_opt(tmp_path, text, "--fuse", "--emit", "triton")[1]
     defined = re.findall(r"^def (triton_\w+)\(", source, re.MULTILINE)
     assert group["kernels"] == defined and len(defined) == 2
     assert group["kernel"] == defined[1] and defined[0] == defined[1] + "_split"
@@ -318,11 +310,11 @@ def test_fusion_report_names_follow_the_run(tmp_path: Path) -> None:
     run's own tiling does, and the emitted code agrees."""
     text = CANONICAL["softmax_small"][0]
     run = "fuse,graph-to-loop,tile{persistent-rblock=64 rblock=32},loop-to-tile"
-    status, out, _ = _opt(tmp_path, text, "-p", run, "--fusion-report=json", "--emit", "triton")
+    status, out, _ = run_opt(tmp_path, text, "-p", run, "--fusion-report=json", "--emit", "triton")
     assert status == 0
     (report,) = json.loads(out)
     assert report["groups"][0]["kernel"] == "triton_red_fused_amax_sub_exp_sum_div_0"
-    status, source, _ = _opt(tmp_path, text, "-p", run, "--emit", "triton")
+    status, source, _ = run_opt(tmp_path, text, "-p", run, "--emit", "triton")
     assert re.findall(r"^def (triton_\w+)\(", source, re.MULTILINE) == [
         "triton_red_fused_amax_sub_exp_sum_div_0"
     ]
@@ -331,31 +323,31 @@ def test_fusion_report_names_follow_the_run(tmp_path: Path) -> None:
 def test_fusion_report_to_a_file_keeps_the_ir_on_stdout(tmp_path: Path) -> None:
     target = tmp_path / "report.json"
     text = CANONICAL["softmax_small"][0]
-    status, out, err = _opt(tmp_path, text, "--fuse", f"--fusion-report=json={target}")
+    status, out, err = run_opt(tmp_path, text, "--fuse", f"--fusion-report=json={target}")
     assert status == 0 and err == "" and "graph.fused" in out
     (report,) = json.loads(target.read_text())
     assert report["groups"][0]["kernel"] == "triton_per_fused_amax_sub_exp_sum_div_0"
     words = tmp_path / "report.txt"
-    status, out, err = _opt(tmp_path, text, "--fuse", f"--fusion-report=text={words}")
+    status, out, err = run_opt(tmp_path, text, "--fuse", f"--fusion-report=text={words}")
     assert status == 0 and err == "" and "graph.fused" in out
     assert words.read_text().startswith("fusion report for @softmax_small: 1 kernel launched\n")
     # With -o the IR goes to its file and stdout holds the JSON.
     ir = tmp_path / "out.ir"
-    status, out, _ = _opt(tmp_path, text, "--fuse", "--fusion-report=json", "-o", str(ir))
+    status, out, _ = run_opt(tmp_path, text, "--fuse", "--fusion-report=json", "-o", str(ir))
     assert status == 0 and json.loads(out)[0]["function"] == "softmax_small"
     assert "graph.fused" in ir.read_text()
 
 
 def test_fusion_report_json_of_split_input_is_one_document(tmp_path: Path) -> None:
     text = CANONICAL["softmax_small"][0] + "\n// -----\n" + CANONICAL["mlp2_small"][0]
-    status, out, _ = _opt(tmp_path, text, "--split-input-file", "--fuse", "--fusion-report=json")
+    status, out, _ = run_opt(tmp_path, text, "--split-input-file", "--fuse", "--fusion-report=json")
     assert status == 0
     assert [r["function"] for r in json.loads(out)] == ["softmax_small", "mlp2_small"]
 
 
 @pytest.mark.parametrize("value", ["xml", "json=", "csv=out.txt"])
 def test_fusion_report_bad_form_is_a_usage_error(tmp_path: Path, value: str) -> None:
-    status, out, err = _opt(
+    status, out, err = run_opt(
         tmp_path, CANONICAL["softmax_small"][0], "--fuse", f"--fusion-report={value}"
     )
     assert status == 1 and out == ""
@@ -452,16 +444,16 @@ def test_a_computed_matmul_operand_is_rejected_with_its_reason() -> None:
 
 
 def test_emit_dot_draws_one_cluster_per_kernel(tmp_path: Path) -> None:
-    status, dot, _ = _opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--emit", "dot")
+    status, dot, _ = run_opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--emit", "dot")
     assert status == 0
     assert dot.startswith("digraph") and dot.count("{") == dot.count("}")
     kernels = re.findall(r'subgraph cluster_\w+ \{\s*label="(triton_\w+)"', dot)
     assert kernels == ["triton_mm_fused_matmul_add_relu_0", "triton_mm_fused_matmul_add_1"]
-    source = _opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--emit", "triton")[1]
+    source = run_opt(tmp_path, CANONICAL["mlp2_small"][0], "--fuse", "--emit", "triton")[1]
     assert re.findall(r"^def (triton_\w+)\(", source, re.MULTILINE) == kernels
     # Every op node sits in a cluster; the edge from the first kernel reaches the second.
     assert dot.count('[label="matmul') == 2
-    unfused = _opt(tmp_path, CANONICAL["mlp2_small"][0], "--emit", "dot")[1]
+    unfused = run_opt(tmp_path, CANONICAL["mlp2_small"][0], "--emit", "dot")[1]
     assert "triton_" not in unfused
 
 
@@ -470,13 +462,13 @@ def test_emit_dot_draws_one_cluster_per_kernel(tmp_path: Path) -> None:
 
 def test_max_ops_limits_kernel_size_with_a_reason(tmp_path: Path) -> None:
     text = CANONICAL["pointwise_chain_small"][0]
-    status, out, _ = _opt(tmp_path, text, "-p", "fuse{max-ops=2}", "--fusion-report=json")
+    status, out, _ = run_opt(tmp_path, text, "-p", "fuse{max-ops=2}", "--fusion-report=json")
     assert status == 0
     (report,) = json.loads(out)
     sizes = [len(g["ops"]) for g in report["groups"]]
     assert sizes == [2, 2, 1]
     assert {r["reason"] for r in report["rejected"]} == {"more than 2 ops in one kernel"}
-    status, source, _ = _opt(tmp_path, text, "-p", "fuse{max-ops=2}", "--emit", "triton")
+    status, source, _ = run_opt(tmp_path, text, "-p", "fuse{max-ops=2}", "--emit", "triton")
     assert status == 0 and len(re.findall(r"^def triton_", source, re.MULTILINE)) == 3
     # The smaller kernels still compute the right thing.
     module = irc.parse(text)
@@ -486,7 +478,7 @@ def test_max_ops_limits_kernel_size_with_a_reason(tmp_path: Path) -> None:
 
 def test_max_ops_1_leaves_every_op_alone(tmp_path: Path) -> None:
     text = CANONICAL["softmax_small"][0]
-    status, source, _ = _opt(tmp_path, text, "-p", "fuse{max-ops=1}", "--emit", "triton")
+    status, source, _ = run_opt(tmp_path, text, "-p", "fuse{max-ops=1}", "--emit", "triton")
     assert status == 0
     assert len(re.findall(r"^def triton_", source, re.MULTILINE)) == 5
 

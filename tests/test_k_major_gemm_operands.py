@@ -7,8 +7,6 @@ interpreter (thresholds lowered so that small shapes are copied).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 from pathlib import Path
 
@@ -26,9 +24,9 @@ from irc.passes.k_major_gemm_operands import (
     slow_f32_operands,
 )
 from irc.pipeline import LOWERING
+from irc.testing.cli import run_opt
 from irc.testing.forced_tiling import compile_with_tiling
 from irc.testing.programs import gemm_text, loop_level
-from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 COPY_ALL = "k-major-gemm-operands{min_flops=0}"
@@ -165,15 +163,11 @@ def test_k_major_copies_match_torch(
 
 
 def test_the_fusion_report_says_why_a_copy_is_launched(tmp_path: Path) -> None:
-    path = tmp_path / "gemm.ir"
-    path.write_text(gemm_text(1024, 1024, 1024))
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err):
-        status = irc_opt(
-            [str(path), "--fuse", "--fusion-report", "-o", str(tmp_path / "o")], stdout=out
-        )
+    status, _, err = run_opt(
+        tmp_path, gemm_text(1024, 1024, 1024), "--fuse", "--fusion-report", "-o", str(tmp_path / "o")
+    )
     assert status == 0
-    lines = err.getvalue().splitlines()
+    lines = err.splitlines()
     assert lines[0] == "fusion report for @f: 2 kernels launched"
     (copy,) = [ln for ln in lines if f"triton_{KERNEL_PREFIX}0 (copy)" in ln]
     assert copy.endswith(WHY)

@@ -8,8 +8,6 @@ hand that are not the group's (or the body's) are located verifier errors.
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from irc.ir.kernel_kind import NAME_PREFIX, GeometryMismatch, KernelKind, RowGeo
 from irc.passes.fuse import FusionGraph, kernel_schema
 from irc.passes.tile import kernel_shape
 from irc.syntax.printer import format_attr
-from irc.tools.opt import run as irc_opt
+from irc.testing.cli import run_opt
 
 SOFTMAX_LN = """\
 func @f(%x: tensor<6x4x10xf32>, %a: tensor<4x10xf32>, %w: tensor<10x3xf32>) -> (tensor<6x4x10xf32>, tensor<4x3xf32>, tensor<4xf32>) {
@@ -56,15 +54,6 @@ def _fused(text: str) -> tuple[ModuleOp, list[graph.FusedOp]]:
     module = irc.parse(text)
     irc.run_pipeline(module, "fuse")
     return module, [op for op in module.walk() if isinstance(op, graph.FusedOp)]
-
-
-def _opt(tmp_path: Path, text: str, *args: str) -> tuple[int, str, str]:
-    path = tmp_path / "input.ir"
-    path.write_text(text)
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err):
-        status = irc_opt([str(path), *args], stdout=out)
-    return status, out.getvalue(), err.getvalue()
 
 
 def test_fuse_records_kind_and_rows() -> None:
@@ -217,7 +206,7 @@ func @f(%x: tensor<4x8xf32>) -> tensor<4x1xf32> {{
     ],
 )
 def test_wrong_written_kind_is_located(tmp_path: Path, props: str, message: str) -> None:
-    status, out, err = _opt(tmp_path, GROUP.format(props=props))
+    status, out, err = run_opt(tmp_path, GROUP.format(props=props))
     assert status == 1 and out == "", err
     first, source, caret = err.splitlines()[:3]
     assert first == f"{tmp_path / 'input.ir'}:2:3: error: {message}"
@@ -233,7 +222,7 @@ def test_rows_on_a_pointwise_group_is_an_error(tmp_path: Path) -> None:
         "  } : tensor<4x8xf32>\n"
         "  return %y : tensor<4x8xf32>\n}\n"
     )
-    status, _, err = _opt(tmp_path, text)
+    status, _, err = run_opt(tmp_path, text)
     assert status == 1
     assert err.splitlines()[0].endswith(
         'error: graph.fused: space = [4, 8], dims = [1], but a "pointwise" kernel has no rows'
@@ -242,7 +231,7 @@ def test_rows_on_a_pointwise_group_is_an_error(tmp_path: Path) -> None:
 
 def test_right_written_kind_is_accepted(tmp_path: Path) -> None:
     props = 'kernel = "red_k", kind = "reduction", space = [4, 8], dims = [1]'
-    status, out, err = _opt(tmp_path, GROUP.format(props=props))
+    status, out, err = run_opt(tmp_path, GROUP.format(props=props))
     assert (status, err) == (0, "")
     assert props in out
 
@@ -271,7 +260,7 @@ func @f(%x: memref<4x8xf32>) -> memref<4xf32> {{
     ],
 )
 def test_wrong_loop_kernel_kind_is_located(tmp_path: Path, props: str, message: str) -> None:
-    status, out, err = _opt(tmp_path, LOOP_REDUCTION.format(props=props))
+    status, out, err = run_opt(tmp_path, LOOP_REDUCTION.format(props=props))
     assert status == 1 and out == "", err
     first, source, caret = err.splitlines()[:3]
     assert first == f"{tmp_path / 'input.ir'}:3:3: error: {message}"
@@ -281,9 +270,9 @@ def test_wrong_loop_kernel_kind_is_located(tmp_path: Path, props: str, message: 
 def test_loop_kernel_kind_written_or_not(tmp_path: Path) -> None:
     """Loop IR may say the kind or not; either way it is the body's, and prints as before."""
     plain = LOOP_REDUCTION.format(props="")
-    status, out, err = _opt(tmp_path, LOOP_REDUCTION.format(props=', kind = "reduction"'))
+    status, out, err = run_opt(tmp_path, LOOP_REDUCTION.format(props=', kind = "reduction"'))
     assert (status, err) == (0, "")
-    assert out == _opt(tmp_path, plain)[1] == plain
+    assert out == run_opt(tmp_path, plain)[1] == plain
     kernel = loop.kernels(irc.parse(plain))[0]
     assert kernel.kind is None and loop.kernel_kind(kernel) is KernelKind.REDUCTION
     assert kernel_shape(kernel).reduction == (8,)

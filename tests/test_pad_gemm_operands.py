@@ -8,8 +8,6 @@ stored [N, K], both operands odd.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 from pathlib import Path
 
@@ -27,9 +25,9 @@ from irc.passes.pad_gemm_operands import (
     unaligned_operands,
 )
 from irc.passes.tile import Tiling
+from irc.testing.cli import run_opt
 from irc.testing.forced_tiling import compile_with_tiling
 from irc.testing.programs import gemm_text, loop_level
-from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 TORCH = {"bf16": torch.bfloat16, "f16": torch.float16}
@@ -228,15 +226,11 @@ def test_an_operand_of_two_gemms_is_copied_once() -> None:
 
 
 def test_the_fusion_report_says_why_a_copy_is_launched(tmp_path: Path) -> None:
-    path = tmp_path / "gemm.ir"
-    path.write_text(gemm_text(2000, 1000, 1025, "bf16"))
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err):
-        status = irc_opt(
-            [str(path), "--fuse", "--fusion-report", "-o", str(tmp_path / "o")], stdout=out
-        )
+    status, _, err = run_opt(
+        tmp_path, gemm_text(2000, 1000, 1025, "bf16"), "--fuse", "--fusion-report", "-o", str(tmp_path / "o")
+    )
     assert status == 0
-    lines = err.getvalue().splitlines()
+    lines = err.splitlines()
     assert lines[0] == "fusion report for @f: 2 kernels launched"
     (copy,) = [ln for ln in lines if "triton_pad_rows_0 (copy)" in ln]
     assert copy.endswith(WHY)

@@ -7,8 +7,6 @@ against torch on the CPU interpreter (a small `sms` makes small GEMMs split).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 from pathlib import Path
 
@@ -32,10 +30,10 @@ from irc.passes.split_k import (
     split_cost,
 )
 from irc.pipeline import LOWERING, run_pipeline
+from irc.testing.cli import run_opt
 from irc.testing.forced_tiling import compile_with_tiling
 from irc.testing.programs import gemm_text, loop_level
 from irc.testing.verdict import judge_outputs
-from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 UP_TO = "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,k-major-gemm-operands"
@@ -224,15 +222,11 @@ def test_chunks_that_divide_k_beat_ragged_ones() -> None:
 
 
 def test_the_fusion_report_names_both_stages_and_the_pass(tmp_path: Path) -> None:
-    path = tmp_path / "gemm.ir"
-    path.write_text(gemm_text(300, 700, 9000))
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err):
-        status = irc_opt(
-            [str(path), "--fuse", "--fusion-report", "-o", str(tmp_path / "o")], stdout=out
-        )
+    status, _, err = run_opt(
+        tmp_path, gemm_text(300, 700, 9000), "--fuse", "--fusion-report", "-o", str(tmp_path / "o")
+    )
     assert status == 0
-    lines = err.getvalue().splitlines()
+    lines = err.splitlines()
     assert lines[0] == "fusion report for @f: 3 kernels launched"
     (gemm,) = [ln for ln in lines if "(contraction" in ln]
     assert "triton_mm_fused_matmul_add_gelu_0_split + triton_mm_fused_matmul_add_gelu_0" in gemm
