@@ -167,8 +167,7 @@ def split_choice(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
         if stepped < MIN_CHUNK:
             break
         exact = k // s if k % s == 0 and k // s % ALIGN_ELEMENTS == 0 else stepped
-        exact = exact if exact >= MIN_CHUNK else stepped
-        for chunk in dict.fromkeys((stepped, exact)):
+        for chunk in (stepped, exact if exact >= MIN_CHUNK else stepped):
             splits = -(-k // chunk)
             if splits < 2 or chunk in tried:
                 continue

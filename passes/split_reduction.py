@@ -707,7 +707,7 @@ def split_kernel(
             final = _elementwise_kernel(kernel, base)
             if final is None and final_chunks is not None:
                 g = final_chunks(kernel, n)
-                chunk = -(-n // g)
+                chunk = chunk_length(n, g, full=False)
         if final is None:
             final, _ = chunked_kernel(kernel, rest, loops, g, chunk, base)
         parent.insert_op_before(final, kernel)
