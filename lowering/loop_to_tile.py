@@ -60,6 +60,7 @@ from irc.ir.types import (
     numel,
 )
 from irc.lowering.attention_to_tile import lay_out_attention
+from irc.passes.kernel_names import unique_name
 from irc.passes.tile import (
     VECTOR_BYTES,
     KernelShape,
@@ -1678,10 +1679,7 @@ def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list
         persistent = shape.kind == "reduction" and (
             tiling.block[1] >= numel(shape.reduction) or tiling.unrolled
         )
-        name = tile_kernel_name(op.kernel_name.data, persistent)
-        while name in names:
-            name += "_"
-        names.add(name)
+        name = unique_name(tile_kernel_name(op.kernel_name.data, persistent), names)
         translator = KernelTranslator(op, name, tf32)
         kernel = translator.build()
         if any(isinstance(o, tile.LaunchOp) for o in fn.body.block.ops):

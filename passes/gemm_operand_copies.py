@@ -84,11 +84,6 @@ class GemmOperandCopyPass(ModulePass):
         return self.rereads
 
 
-def kernel_names(op: ModuleOp) -> set[str]:
-    """The names `op`'s kernels take, which a new copy kernel's must not."""
-    return {k.kernel_name.data for k in loop.kernels(op)}
-
-
 @dataclass(frozen=True)
 class Operand:
     """A contraction's operand load from a whole 2-d buffer, how often the GEMM reads

@@ -44,9 +44,9 @@ from irc.passes.gemm_operand_copies import (
     Operand,
     copy_before,
     gemm_operands,
-    kernel_names,
     padded_columns,
 )
+from irc.passes.kernel_names import kernel_names
 
 KERNEL_PREFIX = "k_major_"
 """The copies' kernel names: `k_major_0`, `k_major_1`..."""

@@ -1,4 +1,5 @@
-"""The names a module's kernels get once lowered, for a pass that reports them.
+"""Kernel names: a new kernel's own (`unique_name`), and the names a module's
+kernels get once lowered, for a pass that reports them.
 
 `fuse{report=...}` names its kernels as `irc-opt --emit triton` does, which only
 the lowering decides (split-reduction adds stages, loop-to-tile names them). A
@@ -14,6 +15,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from xdsl.dialects.builtin import ModuleOp
+
+from irc.dialects import loop
 
 Lowering = Callable[[ModuleOp], ModuleOp]
 """Takes a copy of a module down to tile kernels; the module itself is left alone."""
@@ -39,3 +42,17 @@ def lowered_copy(module: ModuleOp) -> ModuleOp:
             "kernel names need the lowering: run the pass through irc.pipeline.run_pipeline"
         )
     return lower(module)
+
+
+def kernel_names(op: ModuleOp) -> set[str]:
+    """The names `op`'s kernels take, which a new kernel's must not (`unique_name`)."""
+    return {k.kernel_name.data for k in loop.kernels(op)}
+
+
+def unique_name(name: str, taken: set[str]) -> str:
+    """`name`, or `name_`, `name__`... where a kernel already has it (hand-written IR
+    may name a kernel `r_split` beside the `r` a pass splits); taken from then on."""
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name

@@ -44,9 +44,9 @@ from irc.passes.gemm_operand_copies import (
     Operand,
     copy_before,
     gemm_operands,
-    kernel_names,
     padded_columns,
 )
+from irc.passes.kernel_names import kernel_names
 from irc.passes.options import check_option
 from irc.passes.tile import gemm_tiling, kernel_shape
 

@@ -71,7 +71,7 @@ from irc.analysis.dot_operands import runs_in_half
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import F32
-from irc.passes.gemm_operand_copies import kernel_names
+from irc.passes.kernel_names import kernel_names, unique_name
 from irc.passes.options import check_option
 from irc.passes.split_reduction import chunked_kernel, combine_partials
 from irc.passes.tile import (
@@ -228,10 +228,7 @@ def split_gemm(
     it storing their partials), and `kernel` summing them."""
     parent = kernel.parent_block()
     assert parent is not None
-    name = kernel.kernel_name.data + "_split"
-    while name in taken:
-        name += "_"
-    taken.add(name)
+    name = unique_name(kernel.kernel_name.data + "_split", taken)
     stage, mapping = chunked_kernel(
         kernel, [red], [red], splits, chunk, name, KernelKind.CONTRACTION
     )
