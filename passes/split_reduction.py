@@ -66,6 +66,7 @@ from irc.ir.types import (
     int_array,
     numel,
 )
+from irc.passes.kernel_names import kernel_names, unique_name
 from irc.passes.online_softmax import fuse_pair, softmax_partner
 from irc.passes.options import check_option
 from irc.passes.tile import (
@@ -612,10 +613,12 @@ def _elementwise_kernel(kernel: loop.KernelOp, name: str) -> loop.KernelOp | Non
 def split_kernel(
     kernel: loop.KernelOp,
     g: int,
+    taken: set[str],
     final_chunks: Callable[[loop.KernelOp, int], int] | None = None,
     combine_once_bytes: int = COMBINE_ONCE_BYTES,
 ) -> None:
-    """Splits the reduced space of `kernel` into `g` chunks, in place.
+    """Splits the reduced space of `kernel` into `g` chunks, in place; the kernels
+    it adds take names no kernel in `taken` has (`unique_name`).
 
     Reductions that read no other go first: one kernel over `[g, *parallel]`
     stores each one's partial per chunk (with any foreach loop that reads no
@@ -649,7 +652,7 @@ def split_kernel(
                 for op in ops
                 if isinstance(op, loop.ForeachOp) and not (_slice(ops, [op]) & reds)
             ]
-        name = base + "_split" + (str(depth) if depth else "")
+        name = unique_name(base + "_split" + (str(depth) if depth else ""), taken)
         stage, mapping = chunked_kernel(kernel, keep, keep, g, chunk, name)
         body = stage.body.block
         g_index, *p_index = body.args
@@ -696,7 +699,8 @@ def split_kernel(
         last = depth == len(levels) - 1
         foreach = any(isinstance(op, loop.ForeachOp) for op in kernel.body.block.ops)
         if (foreach or not last) and once:
-            _combine_once(kernel, combined, base + "_combine" + (str(depth) if depth else ""))
+            combine = unique_name(base + "_combine" + (str(depth) if depth else ""), taken)
+            _combine_once(kernel, combined, combine)
     if any(isinstance(op, loop.ForeachOp) for op in kernel.body.block.ops):
         rest = list(kernel.body.block.ops)
         loops = [op for op in rest if isinstance(op, loop.ForeachOp)]
@@ -952,6 +956,7 @@ class SplitReductionPass(ModulePass):
         check_option(self.name, "combine_once_bytes", self.combine_once_bytes, 0)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        taken = kernel_names(op)
         for kernel in loop.kernels(op):
             g = split_chunks(
                 kernel,
@@ -963,7 +968,7 @@ class SplitReductionPass(ModulePass):
             )
             if g > 1:
                 fuse_softmax_pairs(kernel)
-                split_kernel(kernel, g, self._final_chunks, self.combine_once_bytes)
+                split_kernel(kernel, g, taken, self._final_chunks, self.combine_once_bytes)
 
     def _final_chunks(self, kernel: loop.KernelOp, n: int) -> int:
         """Chunks of a split's final element-wise kernel (over its kept dims, a loop

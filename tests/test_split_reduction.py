@@ -83,3 +83,38 @@ def test_split_sum_matches_torch(shape: list[int]) -> None:
     assert compiled.kernel_count == 2
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(7)).to(DEVICE)
     torch.testing.assert_close(compiled.f(x), x.double().sum().float())
+
+
+def test_a_stage_takes_a_name_no_hand_written_kernel_has() -> None:
+    """Hand-written loop IR may name a kernel `r_split` beside the `r` the pass
+    splits: the stage becomes `r_split_` (two kernels of one name read as one in
+    the loop IR and the fusion report), and the module still verifies and
+    computes sum(x) and x + 1."""
+    text = """func @f(%a: memref<1000x1001xf32>) -> (memref<f32>, memref<1000x1001xf32>) {
+  %o = loop.alloc : memref<f32>
+  %p = loop.alloc : memref<1000x1001xf32>
+  loop.kernel {name = "r_split", bounds = [1000, 1001]} (%i: index, %j: index) {
+    %x = loop.load %a, %i, %j : f32
+    %c = loop.constant {value = 1.0} : f32
+    %s = loop.apply %x, %c {fn = "add"} : f32
+    loop.store %s, %p, %i, %j
+  }
+  loop.kernel {name = "r", bounds = []} () {
+    %s = loop.reduce {kind = "sum", bounds = [1000, 1001]} (%i: index, %j: index) {
+      %x = loop.load %a, %i, %j : f32
+      loop.yield %x
+    } : f32
+    loop.store %s, %o
+  }
+  return %o, %p : memref<f32>, memref<1000x1001xf32>
+}
+"""
+    module = irc.parse(text, "names.ir")
+    run_pipeline(module, "split-reduction")
+    irc.verify(module)
+    assert [k.kernel_name.data for k in loop.kernels(module)] == ["r_split", "r_split_", "r"]
+    compiled = irc.compile(irc.parse(text, "names.ir"), device=DEVICE)
+    x = torch.randn(1000, 1001, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    total, plus_one = compiled(x)
+    torch.testing.assert_close(total, x.double().sum().float())
+    torch.testing.assert_close(plus_one, x + 1)
