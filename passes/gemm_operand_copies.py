@@ -31,6 +31,7 @@ from irc.analysis.tma import TMA_BYTES
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import element_bytes, int_array
+from irc.passes.kernel_names import numbered_name
 from irc.passes.options import check_option
 
 MIN_FLOPS = 2**31
@@ -241,11 +242,7 @@ def copy_before(
     """A new `target` buffer filled from `buffer` (`copy_kernel`) just before
     `kernel`, by a kernel named `prefix` and the first number no kernel has."""
     alloc = loop.AllocOp.create(result_types=[target])
-    n = 0
-    while f"{prefix}{n}" in taken:
-        n += 1
-    taken.add(f"{prefix}{n}")
-    copy = copy_kernel(buffer, alloc.result, f"{prefix}{n}", order, zero_pad)
+    copy = copy_kernel(buffer, alloc.result, numbered_name(prefix, taken), order, zero_pad)
     copy.location = kernel.location
     block = kernel.parent_block()
     assert block is not None

@@ -49,6 +49,16 @@ def kernel_names(op: ModuleOp) -> set[str]:
     return {k.kernel_name.data for k in loop.kernels(op)}
 
 
+def numbered_name(prefix: str, taken: set[str]) -> str:
+    """`prefix` and the first number no kernel has (`k_major_0`, `k_major_1`...);
+    taken from then on."""
+    n = 0
+    while f"{prefix}{n}" in taken:
+        n += 1
+    taken.add(f"{prefix}{n}")
+    return f"{prefix}{n}"
+
+
 def unique_name(name: str, taken: set[str]) -> str:
     """`name`, or `name_`, `name__`... where a kernel already has it (hand-written IR
     may name a kernel `r_split` beside the `r` a pass splits); taken from then on."""
