@@ -279,19 +279,16 @@ func @gemm_bias_gelu(%x: {_t([m, k], d)}, %w: {_t([k, n], d)}, %b: {_t([n], d)})
 def _gemm_kernels(s: Shape) -> int:
     """The GEMM's kernel, and the copy of each operand `pad-gemm-operands` pads (half
     precision, rows not 16-byte aligned or, for the right operand stored [K, N] read
-    by 32 row tiles, not 128, a persistent GEMM) or `k-major-gemm-operands`
-    makes K-major (f32, K strided or odd), and the partial products' stage where
-    `split-k` splits an f32 GEMM's K: the passes are asked, on the row's program."""
+    by 32 row tiles, not 128, a persistent GEMM), `split-tf32-gemm-operands` stores
+    as TF32 parts or `k-major-gemm-operands` makes K-major (f32), and the partial
+    products' stage where `split-k` splits an f32 GEMM's K: the passes up to `tile`
+    are asked, on the row's program."""
     import irc
     from irc.dialects import loop
-    from irc.pipeline import run_pipeline
+    from irc.pipeline import LOWERING, run_pipeline
 
     module = irc.parse(_gemm_bias_gelu(s), "gemm_bias_gelu.ir")
-    run_pipeline(
-        module,
-        "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,"
-        "k-major-gemm-operands,split-k",
-    )
+    run_pipeline(module, ",".join(["fuse", *LOWERING[: LOWERING.index("tile")]]))
     return len(loop.kernels(module))
 
 

@@ -101,11 +101,18 @@ def _float_fns() -> frozenset[str]:
     ) | frozenset(LOWERING_FNS)
 
 
-LOWERING_FNS: dict[str, int] = {"mul_add": 3}
+LOWERING_FNS: dict[str, int] = {"mul_add": 3, "tf32_head": 1, "tf32_tail": 1}
 """Float functions no graph op has, which a lowering adds: `mul_add(a, b, c)` is
 `a * b + c` rounded once (an FMA). Kernels launch without FMA contraction, as
 torch rounds each op; attention's lowering computes its probabilities' exponent
-`s * c - m` with it, as FlashAttention does (lowering/attention_to_tile.py)."""
+`s * c - m` with it, as FlashAttention does (lowering/attention_to_tile.py).
+`tf32_head(x)` and `tf32_tail(x)` (f32 only) split x into two values TF32 holds
+exactly, `x ~ head + tail` within 2**-22 of x: x rounded to TF32, and the rest so
+rounded (0 for inf and NaN, whose head is x). `split-tf32-gemm-operands` stores an
+f32 GEMM's operands so, once, for tensor cores to multiply them three times."""
+
+TF32_FNS = frozenset({"tf32_head", "tf32_tail"})
+"""The functions whose value TF32 holds exactly (`LOWERING_FNS`); they take f32."""
 
 INDEX_FNS: dict[str, int] = {"floordiv": 2, "mod": 2, "and": 2, "or": 2, "checked_index": 2}
 """The functions of loop.apply that are no graph op: index arithmetic, mask logic, and
@@ -138,6 +145,8 @@ def check_apply_types(
         raise VerifyException(f"{op.name}: '{fn}' takes integer, index or i1 operands, not floats")
     if fn in FLOAT_FNS and any(e not in FLOAT_TYPES for e in elements):
         raise VerifyException(f"{op.name}: '{fn}' takes float operands, not integers or indices")
+    if fn in TF32_FNS and any(e != F32 for e in elements):
+        raise VerifyException(f"{op.name}: '{fn}' takes f32 operands")
     want = apply_element(op, fn, elements)
     if want is not None and _element(result) != want:
         raise VerifyException(
@@ -511,17 +520,17 @@ class ReduceOp(IRDLOperation):
             self._check_contraction(last.values[0])
 
     def _check_contraction(self, value: SSAValue) -> None:
-        """`contract = true` is a dot: the sum over one K loop of a float product, in
-        a kernel whose last two parallel dims are the output's rows and columns."""
-        product = value.owner
+        """`contract = true` is a dot: the sum over one K loop of a float product (or
+        of a sum of products, one dot each: `split-tf32-gemm-operands`'s three
+        products of TF32 parts), in a kernel whose last two parallel dims are the
+        output's rows and columns."""
+        products = contraction_products(value)
         kernel = _enclosing_kernel(self)
         if (
             self.kind.data != "sum"
             or len(self.bounds.data) != 1
             or self.result.type not in FLOAT_TYPES
-            or not isinstance(product, ApplyOp)
-            # (a missing or unknown fn is the apply's own error)
-            or (isinstance(fn := product.properties.get("fn"), ApplyFnAttr) and fn.data != "mul")
+            or not products
             or kernel is None
             # (a kernel without bounds is the kernel's own error)
             or not isinstance(bounds := kernel.properties.get("bounds"), ArrayAttr)
@@ -529,16 +538,26 @@ class ReduceOp(IRDLOperation):
         ):
             raise VerifyException(
                 'loop.reduce: contract = true is a matrix product: kind "sum" over one '
-                'bound of a float loop.apply "mul", in a loop.kernel of at least two '
-                "parallel dims (rows and columns)"
+                'bound of a float loop.apply "mul" (or a sum of such products), in a '
+                "loop.kernel of at least two parallel dims (rows and columns)"
             )
-        if len(product.args) != 2:
-            return
+        if any(p.parent_block() is not self.body.block for p in products):
+            # (lowered, and chunked by split-k, as dots of each K step's tiles)
+            raise VerifyException(
+                "loop.reduce: a contraction's products are ops of its own body"
+            )
         kind = body_kind(kernel)
-        if kind == KernelKind.CONTRACTION:
-            self._check_factors(kernel, product.args[0], product.args[1])
-        elif kind == KernelKind.ATTENTION:
-            self._check_attention_factors(kernel, product.args[0], product.args[1])
+        if kind == KernelKind.ATTENTION and len(products) > 1:
+            raise VerifyException(
+                "loop.reduce: an attention's contractions are one product each, not sums"
+            )
+        for product in products:
+            if len(product.args) != 2 or not isinstance(product.properties.get("fn"), ApplyFnAttr):
+                continue  # (the apply's own error)
+            if kind == KernelKind.CONTRACTION:
+                self._check_factors(kernel, product.args[0], product.args[1])
+            elif kind == KernelKind.ATTENTION:
+                self._check_attention_factors(kernel, product.args[0], product.args[1])
 
     def _check_attention_factors(self, kernel: KernelOp, a: SSAValue, b: SSAValue) -> None:
         """An attention's dots, as loop-to-tile lays them out: a scores dot (inside the
@@ -824,6 +843,22 @@ def kernels(op: Operation) -> list[KernelOp]:
     """The loop kernels under `op` (a module or a function), in order: the loop
     level's `tile.kernels`, whose kernels sit in their functions' bodies."""
     return [k for k in op.walk() if isinstance(k, KernelOp)]
+
+
+def contraction_products(value: SSAValue) -> list[ApplyOp]:
+    """The products a contraction's yielded `value` sums, left to right: itself where
+    it is a `mul`, those of both sides of an `add`; [] where it is neither. An apply
+    of a missing or unknown fn counts as a product: it is that apply's own error."""
+    op = value.owner
+    if not isinstance(op, ApplyOp):
+        return []
+    fn = op.properties.get("fn")
+    if not isinstance(fn, ApplyFnAttr) or fn.data == "mul":
+        return [op]
+    if fn.data != "add" or len(op.args) != 2:
+        return []
+    left, right = (contraction_products(a) for a in op.args)
+    return [*left, *right] if left and right else []
 
 
 def is_contraction(op: Operation) -> bool:

@@ -62,12 +62,16 @@ def lower_to_tile(
         return module
     passes = list(LOWERING[0 if level == "graph" else LOWERING.index("graph-to-loop") + 1 :])
     tiled = passes.index("tile") + 1
+    if tf32:  # one TF32 product: no operand is split into parts for three
+        passes.remove("split-tf32-gemm-operands")
+        passes[passes.index("loop-to-tile")] += "{tf32=true}"
+        tiled -= 1
     if target is not None:
         passes[tiled - 1] = target.tile_pass()
         passes[passes.index("split-reduction")] = target.split_pass()
         passes[passes.index("split-k")] = target.split_k_pass()
-    if tf32:
-        passes[passes.index("loop-to-tile")] += "{tf32=true}"
+        if not tf32:
+            passes[passes.index("split-tf32-gemm-operands")] = target.split_tf32_pass()
     # A loop-level input's tilings are the user's (the IR shows them so that they can
     # be written by hand): kept, where the tile pass and the interpreter's re-tiling
     # would choose their own. Kernels that come without one are tiled.

@@ -46,6 +46,7 @@ LOWERING = (
     "one-pass-variance",
     "split-reduction",
     "pad-gemm-operands",
+    "split-tf32-gemm-operands",
     "k-major-gemm-operands",
     "split-k",
     "tile",

@@ -78,6 +78,10 @@ class Target:
         splits = f" splits={self.splits}" if self.splits != Target.splits else ""
         return f"split-reduction{{sms={self.sms}{splits}}}"
 
+    def split_tf32_pass(self) -> str:
+        """The `split-tf32-gemm-operands` step of a pipeline, for this GPU's SM count."""
+        return f"split-tf32-gemm-operands{{sms={self.sms}}}"
+
     def split_k_pass(self) -> str:
         """The `split-k` step of a pipeline, for this GPU's SM count."""
         return f"split-k{{sms={self.sms}}}"

@@ -45,6 +45,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irc.analysis.dot_operands import tf32_buffers, tf32_exact
 from irc.analysis.tma import tma_pitch, wide_indices
 from irc.dialects import graph, loop, tile
 from irc.dialects.attrs import MAX_GRID, MAX_GRID_Y
@@ -273,8 +274,16 @@ class TmaOperand(NamedTuple):
 class KernelTranslator:
     """Builds one tile.kernel from one loop.kernel."""
 
-    def __init__(self, kernel: loop.KernelOp, name: str, tf32: bool = False):
+    def __init__(
+        self,
+        kernel: loop.KernelOp,
+        name: str,
+        tf32: bool = False,
+        tf32_buffers: frozenset[SSAValue] = frozenset(),
+    ):
         self.kernel = kernel
+        self.tf32_buffers = tf32_buffers
+        """The function's buffers whose values TF32 holds exactly (`tf32_buffers`)."""
         self.name = name
         self.memrefs: list[SSAValue] = []
         for op in kernel.body.walk():
@@ -1495,13 +1504,14 @@ class KernelTranslator:
         return self.round_to(self.accumulate(op), op.result.type)
 
     def accumulate(self, op: loop.ReduceOp) -> SSAValue:
-        """The K loop of a contraction: its accumulator tile, not yet rounded."""
+        """The K loop of a contraction: its accumulator tile, not yet rounded. A sum
+        of products is a dot each, chained where a product adds to the sum before it
+        (`split-tf32-gemm-operands`' `at bf + af bt`), added to the accumulator once a
+        step, as `_irc_dot_split_tf32` adds its three."""
         bm, bn, bk = self.tiling.block
         (k,) = loop.int_list(op.bounds)
         (kiv,) = op.body.block.args
-        product = op.body.block.last_op.values[0].owner  # type: ignore[union-attr]
-        assert isinstance(product, loop.ApplyOp) and product.fn.data == "mul"
-        a, b = product.args
+        summed = op.body.block.last_op.values[0]  # type: ignore[union-attr]
         element = op.result.type
         acc_type = F32 if element in HALF_TYPES or element == F32 else element
         init = self.full(FloatAttr(0.0, f64), acc_type, (bm, bn))
@@ -1511,39 +1521,66 @@ class KernelTranslator:
             kk = self.apply("add", [self.arange(bk), k0])
             kmask = self.apply("lt", [kk, self.const(k, self.index)]) if k % bk else None
             *_, m, n = self.shape.parallel
-            a_tma = self.tma_operand(a, (self.row_iv, kiv), (m, k), element)
-            b_tma = self.tma_operand(b, (kiv, self.col_iv), (k, n), element)
-            if a_tma is not None:
-                av = self.block_load(a_tma, self.row_start, k0, (bm, bk))
-            else:
-                with self.scope(axis_masks=[self.row_mask, None]):
-                    krow = self.expand(kk, 0)
-                    self.scopes[-1].axis_masks = [
-                        self.row_mask,
-                        None if kmask is None else self.expand(kmask, 0),
-                    ]
-                    self.bind(kiv, krow)
-                    av = self.dot_operand(a, (bm, bk), element)
-            if b_tma is not None:
-                bv = self.block_load(b_tma, k0, self.col_start, (bk, bn))
-            else:
-                with self.scope(axis_masks=[None, self.col_mask]):
-                    kcol = self.expand(kk, 1)
-                    self.scopes[-1].axis_masks = [
-                        None if kmask is None else self.expand(kmask, 1),
-                        self.col_mask,
-                    ]
-                    self.bind(kiv, kcol)
-                    bv = self.dot_operand(b, (bk, bn), element)
-            # f32 products to f32's accuracy on tensor cores (three TF32 products of
-            # split operands); one TF32 product only when asked; f64 on FMA units.
-            precision = ("tf32" if self.tf32 else "split-tf32") if element == F32 else "ieee"
-            props = {"precision": StringAttr(precision)} if element not in HALF_TYPES else {}
-            acc = self.add(
-                tile.DotOp.create(
-                    operands=[av, bv, block.args[1]], properties=props, result_types=[init.type]
+
+            def factors(product: loop.ApplyOp) -> tuple[SSAValue, SSAValue]:
+                a, b = product.args
+                a_tma = self.tma_operand(a, (self.row_iv, kiv), (m, k), element)
+                b_tma = self.tma_operand(b, (kiv, self.col_iv), (k, n), element)
+                if a_tma is not None:
+                    av = self.block_load(a_tma, self.row_start, k0, (bm, bk))
+                else:
+                    with self.scope(axis_masks=[self.row_mask, None]):
+                        krow = self.expand(kk, 0)
+                        self.scopes[-1].axis_masks = [
+                            self.row_mask,
+                            None if kmask is None else self.expand(kmask, 0),
+                        ]
+                        self.bind(kiv, krow)
+                        av = self.dot_operand(a, (bm, bk), element)
+                if b_tma is not None:
+                    bv = self.block_load(b_tma, k0, self.col_start, (bk, bn))
+                else:
+                    with self.scope(axis_masks=[None, self.col_mask]):
+                        kcol = self.expand(kk, 1)
+                        self.scopes[-1].axis_masks = [
+                            None if kmask is None else self.expand(kmask, 1),
+                            self.col_mask,
+                        ]
+                        self.bind(kiv, kcol)
+                        bv = self.dot_operand(b, (bk, bn), element)
+                return av, bv
+
+            def dot(product: loop.ApplyOp, acc: SSAValue) -> SSAValue:
+                av, bv = factors(product)
+                # f32 products to f32's accuracy on tensor cores (three TF32 products
+                # of split operands); one TF32 product of factors TF32 holds exactly,
+                # or when asked; f64 on FMA units.
+                exact = all(tf32_exact(f, self.tf32_buffers) for f in product.args)
+                tf32 = self.tf32 or exact
+                precision = ("tf32" if tf32 else "split-tf32") if element == F32 else "ieee"
+                props = {"precision": StringAttr(precision)} if element not in HALF_TYPES else {}
+                return self.add(
+                    tile.DotOp.create(
+                        operands=[av, bv, acc], properties=props, result_types=[init.type]
+                    )
                 )
-            )
+
+            def total(v: SSAValue) -> SSAValue:
+                """A sum of products from zero: a product's dot, or two sums added."""
+                owner = v.owner
+                assert isinstance(owner, loop.ApplyOp)
+                if owner.fn.data == "mul":
+                    return dot(owner, init)
+                left, right = owner.args
+                if isinstance(p := right.owner, loop.ApplyOp) and p.fn.data == "mul":
+                    return dot(p, total(left))
+                return self.apply("add", [total(left), total(right)])
+
+            owner = summed.owner
+            if isinstance(owner, loop.ApplyOp) and owner.fn.data == "mul":
+                acc = dot(owner, block.args[1])
+            else:
+                acc = self.apply("add", [block.args[1], total(summed)])
             self.add(tile.YieldOp.create(operands=[acc]))
         (acc,) = self.for_loop(block, [init], k, bk)
         return acc
@@ -1672,6 +1709,7 @@ bf16, 2% slower on 4096 x 50,257 f32."""
 def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list[tile.KernelOp]:
     """Replaces the loop.kernels of `fn` with launches; returns the new kernels."""
     kernels: list[tile.KernelOp] = []
+    exact = tf32_buffers(fn.walk())
     for op in list(fn.body.block.ops):
         if not isinstance(op, loop.KernelOp):
             continue
@@ -1680,7 +1718,7 @@ def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list
             tiling.block[1] >= numel(shape.reduction) or tiling.unrolled
         )
         name = unique_name(tile_kernel_name(op.kernel_name.data, persistent), names)
-        translator = KernelTranslator(op, name, tf32)
+        translator = KernelTranslator(op, name, tf32, exact)
         kernel = translator.build()
         if any(isinstance(o, tile.LaunchOp) for o in fn.body.block.ops):
             # Not the function's first kernel: its launch can overlap the previous one.

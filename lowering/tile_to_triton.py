@@ -55,7 +55,8 @@ import triton.language as tl
 
 from irc.runtime.helpers import (  # the @triton.jit helpers the kernels call
     _irc_dot_bf16, _irc_dot_split_tf32, _irc_exp, _irc_from_bf16, _irc_gelu_half, _irc_max,
-    _irc_min, _irc_pow, _irc_tanh, _irc_tf32_parts, _irc_to_bf16, _irc_wait_for_previous_kernel,
+    _irc_min, _irc_pow, _irc_tanh, _irc_tf32_head, _irc_tf32_parts, _irc_tf32_tail, _irc_to_bf16,
+    _irc_wait_for_previous_kernel,
 )
 from irc.runtime.launch import host_functions
 
@@ -121,7 +122,11 @@ INDEX_TEMPLATES: dict[str, Template] = {
     "checked_index": "tl.minimum(tl.maximum({0}, 0), {1} - 1)",
 }
 # Float functions the lowerings add (loop.LOWERING_FNS).
-LOWERING_TEMPLATES: dict[str, Template] = {"mul_add": "tl.fma({0}, {1}, {2})"}
+LOWERING_TEMPLATES: dict[str, Template] = {
+    "mul_add": "tl.fma({0}, {1}, {2})",
+    "tf32_head": "_irc_tf32_head({0})",
+    "tf32_tail": "_irc_tf32_tail({0})",
+}
 # fn -> Triton template, by arity: each element-wise graph op's own TRITON (a
 # mapping where it differs by element type), and the functions above; cast is
 # built by `apply` from its source and target types.
@@ -131,7 +136,8 @@ for _op in graph.ELEMENTWISE_OPS:
         TEMPLATES[_op.ARITY][_op.FN] = _op.TRITON
     TEMPLATES[_op.ARITY].update(_op.EXTRA_FNS)
 TEMPLATES[2].update(INDEX_TEMPLATES)
-TEMPLATES[3].update(LOWERING_TEMPLATES)
+for _fn, _template in LOWERING_TEMPLATES.items():
+    TEMPLATES[loop.LOWERING_FNS[_fn]][_fn] = _template
 UNARY, BINARY = TEMPLATES[1], TEMPLATES[2]
 
 

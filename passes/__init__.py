@@ -58,6 +58,12 @@ def _split_k() -> type[ModulePass]:
     return SplitKPass
 
 
+def _split_tf32_gemm_operands() -> type[ModulePass]:
+    from irc.passes.split_tf32_gemm_operands import SplitTf32GemmOperandsPass
+
+    return SplitTf32GemmOperandsPass
+
+
 def _tile() -> type[ModulePass]:
     from irc.passes.tile import TilePass
 
@@ -113,6 +119,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "one-pass-variance": _one_pass_variance,
     "split-reduction": _split_reduction,
     "pad-gemm-operands": _pad_gemm_operands,
+    "split-tf32-gemm-operands": _split_tf32_gemm_operands,
     "k-major-gemm-operands": _k_major_gemm_operands,
     "split-k": _split_k,
     "tile": _tile,

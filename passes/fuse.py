@@ -692,11 +692,11 @@ def launched_kernels(lowered: ModuleOp) -> dict[str, list[tuple[str, str]]]:
 
 
 def _why_other(origin: str) -> str:
-    """Why a kernel made from no group is launched: a GEMM operand's copy (padded or
-    K-major), or graph-to-loop's copy of a returned view or constant."""
-    from irc.passes import k_major_gemm_operands, pad_gemm_operands
+    """Why a kernel made from no group is launched: a GEMM operand's copy (padded,
+    K-major or TF32 parts), or graph-to-loop's copy of a returned view or constant."""
+    from irc.passes import k_major_gemm_operands, pad_gemm_operands, split_tf32_gemm_operands
 
-    for copies in (pad_gemm_operands, k_major_gemm_operands):
+    for copies in (pad_gemm_operands, k_major_gemm_operands, split_tf32_gemm_operands):
         if origin.startswith(copies.KERNEL_PREFIX):
             return copies.WHY
     return COPY_WHY

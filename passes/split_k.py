@@ -55,6 +55,15 @@ fills better (H200, split over whole: 1710x716 @ 716x701 0.64, 1772x4071 @
 model's misses: 2611x1285 @ 1285x548 1.06, 783x990 @ 990x1565 1.15). Only f32
 products are split: half-precision GEMMs run persistent, by TMA, and were not
 measured split.
+
+A GEMM of operands stored as TF32 parts (`split-tf32-gemm-operands`, which asks
+this model whether a GEMM would split) is priced at the parts' tiles
+(`split_cost(parts=True)`: 64x128 and 128x64 at their rates, one program an SM),
+with the same `PROGRAM_K` and `RAGGED_RATE`, which were not refitted for it. One
+H200 run (us, whole / the model's split, forced): 1162x1051 @ 1051x440 82.2 /
+62.7 (3 x 352), 511x700 @ 700x613 55.7 / 47.8 (3 chunks); it keeps 2243x758 @
+758x514 whole (70.4, where the in-loop model's 3 chunks of 128x64 took 107.6) and
+1710x716 @ 716x701 (67.7; 2 x 384 took 101.3).
 """
 
 from __future__ import annotations
@@ -77,8 +86,10 @@ from irc.passes.split_reduction import chunked_kernel, combine_partials
 from irc.passes.tile import (
     SPLIT_TF32_SMALL_RATE,
     SPLIT_TF32_WIDE_RATE,
+    TF32_PARTS_NARROW_TILES,
     KernelShape,
     gemm_tiling,
+    operand_tiles,
 )
 
 K_STEP = 32
@@ -127,18 +138,27 @@ PARTIAL_BYTES_PER_K = 227_500
 step of a round: 65 ns at about 3.5 TB/s."""
 
 
-def split_cost(m: int, n: int, k: int, chunk: int, splits: int, sms: int) -> float:
+def split_cost(
+    m: int, n: int, k: int, chunk: int, splits: int, sms: int, parts: bool = False
+) -> float:
     """An m x k @ k x n GEMM's time in K steps of a round of 128x128 programs, split
     into `splits` chunks of `chunk` (1 of k: whole), at the tiles the tile pass would
     give it: rounds of its programs (`RAGGED_RATE` where the chunks overrun k) and its
-    partials."""
+    partials. `parts`: operands stored as TF32 parts (`split-tf32-gemm-operands`),
+    whose 64x128 and 128x64 programs run at `TF32_PARTS_NARROW_TILES`' rates."""
     parallel = (splits, m, n) if splits > 1 else (m, n)
-    shape = KernelShape(KernelKind.CONTRACTION, parallel, (chunk,), element_bytes=4)
+    tiles_a_step = (2, 2) if parts else (1, 1)
+    shape = KernelShape(
+        KernelKind.CONTRACTION, parallel, (chunk,), element_bytes=4, operand_tiles=tiles_a_step
+    )
     bm, bn, _ = gemm_tiling(shape, sms).block
     tiles = splits * -(-m // bm) * -(-n // bn)
     steps = -(-chunk // K_STEP) * K_STEP + PROGRAM_K  # a chunk's last step is whole work
     if bm * bn >= 128 * 128:
         time = math.ceil(tiles / sms) * steps
+    elif parts:
+        rate = {(tm, tn): r for tm, tn, r in TF32_PARTS_NARROW_TILES}.get((bm, bn), 1.0)
+        time = math.ceil(tiles / sms) * steps * (bm * bn / (128 * 128)) / rate
     elif (bm, bn) == (128, 64):  # unbatched only: the whole GEMM
         time = math.ceil(tiles / sms) * steps * (bm * bn / (128 * 128)) / SPLIT_TF32_WIDE_RATE
     else:  # two programs an SM, each at the small tiles' rate
@@ -154,13 +174,13 @@ def split_cost(m: int, n: int, k: int, chunk: int, splits: int, sms: int) -> flo
     return time + partials
 
 
-def split_choice(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
+def split_choice(m: int, n: int, k: int, sms: int, parts: bool = False) -> tuple[int, int]:
     """(S, chunk) of the cheapest split of an m x k @ k x n GEMM; (1, k) for none.
     Every S up to `MOST_SPLITS` is tried, in chunks of whole K steps and, where S
     divides K into whole `ALIGN_ELEMENTS`, in exact chunks (9000 = 9 x 1000: each
     chunk's last step masked, as an unsplit K's is, and no chunk overlaps another).
     Chunks that divide K beat ragged ones by `RAGGED_RATE`."""
-    best, best_cost = (1, k), SPLIT_GAIN * split_cost(m, n, k, k, 1, sms)
+    best, best_cost = (1, k), SPLIT_GAIN * split_cost(m, n, k, k, 1, sms, parts)
     tried: set[int] = set()
     for s in range(2, MOST_SPLITS + 1):
         stepped = -(-k // s // K_STEP) * K_STEP
@@ -172,7 +192,7 @@ def split_choice(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
             if splits < 2 or chunk in tried:
                 continue
             tried.add(chunk)
-            cost = split_cost(m, n, k, chunk, splits, sms)
+            cost = split_cost(m, n, k, chunk, splits, sms, parts)
             if cost < best_cost:
                 best, best_cost = (splits, chunk), cost
     return best
@@ -216,7 +236,8 @@ class SplitKPass(ModulePass):
                 continue
             m, n = kernel.parallel_bounds()
             (k,) = loop.int_list(red.bounds)
-            splits, chunk = split_choice(m, n, k, self.sms)
+            parts = operand_tiles(kernel, red) != (1, 1)  # split-tf32-gemm-operands'
+            splits, chunk = split_choice(m, n, k, self.sms, parts)
             if splits > 1:
                 split_gemm(kernel, red, splits, chunk, taken)
 

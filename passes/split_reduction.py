@@ -194,20 +194,22 @@ def _chunk_region(
     if n % chunk:
         if kind is not None and contraction:
             assert isinstance(parent, loop.ReduceOp)
-            product = parent.body.block.last_op.values[0].owner  # type: ignore[union-attr]
-            assert isinstance(product, loop.ApplyOp) and product.fn.data == "mul"
+            summed = parent.body.block.last_op.values[0]  # type: ignore[union-attr]
+            order = {op: i for i, op in enumerate(block.ops)}
+            products = sorted(loop.contraction_products(summed), key=order.__getitem__)
             window = _apply(block, "minimum", [start, _index_const(block, n - chunk, first)], first)
             inside = _apply(block, "add", [window, rr], first)
-            valid = _apply(block, "ge", [inside, start], product, I1)
-            zero = loop.ConstantOp.create(
-                properties={"value": _identity("sum", product.result.type)},
-                result_types=[product.result.type],
-            )
-            block.insert_op_before(zero, product)
-            product.operands = [
-                _apply(block, "where", [valid, f, zero.result], product, f.type)
-                for f in product.args
-            ]
+            valid = _apply(block, "ge", [inside, start], products[0], I1)
+            for product in products:  # (split-tf32-gemm-operands sums three)
+                zero = loop.ConstantOp.create(
+                    properties={"value": _identity("sum", product.result.type)},
+                    result_types=[product.result.type],
+                )
+                block.insert_op_before(zero, product)
+                product.operands = [
+                    _apply(block, "where", [valid, f, zero.result], product, f.type)
+                    for f in product.args
+                ]
         else:
             inside = _apply(block, "minimum", [flat, _index_const(block, n - 1, first)], first)
         if kind is not None and not contraction:

@@ -123,6 +123,10 @@ class KernelShape:
     row_reads: int = 1
     """Reductions: loops over the longest reduced space (a max, a sum, an
     epilogue); a looped row is read from memory that many times."""
+    operand_tiles: tuple[int, int] = (1, 1)
+    """Contractions: the buffers a K step loads tiles of, by rows (first factors) and
+    by columns (second factors): (2, 2) for `split-tf32-gemm-operands`' TF32 parts
+    (heads and tails)."""
     row_granule: int = 0
     """Row reductions whose rows do not start 8 bytes apart (`PEELED_ROW_BYTES`), and
     whose every access along the row is a whole row of a full-size buffer: the
@@ -274,6 +278,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                     kind, parallel, bounds, half, element_bytes=operand_bytes,
                     epilogue_bytes=max(2, staged), transcendentals=work,
                     tma_stored_bytes=tma_stored_bytes(kernel, inside),
+                    operand_tiles=operand_tiles(kernel, op),
                 )  # fmt: skip
     if kind is KernelKind.ATTENTION:
         return attention_shape(kernel, parallel)
@@ -311,6 +316,19 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
         loaded_bytes=loaded, transcendentals=len(heavy),
         streamed_transcendentals=sum(op.result in streamed for op in heavy),
     )  # fmt: skip
+
+
+def operand_tiles(kernel: loop.KernelOp, contraction: loop.ReduceOp) -> tuple[int, int]:
+    """The buffers a contraction loads by its kernel's rows and by its columns
+    (`KernelShape.operand_tiles`), at least one each."""
+    *_, rows, cols = kernel.body.block.args
+    sides: tuple[set[SSAValue], set[SSAValue]] = (set(), set())
+    for load in contraction.body.walk():
+        if isinstance(load, loop.LoadOp):
+            for side, iv in zip(sides, (rows, cols), strict=True):
+                if iv in load.indices:
+                    side.add(load.buffer)
+    return max(1, len(sides[0])), max(1, len(sides[1]))
 
 
 PEELED_ROW_BYTES = 8
@@ -761,6 +779,15 @@ tiling's time over its rounds of tiles, against 64x64 at its 0.80): 0.88 at
 at 1769x1080 @ 1080x1380, 0.83 at 3000x1023 @ 1023x2049 (294.1 against 303.9 and
 333.9); 0.85 the middle. Batched GEMMs (split-k's stages) were not measured."""
 
+TF32_PARTS_NARROW_TILES = ((64, 128, 0.73), (128, 64, 0.70))
+"""f32 GEMMs of operands stored as TF32 parts (`split-tf32-gemm-operands`, four
+tiles a K step): the rates of 64x128x32 and 128x64x32 programs (4 warps, 3 stages)
+against 128x128x32 (8 warps, 3 stages), each tiling's time over its rounds of
+tiles, one H200 run of hand-written kernels of the lowering's form (GEMM + bias +
+erf GELU): 64x128 0.70-0.75 (0.75 at 5343x312 @ 312x540, 0.70 at 1162x1051 @
+1051x440, where 128x128 leaves 92 of 132 SMs idle: 48 us against 68), 128x64
+0.66-0.73, over seven shapes from 1162x1051 @ 1051x440 to 4429x820 @ 820x1208."""
+
 SMALL_TILE_RATE = 0.47
 """64x64x32 programs, 4 warps, 2 stages, against 128x256 on the same GEMM (101 us)."""
 
@@ -843,14 +870,21 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     if not shape.half:
         if shape.element_bytes != 4:  # f64: FMA units
             return small
-        # f32: TF32 tensor-core products of split operands (loop-to-tile's split-tf32)
+        # f32: TF32 tensor-core products of split operands (loop-to-tile's split-tf32),
+        # or of operands stored as TF32 parts (split-tf32-gemm-operands)
         small = replace(small, stages=SPLIT_TF32_STAGES)
         lm, ln = (min(128, max(16, next_pow2(x))) for x in (m, n))
-        large = Tiling((lm, ln, small.block[2]), 8 if lm * ln >= 128 * 128 else 4, 3)
+        bk = small.block[2]
+        large = Tiling((lm, ln, bk), 8 if lm * ln >= 128 * 128 else 4, 3)
         options = [(large, 1.0)]
-        if not batch and (lm, bn) == (128, 64) and ln > bn:
-            options.append((Tiling((lm, bn, small.block[2]), 4, 3), SPLIT_TF32_WIDE_RATE))
-        options.append((small, SPLIT_TF32_SMALL_RATE))
+        if shape.operand_tiles != (1, 1):
+            for tm, tn, rate in TF32_PARTS_NARROW_TILES:
+                if tm <= lm and tn <= ln and (tm, tn) != (lm, ln):
+                    options.append((Tiling((tm, tn, bk), 4, 3), rate))
+        else:
+            if not batch and (lm, bn) == (128, 64) and ln > bn:
+                options.append((Tiling((lm, bn, bk), 4, 3), SPLIT_TF32_WIDE_RATE))
+            options.append((small, SPLIT_TF32_SMALL_RATE))
         best, best_cost = small, math.inf
         for tiling, rate in options:
             c = cost(tiling.block[0], tiling.block[1], rate)
@@ -976,16 +1010,27 @@ def transpose_tiling(shape: KernelShape) -> Tiling:
 
 
 def gemm_shared_bytes(
-    bm: int, bn: int, bk: int, stages: int, operand_bytes: int, epilogue_bytes: int = 2
+    bm: int,
+    bn: int,
+    bk: int,
+    stages: int,
+    operand_bytes: int,
+    epilogue_bytes: int = 2,
+    tiles: tuple[int, int] = (1, 1),
 ) -> int:
     """Shared memory of a pipelined GEMM program: `stages` copies of its A and B
-    tiles as loaded, and `epilogue_bytes` an output element for the tiles its
-    epilogue stages (KernelShape.epilogue_bytes). Measured by Triton on an H100: a
-    SwiGLU's `silu(a) * (x @ w)` (a bf16 output, a bf16 operand: 4 bytes) needed
-    240 KB at 128x256 tiles and K steps of 64; a Llama block's `h + a @ wo` that
-    also stores `float(h)**2` (bf16 and f32 outputs, a bf16 operand: 8 bytes)
-    needed 262,144 bytes at 128x128, 4 stages, K steps of 64, exactly this sum."""
-    return stages * (bm * bk + bk * bn) * operand_bytes + bm * bn * epilogue_bytes
+    tiles as loaded (`tiles` of each: `KernelShape.operand_tiles`), and
+    `epilogue_bytes` an output element for the tiles its epilogue stages
+    (KernelShape.epilogue_bytes). Measured by Triton on an H100: a SwiGLU's
+    `silu(a) * (x @ w)` (a bf16 output, a bf16 operand: 4 bytes) needed 240 KB at
+    128x256 tiles and K steps of 64; a Llama block's `h + a @ wo` that also stores
+    `float(h)**2` (bf16 and f32 outputs, a bf16 operand: 8 bytes) needed 262,144
+    bytes at 128x128, 4 stages, K steps of 64, exactly this sum; on an H200 three
+    stages of six f32 tiles (TF32 parts with finite heads stored too, 128x128x32)
+    needed 294,912 bytes, and did not fit."""
+    a_tiles, b_tiles = tiles
+    loaded = (bm * bk * a_tiles + bk * bn * b_tiles) * operand_bytes
+    return stages * loaded + bm * bn * epilogue_bytes
 
 
 def gemm_fits(t: Tiling, shape: KernelShape, shared_bytes: int) -> bool:
@@ -995,7 +1040,9 @@ def gemm_fits(t: Tiling, shape: KernelShape, shared_bytes: int) -> bool:
     other (the loop's buffers are free by its epilogue). A persistent program's TMA
     stores stage one column slice of the tile at a time (`tile.block_store`)."""
     bm, bn, bk = t.block
-    loop_bytes = gemm_shared_bytes(bm, bn, bk, t.stages, shape.element_bytes, 0)
+    loop_bytes = gemm_shared_bytes(
+        bm, bn, bk, t.stages, shape.element_bytes, 0, shape.operand_tiles
+    )
     staged = shape.epilogue_bytes * BLOCK_STORE_PARTS
     if t.persistent:  # TMA stores stage a column slice at a time
         staged -= shape.tma_stored_bytes * (BLOCK_STORE_PARTS - 1)

@@ -71,10 +71,10 @@ def test_every_canonical_case_is_there_at_both_sizes() -> None:
     for case, kernels in cases.items():
         assert CANONICAL[f"{case}_small"][1] == kernels, case
         assert f"{case}_large" in CANONICAL, case
-    # At 8192x8192 full reductions are split in two kernels, and each f32 weight stored
-    # [K, N] is copied K-major before its GEMM (k-major-gemm-operands); every other
-    # case keeps its count.
-    large_extra = {"mse": 1, "msd_scalar": 1, "matmul_bias_relu": 1, "mlp2": 2}
+    # At 8192x8192 full reductions are split in two kernels, and both f32 operands of
+    # each GEMM are stored as TF32 parts before it (split-tf32-gemm-operands); every
+    # other case keeps its count.
+    large_extra = {"mse": 1, "msd_scalar": 1, "matmul_bias_relu": 2, "mlp2": 4}
     for case, kernels in cases.items():
         large = CANONICAL[f"{case}_large"][1]
         assert large == kernels + large_extra.get(case, 0), case

@@ -34,7 +34,9 @@ __all__ = [
     "_irc_min",
     "_irc_pow",
     "_irc_tanh",
+    "_irc_tf32_head",
     "_irc_tf32_parts",
+    "_irc_tf32_tail",
     "_irc_to_bf16",
     "_irc_wait_for_previous_kernel",
 ]
@@ -87,6 +89,18 @@ def _irc_tf32_parts(x):
     tail = tl.where(tail != tail, 0.0, tail)
     tail = ((tail.to(tl.int32, bitcast=True) + 4096) & -8192).to(tl.float32, bitcast=True)
     return head, tail
+
+
+@_helper
+def _irc_tf32_head(x):
+    head, _ = _irc_tf32_parts(x)
+    return head
+
+
+@_helper
+def _irc_tf32_tail(x):
+    _, tail = _irc_tf32_parts(x)
+    return tail
 
 
 @_helper

@@ -16,7 +16,7 @@ from irc.passes.tile import Tiling, set_tiling
 from irc.pipeline import AFTER_TILING, run_pipeline
 
 UP_TO_TILE = (
-    "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,k-major-gemm-operands,split-k,tile"
+    "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,split-tf32-gemm-operands,k-major-gemm-operands,split-k,tile"
 )
 """The passes a graph-level program goes through before a tiling is forced."""
 
