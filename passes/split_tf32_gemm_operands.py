@@ -150,7 +150,7 @@ class SplitTf32GemmOperandsPass(GemmOperandCopyPass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         taken = kernel_names(op)
-        made: dict[tuple[SSAValue, bool, bool], list[SSAValue]] = {}
+        made: dict[tuple[SSAValue, bool], list[SSAValue]] = {}
         for kernel, operands in self.gemms_to_copy(op, f32_operands):
             chosen = {o.load: o for o in operands}
             copies: set[SSAValue] = set()
@@ -161,7 +161,8 @@ class SplitTf32GemmOperandsPass(GemmOperandCopyPass):
                 assert isinstance(red, loop.ReduceOp)
                 parts = []
                 for operand in pair:
-                    key = (operand.load.buffer, operand.k_contiguous, operand.indexes_n)
+                    # (both sides' parts are alike: x @ x.T splits x once)
+                    key = (operand.load.buffer, operand.k_contiguous)
                     if key not in made:
                         made[key] = parts_before(kernel, operand, taken)
                     parts.append(made[key])

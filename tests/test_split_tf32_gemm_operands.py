@@ -406,3 +406,66 @@ def test_parts_and_split_k_follow_the_model(
     assert sum(KERNEL_PREFIX in name for name in names) == (2 if parts else 0)
     stages = [kk for kk in kernels(module) if kk.kernel_name.data.endswith("_split")]
     assert (stages[0].parallel_bounds()[0] if stages else 1) == splits
+
+
+@pytest.mark.parametrize(
+    ("text", "shapes", "parts", "reference"),
+    [
+        (
+            """func @f(%x: tensor<70x45xf32>) -> tensor<70x70xf32> {
+  %t = graph.transpose %x {perm = [1, 0]}
+  %m = graph.matmul %x, %t
+  return %m : tensor<70x70xf32>
+}""",
+            [(70, 45)],
+            1,  # x @ x.T: both factors read x K-major, split once
+            lambda x: x @ x.T,
+        ),
+        (
+            """func @f(%x: tensor<37x37xf32>) -> tensor<37x37xf32> {
+  %m = graph.matmul %x, %x
+  return %m : tensor<37x37xf32>
+}""",
+            [(37, 37)],
+            2,  # x @ x: the right factor reads x along its rows: a transposed copy
+            lambda x: x @ x,
+        ),
+        (
+            """func @f(%x: tensor<50x33xf32>, %w: tensor<33x33xf32>) -> tensor<50x33xf32> {
+  %a = graph.matmul %x, %w
+  %r = graph.relu %a
+  %b = graph.matmul %r, %w
+  return %b : tensor<50x33xf32>
+}""",
+            [(50, 33), (33, 33)],
+            3,  # x, w (once for both GEMMs), relu(x @ w)
+            lambda x, w: torch.relu(x @ w) @ w,
+        ),
+        (
+            """func @f(%x: tensor<20x1xf32>, %w: tensor<1x30xf32>) -> tensor<20x30xf32> {
+  %a = graph.matmul %x, %w
+  return %a : tensor<20x30xf32>
+}""",
+            [(20, 1), (1, 30)],
+            2,  # K = 1, padded to 32
+            lambda x, w: x @ w,
+        ),
+    ],
+)
+def test_shared_and_degenerate_operands(
+    text: str, shapes: list[tuple[int, int]], parts: int, reference: object
+) -> None:
+    """An operand used twice is split once per layout it is read in; K = 1 runs over
+    its pad. Results within assert_close of torch's f64 product, or no further from
+    it than 4x torch's f32 error."""
+    compiled, module = compile_with_tiling(text, None, DEVICE, f"{UP_TO},{SPLIT_ALL},tile")
+    launched = [op.sym_name.data for op in module.body.ops if isinstance(op, tile.KernelOp)]  # type: ignore[attr-defined]
+    assert sum(KERNEL_PREFIX in n for n in launched) == parts, launched
+    g = torch.Generator().manual_seed(len(launched))
+    args = [torch.randn(s, generator=g) for s in shapes]
+    got = compiled["f"](*(a.to(DEVICE) for a in args)).cpu()
+    assert callable(reference)
+    want = reference(*(a.double() for a in args))
+    torch_error = (reference(*args).double() - want).abs().max().item()
+    error = (got.double() - want).abs().max().item()
+    assert torch.allclose(got, want.float(), rtol=1.3e-6, atol=1e-5) or error <= 4 * torch_error
