@@ -21,6 +21,8 @@ IRC_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -c "$here/pyprojec
   "$here"/tests/test_half_rounding.py "$here"/tests/test_target.py "$here"/tests/test_runtime.py \
   "$here"/tests/test_attention.py "$here"/tests/test_pytorch_formulas.py "$here"/tests/test_one_pass_variance.py \
   "$here"/tests/test_layout_tiling.py "$here"/tests/test_layout_fusion.py "$here"/tests/test_activation_forms.py \
+  "$here"/tests/test_split_k.py "$here"/tests/test_f32_tiling.py "$here"/tests/test_pad_gemm_operands.py \
+  "$here"/tests/test_k_major_gemm_operands.py "$here"/tests/test_split_tf32_gemm_operands.py \
   2>&1 | tail -15 | tee "$out/pytest_gpu.log"
 python3 -m irc.testing.graphgen --count 2000 --seed 100000 --device cuda --max-seconds 90 2>&1 | tail -5 | tee "$out/graphgen_gpu.log"
 python3 "$here"/benchmarks/bench.py --fresh-caches --markdown "$out/bench.md" --json "$out/bench.json" 2>&1 \

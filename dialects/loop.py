@@ -543,9 +543,7 @@ class ReduceOp(IRDLOperation):
             )
         if any(p.parent_block() is not self.body.block for p in products):
             # (lowered, and chunked by split-k, as dots of each K step's tiles)
-            raise VerifyException(
-                "loop.reduce: a contraction's products are ops of its own body"
-            )
+            raise VerifyException("loop.reduce: a contraction's products are ops of its own body")
         kind = body_kind(kernel)
         if kind == KernelKind.ATTENTION and len(products) > 1:
             raise VerifyException(

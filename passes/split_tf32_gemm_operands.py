@@ -27,6 +27,7 @@ A copy reads the operand once and writes it twice; the GEMM must read each tile
 of both `rereads` times or more and reach `min_flops`, or neither is split. With
 `irc.compile(tf32=True)` (one TF32 product) the pass is not run.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -44,7 +45,7 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
@@ -192,6 +193,44 @@ def parts_before(kernel: loop.KernelOp, operand: Operand, taken: set[str]) -> li
     return [a.result for a in allocs]
 
 
+class Ops:
+    """Loop ops made in order, to be inserted together."""
+
+    def __init__(self) -> None:
+        self.ops: list[Operation] = []
+
+    def add(self, op: Operation) -> SSAValue:
+        self.ops.append(op)
+        return op.results[0]
+
+    def apply(self, fn: str, args: list[SSAValue], result: Attribute = F32) -> SSAValue:
+        return self.add(
+            loop.ApplyOp.create(
+                operands=args, properties={"fn": loop.apply_fn(fn)}, result_types=[result]
+            )
+        )
+
+    def index(self, n: int) -> SSAValue:
+        return self.add(
+            loop.ConstantOp.create(
+                properties={"value": IntegerAttr(n, i64)}, result_types=[IndexType()]
+            )
+        )
+
+    def zero(self) -> SSAValue:
+        return self.add(
+            loop.ConstantOp.create(properties={"value": FloatAttr(0.0, F32)}, result_types=[F32])
+        )
+
+    def load(self, buffer: SSAValue, *indices: SSAValue) -> SSAValue:
+        return self.add(loop.LoadOp.create(operands=[buffer, *indices], result_types=[F32]))
+
+    def finite(self, head: SSAValue, zero: SSAValue) -> SSAValue:
+        """`head` where it is finite, else 0 (as `_irc_dot_split_tf32`'s `a_finite`)."""
+        difference = self.apply("sub", [head, head])
+        return self.apply("where", [self.apply("eq", [difference, zero], i1), head, zero])
+
+
 def parts_kernel(
     source: SSAValue,
     targets: Sequence[SSAValue],
@@ -204,37 +243,15 @@ def parts_kernel(
     shape = list(targets[0].type.get_shape())  # type: ignore[attr-defined]
     body = Block(arg_types=[IndexType(), IndexType()])
     row, col = body.args
-    ops: list[Operation] = []
-
-    def add(op: Operation) -> SSAValue:
-        ops.append(op)
-        return op.results[0]
-
-    def apply(fn: str, args: list[SSAValue], result: object = F32) -> SSAValue:
-        return add(
-            loop.ApplyOp.create(
-                operands=args, properties={"fn": loop.apply_fn(fn)}, result_types=[result]
-            )
-        )
-
-    def index(n: int) -> SSAValue:
-        return add(
-            loop.ConstantOp.create(
-                properties={"value": IntegerAttr(n, i64)}, result_types=[IndexType()]
-            )
-        )
-
-    zero = add(
-        loop.ConstantOp.create(properties={"value": FloatAttr(0.0, F32)}, result_types=[F32])
-    )
-    clamped = apply("minimum", [col, index(columns - 1)], IndexType())
-    inside = apply("lt", [col, index(columns)], i1)
-    at = [clamped, row] if transpose else [row, clamped]
-    value = add(loop.LoadOp.create(operands=[source, *at], result_types=[F32]))
+    b = Ops()
+    zero = b.zero()
+    clamped = b.apply("minimum", [col, b.index(columns - 1)], IndexType())
+    inside = b.apply("lt", [col, b.index(columns)], i1)
+    value = b.load(source, *([clamped, row] if transpose else [row, clamped]))
     for part, target in zip(PARTS, targets, strict=True):
-        stored = apply("where", [inside, apply(part, [value]), zero])
-        ops.append(loop.StoreOp.create(operands=[stored, target, row, col]))
-    body.add_ops(ops)
+        stored = b.apply("where", [inside, b.apply(part, [value]), zero])
+        b.ops.append(loop.StoreOp.create(operands=[stored, target, row, col]))
+    body.add_ops(b.ops)
     return loop.KernelOp.create(
         properties={
             "name": StringAttr(name),
@@ -243,13 +260,6 @@ def parts_kernel(
         },
         regions=[Region(body)],
     )
-
-
-def finite(head: SSAValue, zero: SSAValue, apply: object) -> SSAValue:
-    """`head` where it is finite, else 0 (as `_irc_dot_split_tf32`'s `a_finite`)."""
-    assert callable(apply)
-    difference = apply("sub", [head, head])
-    return apply("where", [apply("eq", [difference, zero], i1), head, zero])
 
 
 def sum_parts(
@@ -265,33 +275,20 @@ def sum_parts(
     (kiv,) = block.args
     product = yield_op.values[0].owner
     assert isinstance(product, loop.ApplyOp)
-    ops: list[Operation] = []
-
-    def add(op: Operation) -> SSAValue:
-        ops.append(op)
-        return op.results[0]
-
-    def apply(fn: str, args: list[SSAValue], result: object = F32) -> SSAValue:
-        return add(
-            loop.ApplyOp.create(
-                operands=args, properties={"fn": loop.apply_fn(fn)}, result_types=[result]
-            )
-        )
 
     def other_index(operand: Operand) -> SSAValue:
         (other,) = [i for i in operand.load.indices if i is not kiv]
         return other
 
     row, col = (other_index(o) for o in pair)
-    ah, at = (add(loop.LoadOp.create(operands=[b, row, kiv], result_types=[F32])) for b in left)
-    bh, bt = (add(loop.LoadOp.create(operands=[b, col, kiv], result_types=[F32])) for b in right)
-    zero = add(
-        loop.ConstantOp.create(properties={"value": FloatAttr(0.0, F32)}, result_types=[F32])
-    )
-    af, bf = (finite(head, zero, apply) for head in (ah, bh))
-    small = apply("add", [apply("mul", [at, bf]), apply("mul", [af, bt])])
-    total = apply("add", [apply("mul", [ah, bh]), small])
-    block.insert_ops_before(ops, yield_op)
+    b = Ops()
+    ah, at = (b.load(buffer, row, kiv) for buffer in left)
+    bh, bt = (b.load(buffer, col, kiv) for buffer in right)
+    zero = b.zero()
+    af, bf = (b.finite(head, zero) for head in (ah, bh))
+    small = b.apply("add", [b.apply("mul", [at, bf]), b.apply("mul", [af, bt])])
+    total = b.apply("add", [b.apply("mul", [ah, bh]), small])
+    block.insert_ops_before(b.ops, yield_op)
     yield_op.operands = [total]
     for dead in (product, *(o.load for o in pair)):
         if not any(True for _ in dead.results[0].uses):

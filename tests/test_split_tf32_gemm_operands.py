@@ -37,30 +37,12 @@ from irc.syntax.diagnostics import IrcError
 from irc.syntax.printer import print_module
 from irc.testing.cli import run_opt
 from irc.testing.forced_tiling import compile_with_tiling
+from irc.testing.programs import gemm_text
 from irc.tools.opt import run as irc_opt
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 SPLIT_ALL = "split-tf32-gemm-operands{min_flops=0 rereads=1}"
 UP_TO = "fuse,decompose,graph-to-loop,split-reduction"
-
-
-def gemm_text(m: int, n: int, k: int, el: str = "f32", a_t: bool = False, b_t: bool = False) -> str:
-    """(a @ b + bias) then GELU; `a_t`: a stored [K, M]; `b_t`: b stored [N, K]."""
-    a_type = f"tensor<{k}x{m}x{el}>" if a_t else f"tensor<{m}x{k}x{el}>"
-    b_type = f"tensor<{n}x{k}x{el}>" if b_t else f"tensor<{k}x{n}x{el}>"
-    views = ""
-    if a_t:
-        views += "  %at = graph.transpose %a {perm = [1, 0]}\n"
-    if b_t:
-        views += "  %bt = graph.transpose %b {perm = [1, 0]}\n"
-    a, b = ("%at" if a_t else "%a"), ("%bt" if b_t else "%b")
-    return f"""func @f(%a: {a_type}, %b: {b_type}, %c: tensor<{n}x{el}>) -> tensor<{m}x{n}x{el}> {{
-{views}  %mm = graph.matmul {a}, {b}
-  %s = graph.add %mm, %c
-  %r = graph.gelu %s
-  return %r : tensor<{m}x{n}x{el}>
-}}
-"""
 
 
 def loop_module(
@@ -226,7 +208,11 @@ def test_split_k_chunks_a_sum_of_parts_products(
     launched = [op.sym_name.data for op in module.body.ops if isinstance(op, tile.KernelOp)]  # type: ignore[attr-defined]
     assert sum(n.endswith("_split") for n in launched) == 1
     g = torch.Generator().manual_seed(splits)
-    a, b, c = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g), torch.randn(n, generator=g)
+    a, b, c = (
+        torch.randn(m, k, generator=g),
+        torch.randn(k, n, generator=g),
+        torch.randn(n, generator=g),
+    )
     a[3, 150], b[199, 5] = float("inf"), float("nan")
     got = compiled["f"](a.to(DEVICE), b.to(DEVICE), c.to(DEVICE)).cpu()
     want = F.gelu(a.double() @ b.double() + c.double()).float()

@@ -327,7 +327,8 @@ STRINGS = [
     '"k\\n' + PAYLOAD + '\\ndef z"', "\"'); " + PAYLOAD + "; ('\"",
     '"\\"); ' + PAYLOAD + '; (\\""', '"{0}{1}"', '"%s"', '"sum"', '"max"', '"min"', '"prod"',
     '"first"', '"last"', '"ieee"', '"tf32"', '"exp"', '"add"', '"where"', '"cast"', '"floordiv"',
-    '"mod"', '"and"', '"or"', '"nope"', '"__class__"', '"x" * 300',
+    '"mod"', '"and"', '"or"', '"nope"', '"__class__"', '"x" * 300', '"tf32_head"', '"tf32_tail"',
+    '"split-tf32"', '"mul"', '"sub"', '"eq"',
 ]  # fmt: skip
 
 ELEMENTS = ["f32", "f16", "bf16", "f64", "i64", "i32", "i1", "index"]
