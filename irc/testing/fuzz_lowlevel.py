@@ -231,14 +231,24 @@ def _collect(pid: int, read_fd: int, expected: int, timeout: float) -> list[Outc
 
 SMALL_TILING = "tile{block=32 rblock=16 persistent-rblock=16}"
 SMALL_SPLIT = "split-reduction{threshold=64 splits=16 min_chunk=4}"
+SMALL_GEMM_COPIES = (
+    "pad-gemm-operands{min_flops=0 rereads=1},"
+    "split-tf32-gemm-operands{min_flops=0 rereads=1},k-major-gemm-operands{min_flops=0 rereads=1}"
+)
+"""The GEMM operand passes at any size: the seeds' small f32 matmuls get TF32 parts
+(sums of products in their contractions), the half ones padded copies."""
 PIPELINES: dict[str, str] = {
     "graph-fused": "decompose,fuse",
     "loop": "decompose,fuse,graph-to-loop",
     "loop-unfused": "decompose,graph-to-loop",
-    "loop-tiled": f"decompose,fuse,graph-to-loop,one-pass-variance,{SMALL_SPLIT},{SMALL_TILING}",
+    "loop-tiled": (
+        f"decompose,fuse,graph-to-loop,one-pass-variance,{SMALL_SPLIT},{SMALL_GEMM_COPIES},"
+        f"{SMALL_TILING}"
+    ),
     "tile": "decompose,fuse,graph-to-loop,one-pass-variance,split-reduction,tile,loop-to-tile",
     "tile-small": (
-        f"decompose,fuse,graph-to-loop,one-pass-variance,{SMALL_SPLIT},{SMALL_TILING},loop-to-tile"
+        f"decompose,fuse,graph-to-loop,one-pass-variance,{SMALL_SPLIT},{SMALL_GEMM_COPIES},"
+        f"{SMALL_TILING},loop-to-tile"
     ),
 }
 """How seeds are lowered: the name says the level of the printed result (graph-fused: graph
