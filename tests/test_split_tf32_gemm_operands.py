@@ -119,6 +119,15 @@ def test_pass_options_are_checked() -> None:
         SplitTf32GemmOperandsPass(rereads=0)
     with pytest.raises(Exception, match="min-flops"):
         SplitTf32GemmOperandsPass(min_flops=-1)
+    with pytest.raises(Exception, match="sms"):
+        SplitTf32GemmOperandsPass(sms=0)
+
+
+def test_bad_pass_options_are_located_errors(tmp_path: Path) -> None:
+    status, _, err = run_opt(
+        tmp_path, gemm_text(64, 64, 64), "-p", "split-tf32-gemm-operands{sms=0}"
+    )
+    assert status == 1 and "Traceback" not in err and "sms" in err, err
 
 
 def test_tf32_mode_splits_nothing() -> None:
