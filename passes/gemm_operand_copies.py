@@ -164,14 +164,18 @@ def gemm_operands(kernel: loop.KernelOp) -> list[Operand]:
     return out
 
 
-def gemm_flops(kernel: loop.KernelOp) -> int:
-    """2 M N K of a GEMM kernel (K: its longest contraction)."""
-    m, n = kernel.parallel_bounds()
-    k = max(
+def gemm_k(kernel: loop.KernelOp) -> int:
+    """K of a GEMM kernel: its longest loop.reduce of the body (0 for none)."""
+    return max(
         (loop.int_list(r.bounds)[0] for r in kernel.body.block.ops if isinstance(r, loop.ReduceOp)),
         default=0,
     )
-    return 2 * m * n * k
+
+
+def gemm_flops(kernel: loop.KernelOp) -> int:
+    """2 M N K of a GEMM kernel (K: `gemm_k`)."""
+    m, n = kernel.parallel_bounds()
+    return 2 * m * n * gemm_k(kernel)
 
 
 def copy_kernel(

@@ -127,6 +127,9 @@ are within 3% of its fastest split, one 6% (640x7500 @ 7500x360: 8 x 960, 99.1
 against 15 x 500, 93.4), two were not among the forced ones, and 123x7777 @
 7777x45 (rows of 31,108 bytes: no 16-byte alignment) was left out of the fit."""
 
+PARTS_RATES = {(tm, tn): rate for tm, tn, rate in TF32_PARTS_NARROW_TILES}
+"""The narrow tiles' rates of a GEMM of TF32 parts, by tile (the tile pass's)."""
+
 SPLIT_GAIN = 0.9
 """A split must cost at most this much of the unsplit GEMM (by `split_cost`): the
 model is a few percent from the measured times, and a split adds a kernel and
@@ -154,20 +157,17 @@ def split_cost(
     bm, bn, _ = gemm_tiling(shape, sms).block
     tiles = splits * -(-m // bm) * -(-n // bn)
     steps = -(-chunk // K_STEP) * K_STEP + PROGRAM_K  # a chunk's last step is whole work
+    programs, rate = 1, 1.0  # programs an SM, and their rate against 128x128's
     if bm * bn >= 128 * 128:
-        time = math.ceil(tiles / sms) * steps
+        pass
     elif parts:
-        rate = {(tm, tn): r for tm, tn, r in TF32_PARTS_NARROW_TILES}.get((bm, bn), 1.0)
-        time = math.ceil(tiles / sms) * steps * (bm * bn / (128 * 128)) / rate
+        rate = PARTS_RATES.get((bm, bn), 1.0)
     elif (bm, bn) == (128, 64):  # unbatched only: the whole GEMM
-        time = math.ceil(tiles / sms) * steps * (bm * bn / (128 * 128)) / SPLIT_TF32_WIDE_RATE
+        rate = SPLIT_TF32_WIDE_RATE
     else:  # two programs an SM, each at the small tiles' rate
-        time = (
-            math.ceil(tiles / (2 * sms))
-            * steps
-            * (2 * bm * bn / (128 * 128))
-            / SPLIT_TF32_SMALL_RATE
-        )
+        programs, rate = 2, SPLIT_TF32_SMALL_RATE
+    area = programs * bm * bn / (128 * 128)
+    time = math.ceil(tiles / (programs * sms)) * steps * area / rate
     if splits * chunk > k:
         time /= RAGGED_RATE
     partials = 0.0 if splits == 1 else 8 * splits * m * n / PARTIAL_BYTES_PER_K

@@ -53,6 +53,7 @@ from irc.ir.types import F32, int_array
 from irc.passes.gemm_operand_copies import (
     GemmOperandCopyPass,
     Operand,
+    gemm_k,
     gemm_operands,
     padded_columns,
 )
@@ -145,7 +146,7 @@ class SplitTf32GemmOperandsPass(GemmOperandCopyPass):
         12000x500 141 / 185, 640x7500 @ 7500x360 99 / 124; the fastest forced split
         of parts did no better (139, 369, 158)."""
         m, n = kernel.parallel_bounds()
-        k = max(loop.int_list(r.bounds)[0] for r in kernel.body.block.ops if loop.is_contraction(r))
+        k = gemm_k(kernel)
         parts_bytes = 2 * (m + n) * padded_columns(k, 4, PARTS_ROW_BYTES) * 4
         return parts_bytes <= L2_BYTES or split_choice(m, n, k, self.sms)[0] == 1
 
