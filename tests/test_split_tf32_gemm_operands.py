@@ -464,3 +464,37 @@ def test_shared_and_degenerate_operands(
     torch_error = (reference(*args).double() - want).abs().max().item()
     error = (got.double() - want).abs().max().item()
     assert torch.allclose(got, want.float(), rtol=1.3e-6, atol=1e-5) or error <= 4 * torch_error
+
+
+def test_hand_written_kernel_names_are_not_reused_or_trusted(tmp_path: Path) -> None:
+    """Loop IR written by hand whose GEMM kernel is itself named `tf32_parts_0`: the
+    parts' copies take the next free numbers. A kernel named like code is refused,
+    located, before any pass or code generation."""
+    gemm = """  %s = loop.reduce {kind = "sum", bounds = [64], contract = true} (%k: index) {
+      %a = loop.load %x, %i, %k : f32
+      %b = loop.load %w, %j, %k : f32
+      %t = loop.apply %a, %b {fn = "mul"} : f32
+      loop.yield %t
+    } : f32"""
+    text = f"""func @f(%x: memref<64x64xf32>, %w: memref<64x64xf32>) -> memref<64x64xf32> {{
+  %o = loop.alloc : memref<64x64xf32>
+  loop.kernel {{name = "tf32_parts_0", bounds = [64, 64]}} (%i: index, %j: index) {{
+  {gemm}
+    loop.store %s, %o, %i, %j
+  }}
+  return %o : memref<64x64xf32>
+}}
+"""
+    status, out, err = run_opt(tmp_path, text, "-p", SPLIT_ALL)
+    assert status == 0, err
+    names = re.findall(r'loop.kernel \{name = "(\w+)"', out)
+    assert names == ["tf32_parts_1", "tf32_parts_2", "tf32_parts_0"], names
+    status, source, err = run_opt(tmp_path, text, "--emit", "triton")
+    assert status == 0, err
+    compile(source, "generated.py", "exec")  # one valid module
+    hostile = text.replace('"tf32_parts_0"', '"k\\"); import os; os.system(\\"x"')
+    status, source, err = run_opt(tmp_path, hostile, "--emit", "triton")
+    assert status == 1 and "Traceback" not in err and not source
+    assert re.match(
+        r".*input\.ir:3:3: error: loop.kernel: kernel name .* is not an identifier", err
+    )
