@@ -66,7 +66,6 @@ from irc.passes.tile import (
     VECTOR_BYTES,
     KernelShape,
     epilogue_parts,
-    index_args,
     kernel_shape,
     tiling_of,
 )
@@ -1588,19 +1587,11 @@ class KernelTranslator:
     def epilogue_parts(self, block: Block) -> int:
         """Column parts the epilogue of a contraction kernel's `block` runs on
         (`tile.epilogue_parts`); 1 unless the block is element-wise work on its
-        contractions and stores that each depend on the output column."""
+        contractions and stores that each depend on the output column
+        (`tile.column_split_epilogue`)."""
         if self.shape.kind != "contraction" or block is not self.kernel.body.block:
             return 1
-        for op in block.ops:
-            if isinstance(op, loop.StoreOp):
-                if not any(self.col_iv in index_args(i) for i in op.indices):
-                    return 1
-            elif isinstance(op, loop.ReduceOp):
-                if op.contract is None:
-                    return 1
-            elif not isinstance(op, loop.ApplyOp | loop.LoadOp | loop.ConstantOp):
-                return 1
-        return epilogue_parts(self.tiling)
+        return epilogue_parts(self.tiling, self.shape)
 
     def epilogue_in_parts(self, block: Block, parts: int) -> None:
         """The K loops once on the whole tile, then the epilogue and its stores on

@@ -127,6 +127,14 @@ class KernelShape:
     """Contractions: the buffers a K step loads tiles of, by rows (first factors) and
     by columns (second factors): (2, 2) for `split-tf32-gemm-operands`' TF32 parts
     (heads and tails)."""
+    narrow_stores: tuple[tuple[int, int], ...] = ()
+    """Contractions: each full-size output of the epilogue whose rows are not a
+    multiple of 16 bytes (no TMA store, no 16-byte vector), as (bytes an element,
+    bytes one store instruction writes: the largest power of two dividing the row's
+    bytes). Every element of it is stored through its own address (`epilogue_parts`)."""
+    split_epilogue: bool = False
+    """Contractions: whether the epilogue may run on column parts, one after another
+    (`column_split_epilogue`)."""
     row_granule: int = 0
     """Row reductions whose rows do not start 8 bytes apart (`PEELED_ROW_BYTES`), and
     whose every access along the row is a whole row of a full-size buffer: the
@@ -248,6 +256,40 @@ def tma_stored_bytes(kernel: loop.KernelOp, inside: set[Operation]) -> int:
     )
 
 
+STORE_VECTOR_BYTES = 16
+"""The widest store one thread issues (st.global.v4.b32), and TMA's row alignment."""
+
+
+def narrow_stores(kernel: loop.KernelOp, inside: set[Operation]) -> tuple[tuple[int, int], ...]:
+    """`KernelShape.narrow_stores` of a contraction kernel (`inside`: its K loop)."""
+    found = []
+    for store in kernel.body.walk():
+        if not isinstance(store, loop.StoreOp) or store in inside:
+            continue
+        shape = store.buffer.type.get_shape()  # type: ignore[attr-defined]
+        size = element_bytes(store.buffer.type.element_type)  # type: ignore[attr-defined]
+        row = shape[-1] * size
+        if sum(d > 1 for d in shape) >= 2 and row % STORE_VECTOR_BYTES:
+            found.append((size, row & -row))  # the largest power of two dividing it
+    return tuple(found)
+
+
+def column_split_epilogue(kernel: loop.KernelOp) -> bool:
+    """Whether a contraction kernel's epilogue may run on column parts: element-wise
+    work on its contractions, and stores that each depend on the output column."""
+    col = kernel.body.block.args[-1]
+    for op in kernel.body.block.ops:
+        if isinstance(op, loop.StoreOp):
+            if not any(col in index_args(i) for i in op.indices):
+                return False
+        elif isinstance(op, loop.ReduceOp):
+            if op.contract is None:
+                return False
+        elif not isinstance(op, loop.ApplyOp | loop.LoadOp | loop.ConstantOp):
+            return False
+    return True
+
+
 def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
     """The kernel's kind as recorded (`loop.kernel_kind`) and the sizes of its loops."""
     kind = loop.kernel_kind(kernel)
@@ -279,6 +321,8 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                     epilogue_bytes=max(2, staged), transcendentals=work,
                     tma_stored_bytes=tma_stored_bytes(kernel, inside),
                     operand_tiles=operand_tiles(kernel, op),
+                    narrow_stores=narrow_stores(kernel, inside),
+                    split_epilogue=column_split_epilogue(kernel),
                 )  # fmt: skip
     if kind is KernelKind.ATTENTION:
         return attention_shape(kernel, parallel)
@@ -791,15 +835,16 @@ erf GELU): 64x128 0.70-0.75 (0.75 at 5343x312 @ 312x540, 0.70 at 1162x1051 @
 SMALL_TILE_RATE = 0.47
 """64x64x32 programs, 4 warps, 2 stages, against 128x256 on the same GEMM (101 us)."""
 
-EPILOGUE_K = 768
+EPILOGUE_K = 256
 """A transcendental function an output element weighs in a persistent GEMM's
-epilogue like this much K (the loop it does not overlap). Measured on an H100
-(bf16, 8192 x K @ K x 3072 + bias + GELU, and x 2048 + SiLU) with the branch-free
-exp forms: at K = 768 a wash (85.7 against 85.2 us, SiLU 58.9 against 58.3, erf
-GELU 98.2 against 102.1), from K = 1536 persistent faster (127.9 against 145.2,
-SiLU 87.1 against 98.2; K = 3072: 220.5 against 251.1). With libdevice's tanh, whose
-branches spilled registers, a program a tile had been 15% faster at K = 768 and the
-weight was 3072."""
+epilogue like this much K (the loop it does not overlap). Measured on an H200 (bf16
+GEMM + bias + erf GELU, kernel time, a program a tile against persistent): 8192 x
+K @ K x 3072 at K = 256 64.1 against 55.0 us, K = 512 78.8 / 69.7, K = 768 93.7 /
+84.6; with operands padded for TMA, 8191x512 @ 512x3071 175.1 / 89.5, 6000x384 @
+384x1999 71.6 / 42.0, 5000x700 @ 700x4001 188.5 / 82.6; but 2000x256 @ 256x2049,
+one round of tiles, 28.8 / 38.3 (a program a tile of 128x128: 21.7). On an H100 a
+wash had been measured at K = 768, before epilogues ran in parts; with libdevice's
+tanh, whose branches spilled registers, at 3072."""
 
 EPILOGUE_BYTE_K = 200
 """A byte an output element that a GEMM's epilogue stages beyond its own 2-byte
@@ -819,14 +864,43 @@ GELU, bf16, hand-split kernels): 8192x768 @ 768x3072 102.0 -> 97.1 us, 8192x4096
 4096x4096 382.6 -> 375.9 (bare `torch.mm` 56.0 and 338.1)."""
 
 
-def epilogue_parts(tiling: Tiling) -> int:
+ADDRESS_REGISTERS = 2
+"""Registers one store instruction's address takes (64 bits)."""
+
+EPILOGUE_REGISTERS = 224
+"""Registers a thread may give a GEMM's epilogue for the accumulator and the store
+addresses of one column part (`epilogue_parts`), the rest of the 255 going to
+indices, masks and the bias. An output whose rows are not 16-byte multiples is
+stored an element (2-byte rows) or two (4-byte) at a time, each through an address:
+with an erf GELU on 128x256 tiles of 8 warps (128 accumulators a thread, 64 a
+half) ptxas gave 255 registers and spilled 16 for 2-byte stores (128 + 64 x 2),
+none for 4-byte ones (191; 128 + 64), and none in quarters (254; 128 + 32 x 2) or
+on 128x128 tiles whole (101; 64 + 64 x 2). Measured on an H200 (bf16, the GEMM
+kernel alone, halves against quarters): 2339x1097 @ 1097x6257 95.6 -> 88.2 us,
+6123x1388 @ 1388x6083 231.5 -> 217.2, 4099x2000 @ 2000x3001 99.7 -> 92.8; with
+4-byte stores even (3002x5014 @ 5014x5714 291.8 / 295.0, 9774x1283 @ 1283x3238
+178.6 / 177.6)."""
+
+
+def epilogue_parts(tiling: Tiling, shape: KernelShape | None = None) -> int:
     """Column parts a contraction's epilogue runs on one after another, so that one
-    part's temporaries and the rest of the accumulator fit the registers."""
+    part's temporaries (`EPILOGUE_PART_F32`), and the rest of the accumulator with
+    one part's store addresses (`EPILOGUE_REGISTERS`), fit the registers; 1 where
+    `shape`'s epilogue cannot be split."""
+    if shape is not None and not shape.split_epilogue:
+        return 1
     bm, bn = tiling.block[0], tiling.block[1]
     held = bm * bn // (32 * tiling.warps)
+    addresses = sum(
+        ADDRESS_REGISTERS * size / vector for size, vector in (shape.narrow_stores if shape else ())
+    )  # registers an output element's stores take
     parts = 1
-    while held > EPILOGUE_PART_F32 and bn % (2 * parts) == 0 and bn // (2 * parts) >= 16:
-        held //= 2
+
+    def too_many(parts: int) -> bool:
+        part = held // parts
+        return part > EPILOGUE_PART_F32 or (addresses > 0 and held + part * addresses > EPILOGUE_REGISTERS)
+
+    while too_many(parts) and bn % (2 * parts) == 0 and bn // (2 * parts) >= 16:
         parts *= 2
     return parts
 
@@ -852,11 +926,9 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     computes transcendental functions or stages bytes that outweigh the K loop
     (`EPILOGUE_K`, `EPILOGUE_BYTE_K`)
     or its staged tiles do not fit beside the K loop's buffers (`gemm_fits`).
-    Measured on an H100 (B=8, T=1024 blocks, bf16): a program a tile was 15%
-    faster for 8192x3072 GEMM+GELU, 10% for a SwiGLU's matmul+SiLU, and for a
-    Llama residual GEMM that also stores `float(h)**2` 128x128x64 tiles a program
-    each took 50 us where a persistent kernel, for its shared memory, had to
-    step K by 16: 70 us."""
+    Measured on an H100 (B=8, T=1024 blocks, bf16): for a Llama residual GEMM that
+    also stores `float(h)**2`, 128x128x64 tiles a program each took 50 us where a
+    persistent kernel, for its shared memory, had to step K by 16: 70 us."""
     *batch, m, n = shape.parallel
     (k,) = shape.reduction
     bm, bn = (min(64, max(16, next_pow2(x))) for x in (m, n))
@@ -1043,10 +1115,13 @@ def gemm_fits(t: Tiling, shape: KernelShape, shared_bytes: int) -> bool:
     loop_bytes = gemm_shared_bytes(
         bm, bn, bk, t.stages, shape.element_bytes, 0, shape.operand_tiles
     )
-    staged = shape.epilogue_bytes * BLOCK_STORE_PARTS
-    if t.persistent:  # TMA stores stage a column slice at a time
-        staged -= shape.tma_stored_bytes * (BLOCK_STORE_PARTS - 1)
-    epilogue = bm * bn * staged // BLOCK_STORE_PARTS
+    # TMA stores stage a column slice at a time, narrow outputs one epilogue part
+    tma = shape.tma_stored_bytes if t.persistent else 0
+    narrow = sum(size for size, _ in shape.narrow_stores)
+    whole = max(0, shape.epilogue_bytes - tma - narrow)
+    parts = epilogue_parts(t, shape)
+    staged = whole + tma / BLOCK_STORE_PARTS + narrow / parts  # bytes an output element
+    epilogue = math.ceil(bm * bn * staged)
     need = loop_bytes + epilogue if t.persistent else max(loop_bytes, epilogue)
     return need <= shared_bytes
 

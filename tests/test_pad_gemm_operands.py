@@ -73,13 +73,16 @@ def test_aligned_small_or_once_read_operands_are_left() -> None:
 
 def test_only_gemms_the_tile_pass_makes_persistent_are_padded_by_default() -> None:
     """2000x1025 @ 1025x1000 + GELU: K outweighs the GELU, persistent, x padded (w's
-    2000-byte rows miss the line, but only 16 row tiles read it).
-    2048x517 @ 517x2048: the GELU outweighs K = 517, a program a tile, left (its
-    pointer loads ran as fast unaligned on an H100; the copy only added)."""
+    2000-byte rows miss the line, but only 16 row tiles read it); 2048x517 @ 517x2048
+    too (`EPILOGUE_K`). 4096x250 @ 250x4096: the GELU outweighs K = 250, a program
+    a tile, left (its pointer loads ran as fast unaligned on an H100; the copy
+    only added)."""
     (pad, _) = loop.kernels(loop_level(gemm_text(2000, 1000, 1025, "bf16"), "pad-gemm-operands"))
     assert pad.kernel_name.data == "pad_rows_0" and pad.parallel_bounds() == [2000, 1025]
+    (pad, _) = loop.kernels(loop_level(gemm_text(2048, 2048, 517, "bf16"), "pad-gemm-operands"))
+    assert pad.parallel_bounds() == [2048, 517]
     assert (
-        len(loop.kernels(loop_level(gemm_text(2048, 2048, 517, "bf16"), "pad-gemm-operands"))) == 1
+        len(loop.kernels(loop_level(gemm_text(4096, 4096, 250, "bf16"), "pad-gemm-operands"))) == 1
     )
 
 
