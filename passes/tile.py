@@ -898,7 +898,8 @@ def epilogue_parts(tiling: Tiling, shape: KernelShape | None = None) -> int:
 
     def too_many(parts: int) -> bool:
         part = held // parts
-        return part > EPILOGUE_PART_F32 or (addresses > 0 and held + part * addresses > EPILOGUE_REGISTERS)
+        spills = addresses > 0 and held + part * addresses > EPILOGUE_REGISTERS
+        return part > EPILOGUE_PART_F32 or spills
 
     while too_many(parts) and bn % (2 * parts) == 0 and bn // (2 * parts) >= 16:
         parts *= 2
