@@ -1111,7 +1111,10 @@ def gemm_fits(t: Tiling, shape: KernelShape, shared_bytes: int) -> bool:
     program holds its K loop's buffers and its epilogue's tiles at once (the next
     tile's loads are in flight during the epilogue), a program a tile one after the
     other (the loop's buffers are free by its epilogue). A persistent program's TMA
-    stores stage one column slice of the tile at a time (`tile.block_store`)."""
+    stores stage one column slice of the tile at a time (`tile.block_store`), and
+    outputs stored by address narrower than 16 bytes one epilogue part at a time
+    (`KernelShape.narrow_stores`: 16,416 bytes of a 128x256 bf16 tile in quarters
+    as Triton allocated them); other epilogue tiles are staged whole."""
     bm, bn, bk = t.block
     loop_bytes = gemm_shared_bytes(
         bm, bn, bk, t.stages, shape.element_bytes, 0, shape.operand_tiles
