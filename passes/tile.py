@@ -256,8 +256,9 @@ def tma_stored_bytes(kernel: loop.KernelOp, inside: set[Operation]) -> int:
     )
 
 
-STORE_VECTOR_BYTES = 16
-"""The widest store one thread issues (st.global.v4.b32), and TMA's row alignment."""
+def tile_sized(buffer: MemRefType) -> bool:
+    """A buffer of two dims over 1 or more: a GEMM epilogue stages a tile of it."""
+    return sum(d > 1 for d in buffer.get_shape()) >= 2
 
 
 def narrow_stores(kernel: loop.KernelOp, inside: set[Operation]) -> tuple[tuple[int, int], ...]:
@@ -266,10 +267,10 @@ def narrow_stores(kernel: loop.KernelOp, inside: set[Operation]) -> tuple[tuple[
     for store in kernel.body.walk():
         if not isinstance(store, loop.StoreOp) or store in inside:
             continue
-        shape = store.buffer.type.get_shape()  # type: ignore[attr-defined]
-        size = element_bytes(store.buffer.type.element_type)  # type: ignore[attr-defined]
-        row = shape[-1] * size
-        if sum(d > 1 for d in shape) >= 2 and row % STORE_VECTOR_BYTES:
+        buffer: MemRefType = store.buffer.type  # type: ignore[assignment]
+        size = element_bytes(buffer.element_type)
+        row = buffer.get_shape()[-1] * size
+        if tile_sized(buffer) and row % VECTOR_BYTES:  # neither TMA nor 16-byte vectors
             found.append((size, row & -row))  # the largest power of two dividing it
     return tuple(found)
 
@@ -312,7 +313,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                     for access in kernel.body.walk()
                     if isinstance(access, loop.LoadOp | loop.StoreOp)
                     and access not in inside
-                    and sum(d > 1 for d in access.buffer.type.get_shape()) >= 2  # type: ignore[attr-defined]
+                    and tile_sized(access.buffer.type)  # type: ignore[arg-type]
                 )
                 work = len(heavy_ops(e for e in kernel.body.walk() if e not in inside))
                 bounds = tuple(loop.int_list(op.bounds))
