@@ -281,15 +281,27 @@ def _gemm_kernels(s: Shape) -> int:
     precision, rows not 16-byte aligned or, for the right operand stored [K, N] read
     by 32 row tiles, not 128, a persistent GEMM), `split-tf32-gemm-operands` stores
     as TF32 parts or `k-major-gemm-operands` makes K-major (f32), and the partial
-    products' stage where `split-k` splits an f32 GEMM's K: the passes up to `tile`
-    are asked, on the row's program."""
+    products' stage where `split-k` splits an f32 GEMM's K, and the two kernels of a
+    split tail (`tile.tail_split`, an H200's 132 SMs): the passes up to `tile` are
+    asked, on the row's program."""
     import irc
     from irc.dialects import loop
     from irc.pipeline import LOWERING, run_pipeline
 
     module = irc.parse(_gemm_bias_gelu(s), "gemm_bias_gelu.ir")
-    run_pipeline(module, ",".join(["fuse", *LOWERING[: LOWERING.index("tile")]]))
-    return len(loop.kernels(module))
+    run_pipeline(module, ",".join(["fuse", *LOWERING[: LOWERING.index("tile") + 1]]))
+    return sum(_launches(k) for k in loop.kernels(module))
+
+
+def _launches(kernel: Any) -> int:
+    """Kernels a tiled loop.kernel launches: 1, or a split tail's partials and fixup and
+    the persistent kernel of the tiles before them (none where the tail is all)."""
+    from irc.dialects import loop
+
+    if kernel.tail is None:
+        return 1
+    (bm, bn, _), (m, n) = loop.int_list(kernel.block), kernel.parallel_bounds()
+    return 2 + (-(-m // bm) * -(-n // bn) > loop.int_list(kernel.tail)[0])
 
 
 def _causal_attention(s: Shape) -> str:

@@ -284,6 +284,11 @@ class AllocOp(IRDLOperation):
             )
 
 
+MAX_TAIL_PROGRAMS = 1 << 16
+"""The most programs of a split tail's partial products (`loop.kernel`'s `tail`): the
+tile pass makes one round of them, at most one an SM."""
+
+
 @irdl_op_definition
 class KernelOp(IRDLOperation):
     """A parallel loop nest that becomes one GPU kernel."""
@@ -300,6 +305,11 @@ class KernelOp(IRDLOperation):
     unrolled = opt_prop_def(IntegerAttr)
     """Reductions: 1 when the loop over a row's chunks of `block[1]` is unrolled, so
     that the row stays in registers between the passes that read it."""
+    tail = opt_prop_def(ArrayAttr)
+    """Persistent contractions: [T, S] where the last T output tiles (a last round
+    that would leave SMs idle) are not the persistent programs' but split into S
+    chunks of K, in a kernel of partial products and one that sums them and runs the
+    epilogue (set by `tile`: `tile.tail_split`)."""
     kind = opt_prop_def(Attribute)
     """The kernel's kind (irc.ir.kernel_kind) as fusion decided it, carried by
     graph-to-loop; read through `kernel_kind`. The printer leaves it out where
@@ -390,6 +400,42 @@ class KernelOp(IRDLOperation):
         check_flag(self, "unrolled", self.unrolled)
         if self.unrolled is not None:  # a flag: `unrolled = 1` or `unrolled = true`
             self._check_unrolled()
+        if self.tail is not None:
+            self._check_tail()
+
+    def _check_tail(self) -> None:
+        """A tail is a persistent contraction's last tiles, split into 2 or more K chunks."""
+        tiles, splits = check_int_list(self, "tail", self.tail, 1, MAX_TAIL_PROGRAMS, lengths=(2,))
+        if tiles * splits > MAX_TAIL_PROGRAMS:
+            raise VerifyException(
+                f"loop.kernel: tail = [{tiles}, {splits}] makes {tiles * splits} programs of "
+                f"partial tiles; at most {MAX_TAIL_PROGRAMS} (a round of them fills a GPU)"
+            )
+        if kernel_kind(self) != KernelKind.CONTRACTION or self.persistent is None:
+            raise VerifyException(
+                "loop.kernel: tail = [T, S] splits a persistent contraction's last tiles; "
+                "this kernel is not one"
+            )
+        if len(self.parallel_bounds()) != 2 or self.block is None:
+            raise VerifyException("loop.kernel: tail = [T, S] needs an unbatched, tiled GEMM")
+        if sum(map(is_contraction, self.body.walk())) != 1:
+            raise VerifyException("loop.kernel: tail = [T, S] splits one contraction's K loop")
+        (bm, bn, bk), (m, n) = int_list(self.block), self.parallel_bounds()
+        count = -(-m // bm) * -(-n // bn)
+        if tiles > count:
+            raise VerifyException(
+                f"loop.kernel: tail = [{tiles}, {splits}] splits {tiles} tiles; the kernel "
+                f"has {count} of {bm}x{bn}"
+            )
+        k = max(
+            (math.prod(int_list(op.bounds)) for op in self.body.walk() if isinstance(op, ReduceOp)),
+            default=1,
+        )
+        if splits < 2 or splits > -(-k // bk):
+            raise VerifyException(
+                f"loop.kernel: tail = [{tiles}, {splits}] splits K = {k} into {splits} chunks "
+                f"of whole steps of {bk}; from 2 to {-(-k // bk)}"
+            )
 
     def _check_unrolled(self) -> None:
         """Unrolled chunks are a reduction's, and few enough to write out."""

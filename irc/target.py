@@ -194,7 +194,7 @@ def interpreter_tiling(shape: KernelShape, default: Tiling) -> Tiling:
     options: list[tuple[float, int, Tiling]] = []
 
     def offer(block: tuple[int, ...], steps: int, elements: int) -> None:
-        t = replace(default, block=block, persistent=False, unrolled=False)
+        t = replace(default, block=block, persistent=False, unrolled=False, tail=None)
         options.append((interpreter_cost(steps, elements), numel(block), t))
 
     if shape.kind is KernelKind.POINTWISE and len(default.block) == 1:

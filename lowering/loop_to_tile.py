@@ -65,6 +65,7 @@ from irc.passes.kernel_names import unique_name
 from irc.passes.tile import (
     VECTOR_BYTES,
     KernelShape,
+    Tiling,
     epilogue_parts,
     kernel_shape,
     tiling_of,
@@ -279,16 +280,26 @@ class KernelTranslator:
         name: str,
         tf32: bool = False,
         tf32_buffers: frozenset[SSAValue] = frozenset(),
+        role: str = "whole",
+        workspace: SSAValue | None = None,
     ):
         self.kernel = kernel
         self.tf32_buffers = tf32_buffers
         """The function's buffers whose values TF32 holds exactly (`tf32_buffers`)."""
         self.name = name
+        self.role = role
+        """A GEMM with a split tail (`tile.tail_split`) makes three kernels: `main`
+        (the persistent programs, the tiles before the tail), `partial` (the tail's
+        K chunks) and `fixup` (their sums and the epilogue); `whole` otherwise."""
+        self.workspace = workspace
+        """The tail's f32 partial tiles, [T S BM, BN] (`partial` and `fixup`)."""
         self.memrefs: list[SSAValue] = []
         for op in kernel.body.walk():
             if isinstance(op, loop.LoadOp | loop.StoreOp):
                 if op.buffer not in self.memrefs:
                     self.memrefs.append(op.buffer)
+        if workspace is not None:
+            self.memrefs.append(workspace)
         arg_types = [tile.PtrType(m.type.element_type) for m in self.memrefs]  # type: ignore[attr-defined]
         self.body = Block(arg_types=arg_types)
         self.ptr = dict(zip(self.memrefs, self.body.args, strict=True))
@@ -511,7 +522,10 @@ class KernelTranslator:
         persistent = self.tiling.persistent and (
             rows or (kind == "contraction" and len(self.shape.parallel) == 2)
         )
-        if persistent and rows:
+        if self.role in ("partial", "fixup"):
+            persistent = False
+            self.tail_partials() if self.role == "partial" else self.tail_fixup()
+        elif persistent and rows:
             self.persistent_rows()
         elif persistent:
             self.persistent_tiles()
@@ -721,12 +735,97 @@ class KernelTranslator:
             self.statements(self.kernel.body.block)
             self.add(tile.YieldOp.create(operands=[]))
         count = self.grid[0]
+        if self.tiling.tail is not None:  # the tiles before the split tail
+            count -= self.tiling.tail[0]
         self.grid = [count]
         self.add(
             tile.TilesOp.create(
                 properties={"count": IntegerAttr(count, i64)}, regions=[Region(block)]
             )
         )
+
+    def tail_layout(self) -> tuple[int, int, int, int]:
+        """A split tail's (T, S, tiles before it, K chunk): whole K steps, S of them."""
+        tail, splits = self.tiling.tail  # type: ignore[misc]
+        bm, bn, bk = self.tiling.block
+        (m, n), (k,) = self.shape.parallel, self.shape.reduction
+        steps = -(-k // bk)
+        chunk = -(-steps // splits) * bk
+        return tail, splits, -(-m // bm) * -(-n // bn) - tail, chunk
+
+    def tail_partials(self) -> None:
+        """A split tail's partial products: program p takes chunk p % S of the K loop of
+        tile `first + p // S` and stores its f32 accumulator as tile p of the
+        workspace. Operands move by TMA where they can (zero past K)."""
+        tail, splits, first, chunk = self.tail_layout()
+        bm, bn, _ = self.tiling.block
+        pid = self.program_id(0)
+        tile_id = self.apply(
+            "add", [self.iapply("floordiv", pid, splits), self.const(first, self.index)]
+        )
+        self.layout_contraction(tile_id, tile_id)
+        self.grid = [tail * splits]
+        self.tma = self.index == I32
+        (red,) = [op for op in self.kernel.body.block.ops if isinstance(op, loop.ReduceOp)]
+        start = self.iapply("mul", self.iapply("mod", pid, splits), chunk)
+        acc = self.accumulate(red, (start, chunk))
+        rows = self.expand(self.apply("add", [self.iapply("mul", pid, bm), self.arange(bm)]), 1)
+        offsets = self.apply("add", [self.iapply("mul", rows, bn), self.expand(self.arange(bn), 0)])
+        assert self.workspace is not None
+        self.add(tile.StoreOp.create(operands=[self.ptr[self.workspace], offsets, acc]))
+
+    def tail_fixup(self) -> None:
+        """A split tail's sums and epilogue: program p takes `TAIL_FIXUP_ROWS` rows of
+        tile `first + p // (BM / rows)`, adds the S partials of them in order and runs
+        the kernel's epilogue and stores on the sum, as the persistent programs do."""
+        tail, splits, first, _ = self.tail_layout()
+        bm, bn, bk = self.tiling.block
+        m, n = self.shape.parallel
+        rows = min(bm, TAIL_FIXUP_ROWS)
+        parts = bm // rows
+        gm, gn = math.ceil(m / bm), math.ceil(n / bn)
+        pid = self.program_id(0)
+        local = self.iapply("floordiv", pid, parts)
+        tile_id = self.apply("add", [local, self.const(first, self.index)])
+        pid_m, pid_n = self.grouped_order(tile_id, gm, gn)
+        sub = self.iapply("mul", self.iapply("mod", pid, parts), rows)
+        self.out_row_start = self.apply("add", [self.iapply("mul", pid_m, bm), sub])
+        self.out_col_start = self.iapply("mul", pid_n, bn)
+        self.out_cols = bn
+        rm = self.expand(self.apply("add", [self.out_row_start, self.arange(rows)]), 1)
+        rn = self.expand(self.apply("add", [self.out_col_start, self.arange(bn)]), 0)
+        self.rows, self.cols = rm, rn
+        self.row_mask = self.mask_below(rm, m, bm)  # the tile's rows may pass m
+        self.col_mask = self.mask_below(rn, n, bn)
+        self.scopes[-1].axis_masks = [self.row_mask, self.col_mask]
+        self.row_iv, self.col_iv = self.kernel.body.block.args
+        self.bind(self.row_iv, rm)
+        self.bind(self.col_iv, rn)
+        self.grid = [tail * parts]
+        # The workspace row of partial s of these rows: ((local S + s) BM + sub + r).
+        base = self.apply("add", [self.iapply("mul", local, splits * bm), sub])
+        init = self.full(FloatAttr(0.0, f64), F32, (rows, bn))
+        block = self.loop_block(splits, 1, [init.type])
+        with self.scope(block=block):
+            s = self.loop_index(block)
+            row0 = self.apply("add", [base, self.iapply("mul", s, bm)])
+            wr = self.expand(self.apply("add", [row0, self.arange(rows)]), 1)
+            offsets = self.apply(
+                "add", [self.iapply("mul", wr, bn), self.expand(self.arange(bn), 0)]
+            )
+            assert self.workspace is not None
+            part = self.add(
+                tile.LoadOp.create(
+                    operands=[self.ptr[self.workspace], offsets],
+                    result_types=[block_type(F32, (rows, bn))],
+                )
+            )
+            self.add(tile.YieldOp.create(operands=[self.apply("add", [block.args[1], part])]))
+        (acc,) = self.for_loop(block, [init], splits, 1)
+        (red,) = [op for op in self.kernel.body.block.ops if isinstance(op, loop.ReduceOp)]
+        self.bind(red.result, self.round_to(acc, red.result.type))
+        self.tiling = Tiling((rows, bn, bk), 4)  # the epilogue's, whole (`epilogue_parts`)
+        self.statements(self.kernel.body.block)
 
     def persistent_rows(self) -> None:
         """Looped rows, persistent: each program walks row blocks `pid, pid + programs,
@@ -1502,11 +1601,12 @@ class KernelTranslator:
     def contraction(self, op: loop.ReduceOp) -> SSAValue:
         return self.round_to(self.accumulate(op), op.result.type)
 
-    def accumulate(self, op: loop.ReduceOp) -> SSAValue:
+    def accumulate(self, op: loop.ReduceOp, chunk: tuple[SSAValue, int] | None = None) -> SSAValue:
         """The K loop of a contraction: its accumulator tile, not yet rounded. A sum
         of products is a dot each, chained where a product adds to the sum before it
         (`split-tf32-gemm-operands`' `at bf + af bt`), added to the accumulator once a
-        step, as `_irc_dot_split_tf32` adds its three."""
+        step, as `_irc_dot_split_tf32` adds its three. With `chunk` (start, length:
+        whole K steps), the loop runs over that chunk of K only (a split tail's)."""
         bm, bn, bk = self.tiling.block
         (k,) = loop.int_list(op.bounds)
         (kiv,) = op.body.block.args
@@ -1514,11 +1614,15 @@ class KernelTranslator:
         element = op.result.type
         acc_type = F32 if element in HALF_TYPES or element == F32 else element
         init = self.full(FloatAttr(0.0, f64), acc_type, (bm, bn))
-        block = self.loop_block(k, bk, [init.type])
+        length = k if chunk is None else chunk[1]
+        block = self.loop_block(length, bk, [init.type])
         with self.scope(block=block):
             k0 = self.loop_index(block)
+            if chunk is not None:  # the last chunk may run past k: masked as a ragged k
+                k0 = self.apply("add", [k0, chunk[0]])
             kk = self.apply("add", [self.arange(bk), k0])
-            kmask = self.apply("lt", [kk, self.const(k, self.index)]) if k % bk else None
+            ragged = k % bk or chunk is not None
+            kmask = self.apply("lt", [kk, self.const(k, self.index)]) if ragged else None
             *_, m, n = self.shape.parallel
 
             def factors(product: loop.ApplyOp) -> tuple[SSAValue, SSAValue]:
@@ -1581,7 +1685,7 @@ class KernelTranslator:
             else:
                 acc = self.apply("add", [block.args[1], total(summed)])
             self.add(tile.YieldOp.create(operands=[acc]))
-        (acc,) = self.for_loop(block, [init], k, bk)
+        (acc,) = self.for_loop(block, [init], length, bk)
         return acc
 
     def epilogue_parts(self, block: Block) -> int:
@@ -1689,6 +1793,11 @@ class KernelTranslator:
         return t
 
 
+TAIL_FIXUP_ROWS = 16
+"""Rows of a split tail's tile one program of its fixup sums and finishes, so that
+its programs (BM / 16 a tile) fill the SMs the tail's tiles did not."""
+
+
 FINAL_PASS_BACKWARDS = True
 """A looped row's last pass (the `loop.foreach` that stores) walks its chunks last
 to first: the chunks the reductions before it read last are still in L2 and are
@@ -1709,20 +1818,52 @@ def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list
             tiling.block[1] >= numel(shape.reduction) or tiling.unrolled
         )
         name = unique_name(tile_kernel_name(op.kernel_name.data, persistent), names)
-        translator = KernelTranslator(op, name, tf32, exact)
-        kernel = translator.build()
-        if any(isinstance(o, tile.LaunchOp) for o in fn.body.block.ops):
-            # Not the function's first kernel: its launch can overlap the previous one.
-            kernel.pdl = IntegerAttr(1, i64)
-        kernels.append(kernel)
-        launch = tile.LaunchOp.create(
-            operands=translator.memrefs, properties={"kernel": SymbolRefAttr(name)}
-        )
-        launch.location = op.location
-        fn.body.block.insert_op_before(launch, op)
+        translators = [KernelTranslator(op, name, tf32, exact)]
+        if tiling.tail is not None and shape.kind == "contraction":
+            translators = tail_translators(fn, op, name, names, tf32, exact)
+        for translator in translators:
+            kernel = translator.build()
+            if any(isinstance(o, tile.LaunchOp) for o in fn.body.block.ops):
+                # Not the function's first kernel: its launch can overlap the previous one.
+                kernel.pdl = IntegerAttr(1, i64)
+            kernels.append(kernel)
+            launch = tile.LaunchOp.create(
+                operands=translator.memrefs,
+                properties={"kernel": SymbolRefAttr(translator.name)},
+            )
+            launch.location = op.location
+            fn.body.block.insert_op_before(launch, op)
         op.detach()
         op.erase()
     return kernels
+
+
+def tail_translators(
+    fn: func.FuncOp,
+    op: loop.KernelOp,
+    name: str,
+    names: set[str],
+    tf32: bool,
+    exact: frozenset[SSAValue],
+) -> list[KernelTranslator]:
+    """The kernels of a GEMM with a split tail (`tile.tail_split`), in launch order:
+    the tail's partial products (`NAME_tail`), their sums and epilogue (`NAME_fixup`),
+    then the persistent programs over the other tiles (`NAME`, none where the tail is
+    every tile). Their f32 workspace is allocated just before them."""
+    tiling = tiling_of(op)
+    assert tiling.tail is not None
+    tail, splits = tiling.tail
+    bm, bn, _ = tiling.block
+    workspace = loop.AllocOp.create(result_types=[MemRefType(F32, [tail * splits * bm, bn])])
+    fn.body.block.insert_op_before(workspace, op)
+    out = [
+        KernelTranslator(op, unique_name(name + suffix, names), tf32, exact, role, workspace.result)
+        for role, suffix in (("partial", "_tail"), ("fixup", "_fixup"))
+    ]
+    m, n = kernel_shape(op).parallel
+    if -(-m // bm) * -(-n // bn) > tail:
+        out.append(KernelTranslator(op, name, tf32, exact, "main"))
+    return out
 
 
 def lower_module(module: ModuleOp, tf32: bool = False) -> None:

@@ -629,6 +629,8 @@ class FusionReport:
             names, how = gr.kernel, gr.kind
             if len(gr.kernels) > 1:  # split-k splits contractions, split-reduction the rest
                 splitter = "split-k" if gr.kind == "contraction" else "split-reduction"
+                if any(k.endswith("_tail") for k in gr.kernels):  # tile.tail_split
+                    splitter = "tile: its last round of tiles in chunks of K"
                 names, how = " + ".join(gr.kernels), f"{gr.kind}, split by {splitter}"
             lines.append(
                 f"  kernel {names} ({how}): {', '.join(gr.ops)}; "
@@ -704,8 +706,8 @@ def _why_other(origin: str) -> str:
 
 def _unsplit(name: str) -> str:
     """The group a split-reduction stage (`NAME_split`, `NAME_split1`, `NAME_combine`...)
-    came from."""
-    return re.sub(r"_(split|combine)\d*$", "", name)
+    or a split tail's kernel (`NAME_tail`, `NAME_fixup`: `tile.tail_split`) came from."""
+    return re.sub(r"_(split|combine|tail|fixup)\d*$", "", name)
 
 
 def resolve_reports(reports: Sequence[FusionReport], lowered: ModuleOp) -> None:

@@ -614,6 +614,9 @@ class Tiling:
     unrolled: bool = False
     """Reductions: the loop over a row's chunks is unrolled, so that the chunks stay
     in registers and a row read by several passes is read from memory once."""
+    tail: tuple[int, int] | None = None
+    """Persistent contractions: (T, S), the last T tiles split into S chunks of K
+    (`tail_split`)."""
 
 
 LONG_ROW_CHUNK = 8192
@@ -937,9 +940,10 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     small = Tiling((bm, bn, min(32, max(16, next_pow2(k)))), 4, 2)
     count = numel(batch)
 
-    def cost(bm: int, bn: int, rate: float) -> float:
+    def cost(bm: int, bn: int, rate: float, tail: tuple[int, int, float] | None = None) -> float:
         tiles = count * -(-m // bm) * -(-n // bn)
-        return -(-tiles // sms) * bm * bn / rate
+        rounds = -(-tiles // sms) if tail is None else tiles // sms + tail[2]
+        return rounds * bm * bn / rate
 
     if not shape.half:
         if shape.element_bytes != 4:  # f64: FMA units
@@ -980,12 +984,87 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
             if not gemm_fits(tiling, shape, shared_bytes):
                 tiling = replace(tiling, persistent=False)
             if gemm_fits(tiling, shape, shared_bytes):
-                c = cost(t.bm, t.bn, rate)
+                tail = tail_split(shape, tiling, sms, rate)
+                c = cost(t.bm, t.bn, rate, tail)
                 if c < best_cost:
-                    best, best_cost = tiling, c
+                    best, best_cost = replace(tiling, tail=tail and tail[:2]), c
                 break
             rate *= SHORT_K_STEP_RATE
     return best
+
+
+TAIL_PROGRAM_STEPS = 4
+"""K steps a partial program of a split tail (`tail_split`) costs beyond its chunk:
+its pipeline's fill, and its f32 tile's store."""
+
+TAIL_BYTES_PER_STEP = 2_300_000
+"""Bytes of partials (written, then read) that cost as long as a 64-deep K step of a
+128x256 program: about 0.65 us at 3.5 TB/s on an H200."""
+
+TAIL_LAUNCH_STEPS = 6
+"""The two kernels of a split tail beyond the persistent one: their launches, fills
+and drains, in K steps (about 4 us)."""
+
+TAIL_MIN_STEPS = 4
+"""The fewest K steps of a tail's chunk: a pipeline of 3-4 stages fills in them."""
+
+TAIL_GAIN = 0.58
+"""A split tail must cost at most this much of the round of tiles it replaces.
+Fitted on 18 split GEMMs (bf16/f16 GEMM + bias + erf GELU, whole program on an
+H200, tail off / on): at 0.23-0.57 of a round all 12 ran faster (0.76-0.98:
+1711x8899 @ 8899x2446 231.6 / 176.0 us, 3292x6146 @ 6146x4049 354.0 / 311.1,
+3002x5014 @ 5014x5714 342.6 / 325.8), at 0.59-0.68 five of six did not (0.99-1.07:
+4250x3771 @ 3771x1247 104.9 / 111.9; 6704x3329 @ 3329x3210 0.97). The model prices
+the partials and the fixup near their measured kernel times; the rest is the
+launches between the kernels and how much faster a last round of few tiles runs."""
+
+
+def tail_split(
+    shape: KernelShape, t: Tiling, sms: int, rate: float = 1.0
+) -> tuple[int, int, float] | None:
+    """(T, S, cost): the last, partial round of a persistent GEMM's tiles as partial
+    products of S chunks of K, and what that costs as a fraction of a round; or None.
+
+    A persistent GEMM takes as long as its rounds: 3002x5014 @ 5014x5714 makes 552
+    tiles of 128x256, four rounds of 132 SMs and a fifth of 24 tiles, a fifth of its
+    time for 108 idle SMs. A lone program's K step takes about as long whatever its
+    tile, so smaller tiles do not shorten that round; shorter K loops do (CUTLASS's
+    stream-K). Here the T = 24 tiles' K loops run in S chunks, one program each (S T
+    programs, one round of them), each storing an f32 partial tile; a second kernel
+    sums a tile's S partials and runs the epilogue. The split pays where a chunk, the
+    partials' bytes (`TAIL_BYTES_PER_STEP`) and the two launches cost under
+    `TAIL_GAIN` of the round they replace: a tile's K loop and its epilogue
+    (`EPILOGUE_K`), at the tile's `rate` (against 128x256's, whose K steps the bytes
+    and launches are counted in).
+
+    Only 128x256 tiles are split. Their K step is the tensor cores' work, and a last
+    round of few of them took as long as a full one (3002x5014 @ 5014x5714 f16 on an
+    H200: 58.7 us against 63). A full round of 128x128 tiles waits on L2 instead
+    (half the products a byte), and a last round of few of them ran twice as fast
+    as a full one (2339x6257 @ 6257x1097 bf16: 23.4 us against 47.3), so its split
+    (39 tiles in 3 chunks) saved nothing: 102.6 us against 100.5."""
+    bm, bn, bk = t.block
+    widest = TENSOR_CORE_TILES[0]
+    if not t.persistent or not shape.half or len(shape.parallel) != 2:
+        return None
+    if (bm, bn) != (widest.bm, widest.bn):
+        return None  # a partial round of smaller tiles runs faster than a full one
+    (m, n), (k,) = shape.parallel, shape.reduction
+    tiles = -(-m // bm) * -(-n // bn)
+    tail = tiles % sms
+    steps = -(-k // bk)
+    splits = min(sms // tail if tail else 0, steps // TAIL_MIN_STEPS)
+    if splits < 2:
+        return None
+    chunk = -(-steps // splits)
+    splits = -(-steps // chunk)  # no empty chunk
+    extra = max(0, shape.epilogue_bytes - 2)
+    epilogue = (shape.transcendentals * EPILOGUE_K + extra * EPILOGUE_BYTE_K) / bk
+    step = bm * bn * bk / (128 * 256 * 64) / rate  # a K step, in 128x256x64 steps
+    round_steps = (steps + epilogue) * step
+    partials = tail * splits * bm * bn * 4 * 2  # f32, written and read
+    cost = (chunk + TAIL_PROGRAM_STEPS) * step + partials / TAIL_BYTES_PER_STEP + TAIL_LAUNCH_STEPS
+    return (tail, splits, cost / round_steps) if cost <= TAIL_GAIN * round_steps else None
 
 
 REFERENCE_BYTES = 8
@@ -1310,7 +1389,11 @@ def tiling_of(kernel: loop.KernelOp) -> Tiling:
         # Flags are present or not (`= 1` or `= true`, which xDSL keeps as -1).
         persistent, unrolled = kernel.persistent is not None, kernel.unrolled is not None
         block = tuple(loop.int_list(kernel.block))
-        return Tiling(block, warps, stages, persistent, unrolled)
+        tail = None
+        if kernel.tail is not None:
+            tiles, splits = loop.int_list(kernel.tail)
+            tail = (tiles, splits)
+        return Tiling(block, warps, stages, persistent, unrolled, tail)
     return choose_tiling(kernel_shape(kernel))
 
 
@@ -1368,6 +1451,8 @@ class TilePass(ModulePass):
                 self.shared_bytes,
                 self.unrolled_rblock,
             )
+            if t.tail is not None and sum(map(loop.is_contraction, kernel.body.walk())) != 1:
+                t = replace(t, tail=None)  # a tail's partials are one contraction's
             set_tiling(kernel, t)
 
 
@@ -1378,3 +1463,4 @@ def set_tiling(kernel: loop.KernelOp, t: Tiling) -> None:
     kernel.stages = IntegerAttr(t.stages, i64)
     kernel.persistent = IntegerAttr(1, i64) if t.persistent else None
     kernel.unrolled = IntegerAttr(1, i64) if t.unrolled else None
+    kernel.tail = int_array(t.tail) if t.tail is not None and t.persistent else None
