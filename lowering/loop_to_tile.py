@@ -292,7 +292,8 @@ class KernelTranslator:
         (the persistent programs, the tiles before the tail), `partial` (the tail's
         K chunks) and `fixup` (their sums and the epilogue); `whole` otherwise."""
         self.workspace = workspace
-        """The tail's f32 partial tiles, [T S BM, BN] (`partial` and `fixup`)."""
+        """The tail's partial tiles, [T S BM, BN] in the accumulator's type (`partial`
+        and `fixup`)."""
         self.memrefs: list[SSAValue] = []
         for op in kernel.body.walk():
             if isinstance(op, loop.LoadOp | loop.StoreOp):
@@ -804,7 +805,9 @@ class KernelTranslator:
         self.grid = [tail * parts]
         # The workspace row of partial s of these rows: ((local S + s) BM + sub + r).
         base = self.apply("add", [self.iapply("mul", local, splits * bm), sub])
-        init = self.full(FloatAttr(0.0, f64), F32, (rows, bn))
+        (red,) = [op for op in self.kernel.body.block.ops if isinstance(op, loop.ReduceOp)]
+        element = accumulator_type(red.result.type)
+        init = self.full(FloatAttr(0.0, f64), element, (rows, bn))
         block = self.loop_block(splits, 1, [init.type])
         with self.scope(block=block):
             s = self.loop_index(block)
@@ -817,12 +820,11 @@ class KernelTranslator:
             part = self.add(
                 tile.LoadOp.create(
                     operands=[self.ptr[self.workspace], offsets],
-                    result_types=[block_type(F32, (rows, bn))],
+                    result_types=[block_type(element, (rows, bn))],
                 )
             )
             self.add(tile.YieldOp.create(operands=[self.apply("add", [block.args[1], part])]))
         (acc,) = self.for_loop(block, [init], splits, 1)
-        (red,) = [op for op in self.kernel.body.block.ops if isinstance(op, loop.ReduceOp)]
         self.bind(red.result, self.round_to(acc, red.result.type))
         self.tiling = Tiling((rows, bn, bk), 4)  # the epilogue's, whole (`epilogue_parts`)
         self.statements(self.kernel.body.block)
@@ -1612,7 +1614,7 @@ class KernelTranslator:
         (kiv,) = op.body.block.args
         summed = op.body.block.last_op.values[0]  # type: ignore[union-attr]
         element = op.result.type
-        acc_type = F32 if element in HALF_TYPES or element == F32 else element
+        acc_type = accumulator_type(element)
         init = self.full(FloatAttr(0.0, f64), acc_type, (bm, bn))
         length = k if chunk is None else chunk[1]
         block = self.loop_block(length, bk, [init.type])
@@ -1692,8 +1694,11 @@ class KernelTranslator:
         """Column parts the epilogue of a contraction kernel's `block` runs on
         (`tile.epilogue_parts`); 1 unless the block is element-wise work on its
         contractions and stores that each depend on the output column
-        (`tile.column_split_epilogue`)."""
+        (`tile.column_split_epilogue`); 1 in a split tail's fixup, whose 16-row tiles
+        are small and whose accumulator is the partials' sum, not a K loop."""
         if self.shape.kind != "contraction" or block is not self.kernel.body.block:
+            return 1
+        if self.role == "fixup":
             return 1
         return epilogue_parts(self.tiling, self.shape)
 
@@ -1793,6 +1798,12 @@ class KernelTranslator:
         return t
 
 
+def accumulator_type(element: Attribute) -> Attribute:
+    """The type a contraction of `element` results accumulates in: f32 for half
+    precision and f32 (tensor cores), f64 for f64."""
+    return F32 if element in HALF_TYPES or element == F32 else element
+
+
 TAIL_FIXUP_ROWS = 16
 """Rows of a split tail's tile one program of its fixup sums and finishes, so that
 its programs (BM / 16 a tile) fill the SMs the tail's tiles did not."""
@@ -1854,7 +1865,9 @@ def tail_translators(
     assert tiling.tail is not None
     tail, splits = tiling.tail
     bm, bn, _ = tiling.block
-    workspace = loop.AllocOp.create(result_types=[MemRefType(F32, [tail * splits * bm, bn])])
+    (red,) = [o for o in op.body.block.ops if isinstance(o, loop.ReduceOp)]
+    element = accumulator_type(red.result.type)
+    workspace = loop.AllocOp.create(result_types=[MemRefType(element, [tail * splits * bm, bn])])
     fn.body.block.insert_op_before(workspace, op)
     out = [
         KernelTranslator(op, unique_name(name + suffix, names), tf32, exact, role, workspace.result)

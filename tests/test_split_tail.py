@@ -173,6 +173,64 @@ def test_a_written_tail_round_trips_and_lowers() -> None:
     assert irc.print_module(irc.parse(printed, "again.ir")) == printed
 
 
+@pytest.mark.parametrize("element", ["f16", "bf16", "f32", "f64"])
+@pytest.mark.parametrize("tail", [(5, 3), (18, 16)])
+def test_written_tails_of_every_float_type_match_torch(element: str, tail: tuple[int, int]) -> None:
+    """A hand-written tail, at any float type (the workspace holds the accumulator's:
+    f64 for f64), of some tiles or all of them, against torch in f64."""
+    text = LOOP_GEMM.replace("PROPS", f"persistent = 1, tail = [{tail[0]}, {tail[1]}]")
+    text = text.replace("f16", element)
+    compiled = irc.compile(irc.parse(text, "tail.ir"), device=DEVICE)
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}.get(
+        element, torch.float64
+    )
+    x, w = torch.randn(300, 999, dtype=dtype), torch.randn(999, 700, dtype=dtype)
+    got = compiled["f"](x.to(DEVICE), w.to(DEVICE)).cpu().double()
+    want = x.double() @ w.double()
+    ulp = {"f16": 2**-10, "bf16": 2**-7, "f32": 2**-20, "f64": 2**-50}[element]
+    assert (got - want).abs().max() <= 4 * ulp * want.abs().max()
+
+
+MANY_OUTPUTS = """func @f(%x: memref<300x999xf16>, %w: memref<999x699xf16>) -> (memref<300x699xf32>, memref<300x699xf32>, memref<300x699xf32>, memref<300x699xf32>) {
+  %0 = loop.alloc : memref<300x699xf32>
+  %1 = loop.alloc : memref<300x699xf32>
+  %2 = loop.alloc : memref<300x699xf32>
+  %3 = loop.alloc : memref<300x699xf32>
+  loop.kernel {name = "mm", bounds = [300, 699], block = [128, 256, 64], warps = 8, stages = 4, persistent = 1, tail = [3, 4]} (%i: index, %j: index) {
+    %4 = loop.reduce {kind = "sum", bounds = [999], contract = true} (%k: index) {
+      %5 = loop.load %x, %i, %k : f16
+      %6 = loop.load %w, %k, %j : f16
+      %7 = loop.apply %5, %6 {fn = "mul"} : f16
+      loop.yield %7
+    } : f16
+    %8 = loop.apply %4 {fn = "cast"} : f32
+    loop.store %8, %0, %i, %j
+    loop.store %8, %1, %i, %j
+    loop.store %8, %2, %i, %j
+    loop.store %8, %3, %i, %j
+  }
+  return %0, %1, %2, %3 : memref<300x699xf32>, memref<300x699xf32>, memref<300x699xf32>, memref<300x699xf32>
+}
+"""
+
+
+def test_a_fixup_runs_its_epilogue_whole() -> None:
+    """Four f32 outputs of 699 columns (rows 4 bytes aligned) take the persistent
+    epilogue in parts (`tile.epilogue_parts`); the fixup's 16-row tiles run it whole
+    on the partials' sum, which no K loop recomputes."""
+    module = irc.parse(MANY_OUTPUTS, "many.ir")
+    run_pipeline(module, "loop-to-tile,tile-cse,dce")
+    irc.verify(module)
+    (fixup,) = [k for k in tile.kernels(module) if k.kernel_name.data.endswith("_fixup")]
+    assert not any(isinstance(op, tile.DotOp) for op in fixup.walk())
+    assert not any(isinstance(op, tile.ColumnPartOp) for op in fixup.walk())
+    compiled = irc.compile(irc.parse(MANY_OUTPUTS, "many.ir"), device=DEVICE)
+    x, w = torch.randn(300, 999, dtype=torch.float16), torch.randn(999, 699, dtype=torch.float16)
+    want = (x.double() @ w.double()).half().double()
+    for got in compiled["f"](x.to(DEVICE), w.to(DEVICE)):
+        assert (got.cpu().double() - want).abs().max() <= 2**-9 * want.abs().max()
+
+
 # --- tile kernels --------------------------------------------------------------------
 
 
