@@ -135,6 +135,9 @@ class KernelShape:
     split_epilogue: bool = False
     """Contractions: whether the epilogue may run on column parts, one after another
     (`column_split_epilogue`)."""
+    contractions: int = 1
+    """Contractions: the dots of the kernel (a SwiGLU's two share one kernel); only
+    one can be split into a tail's chunks (`tail_split`)."""
     row_granule: int = 0
     """Row reductions whose rows do not start 8 bytes apart (`PEELED_ROW_BYTES`), and
     whose every access along the row is a whole row of a full-size buffer: the
@@ -324,6 +327,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                     operand_tiles=operand_tiles(kernel, op),
                     narrow_stores=narrow_stores(kernel, inside),
                     split_epilogue=column_split_epilogue(kernel),
+                    contractions=sum(map(loop.is_contraction, kernel.body.walk())),
                 )  # fmt: skip
     if kind is KernelKind.ATTENTION:
         return attention_shape(kernel, parallel)
@@ -930,7 +934,9 @@ def gemm_tiling(shape: KernelShape, sms: int = 132, shared_bytes: int = SHARED_B
     are persistent (one program an SM walks the tiles), unless their epilogue
     computes transcendental functions or stages bytes that outweigh the K loop
     (`EPILOGUE_K`, `EPILOGUE_BYTE_K`)
-    or its staged tiles do not fit beside the K loop's buffers (`gemm_fits`).
+    or its staged tiles do not fit beside the K loop's buffers (`gemm_fits`). A
+    persistent half GEMM's last, partial round of 128x256 tiles may run its K loops in
+    chunks (`tail_split`), and its rounds are then counted so.
     Measured on an H100 (B=8, T=1024 blocks, bf16): for a Llama residual GEMM that
     also stores `float(h)**2`, 128x128x64 tiles a program each took 50 us where a
     persistent kernel, for its shared memory, had to step K by 16: 70 us."""
@@ -1047,6 +1053,8 @@ def tail_split(
     widest = TENSOR_CORE_TILES[0]
     if not t.persistent or not shape.half or len(shape.parallel) != 2:
         return None
+    if shape.contractions != 1:
+        return None  # the partials are one contraction's
     if (bm, bn) != (widest.bm, widest.bn):
         return None  # a partial round of smaller tiles runs faster than a full one
     (m, n), (k,) = shape.parallel, shape.reduction
@@ -1451,8 +1459,6 @@ class TilePass(ModulePass):
                 self.shared_bytes,
                 self.unrolled_rblock,
             )
-            if t.tail is not None and sum(map(loop.is_contraction, kernel.body.walk())) != 1:
-                t = replace(t, tail=None)  # a tail's partials are one contraction's
             set_tiling(kernel, t)
 
 

@@ -117,6 +117,9 @@ def test_f32_batched_and_program_a_tile_gemms_keep_their_tiles() -> None:
     assert gemm_tiling(batched, 132).tail is None
     whole = Tiling((128, 256, 64), 8, 3)  # a program a tile: its rounds are the GPU's to fill
     assert tail_split(half_gemm(3002, 5714, 5014), whole, 132) is None
+    two = half_gemm(3002, 5714, 5014, contractions=2)  # partials are one contraction's
+    assert gemm_tiling(half_gemm(3002, 5714, 5014), 132).tail is not None
+    assert gemm_tiling(two, 132).tail is None
 
 
 # --- loop IR -------------------------------------------------------------------------
