@@ -296,12 +296,12 @@ def _gemm_kernels(s: Shape) -> int:
 def _launches(kernel: Any) -> int:
     """Kernels a tiled loop.kernel launches: 1, or a split tail's partials and fixup and
     the persistent kernel of the tiles before them (none where the tail is all)."""
-    from irc.dialects import loop
+    from irc.lowering.loop_to_tile import tiles_before_tail
+    from irc.passes.tile import kernel_shape, tiling_of
 
     if kernel.tail is None:
         return 1
-    (bm, bn, _), (m, n) = loop.int_list(kernel.block), kernel.parallel_bounds()
-    return 2 + (-(-m // bm) * -(-n // bn) > loop.int_list(kernel.tail)[0])
+    return 2 + (tiles_before_tail(kernel_shape(kernel), tiling_of(kernel)) > 0)
 
 
 def _causal_attention(s: Shape) -> str:

@@ -748,18 +748,24 @@ class KernelTranslator:
     def tail_layout(self) -> tuple[int, int, int, int]:
         """A split tail's (T, S, tiles before it, K chunk): whole K steps, S of them."""
         tail, splits = self.tiling.tail  # type: ignore[misc]
-        bm, bn, bk = self.tiling.block
-        (m, n), (k,) = self.shape.parallel, self.shape.reduction
+        bk = self.tiling.block[2]
+        (k,) = self.shape.reduction
         steps = -(-k // bk)
         chunk = -(-steps // splits) * bk
-        return tail, splits, -(-m // bm) * -(-n // bn) - tail, chunk
+        return tail, splits, tiles_before_tail(self.shape, self.tiling), chunk
+
+    def workspace_offsets(self, row: SSAValue, rows: int) -> SSAValue:
+        """Offsets of `rows` rows of the split tail's workspace from row `row`."""
+        bn = self.tiling.block[1]
+        r = self.expand(self.apply("add", [row, self.arange(rows)]), 1)
+        return self.apply("add", [self.iapply("mul", r, bn), self.expand(self.arange(bn), 0)])
 
     def tail_partials(self) -> None:
         """A split tail's partial products: program p takes chunk p % S of the K loop of
         tile `first + p // S` and stores its f32 accumulator as tile p of the
         workspace. Operands move by TMA where they can (zero past K)."""
         tail, splits, first, chunk = self.tail_layout()
-        bm, bn, _ = self.tiling.block
+        bm = self.tiling.block[0]
         pid = self.program_id(0)
         tile_id = self.apply(
             "add", [self.iapply("floordiv", pid, splits), self.const(first, self.index)]
@@ -767,11 +773,9 @@ class KernelTranslator:
         self.layout_contraction(tile_id, tile_id)
         self.grid = [tail * splits]
         self.tma = self.index == I32
-        (red,) = [op for op in self.kernel.body.block.ops if isinstance(op, loop.ReduceOp)]
         start = self.iapply("mul", self.iapply("mod", pid, splits), chunk)
-        acc = self.accumulate(red, (start, chunk))
-        rows = self.expand(self.apply("add", [self.iapply("mul", pid, bm), self.arange(bm)]), 1)
-        offsets = self.apply("add", [self.iapply("mul", rows, bn), self.expand(self.arange(bn), 0)])
+        acc = self.accumulate(the_contraction(self.kernel), (start, chunk))
+        offsets = self.workspace_offsets(self.iapply("mul", pid, bm), bm)
         assert self.workspace is not None
         self.add(tile.StoreOp.create(operands=[self.ptr[self.workspace], offsets, acc]))
 
@@ -805,16 +809,14 @@ class KernelTranslator:
         self.grid = [tail * parts]
         # The workspace row of partial s of these rows: ((local S + s) BM + sub + r).
         base = self.apply("add", [self.iapply("mul", local, splits * bm), sub])
-        (red,) = [op for op in self.kernel.body.block.ops if isinstance(op, loop.ReduceOp)]
+        red = the_contraction(self.kernel)
         element = accumulator_type(red.result.type)
         init = self.full(FloatAttr(0.0, f64), element, (rows, bn))
         block = self.loop_block(splits, 1, [init.type])
         with self.scope(block=block):
             s = self.loop_index(block)
-            row0 = self.apply("add", [base, self.iapply("mul", s, bm)])
-            wr = self.expand(self.apply("add", [row0, self.arange(rows)]), 1)
-            offsets = self.apply(
-                "add", [self.iapply("mul", wr, bn), self.expand(self.arange(bn), 0)]
+            offsets = self.workspace_offsets(
+                self.apply("add", [base, self.iapply("mul", s, bm)]), rows
             )
             assert self.workspace is not None
             part = self.add(
@@ -1804,6 +1806,19 @@ def accumulator_type(element: Attribute) -> Attribute:
     return F32 if element in HALF_TYPES or element == F32 else element
 
 
+def the_contraction(kernel: loop.KernelOp) -> loop.ReduceOp:
+    """The one contraction of a GEMM kernel with a split tail (the verifier's rule)."""
+    (red,) = [op for op in kernel.body.block.ops if isinstance(op, loop.ReduceOp)]
+    return red
+
+
+def tiles_before_tail(shape: KernelShape, tiling: Tiling) -> int:
+    """The output tiles a GEMM with a split tail leaves to its persistent programs."""
+    assert tiling.tail is not None
+    (m, n), (bm, bn, _) = shape.parallel, tiling.block
+    return -(-m // bm) * -(-n // bn) - tiling.tail[0]
+
+
 TAIL_FIXUP_ROWS = 16
 """Rows of a split tail's tile one program of its fixup sums and finishes, so that
 its programs (BM / 16 a tile) fill the SMs the tail's tiles did not."""
@@ -1860,21 +1875,20 @@ def tail_translators(
     """The kernels of a GEMM with a split tail (`tile.tail_split`), in launch order:
     the tail's partial products (`NAME_tail`), their sums and epilogue (`NAME_fixup`),
     then the persistent programs over the other tiles (`NAME`, none where the tail is
-    every tile). Their f32 workspace is allocated just before them."""
+    every tile). Their workspace, in the accumulator's type, is allocated just before
+    them."""
     tiling = tiling_of(op)
     assert tiling.tail is not None
     tail, splits = tiling.tail
     bm, bn, _ = tiling.block
-    (red,) = [o for o in op.body.block.ops if isinstance(o, loop.ReduceOp)]
-    element = accumulator_type(red.result.type)
+    element = accumulator_type(the_contraction(op).result.type)
     workspace = loop.AllocOp.create(result_types=[MemRefType(element, [tail * splits * bm, bn])])
     fn.body.block.insert_op_before(workspace, op)
     out = [
         KernelTranslator(op, unique_name(name + suffix, names), tf32, exact, role, workspace.result)
         for role, suffix in (("partial", "_tail"), ("fixup", "_fixup"))
     ]
-    m, n = kernel_shape(op).parallel
-    if -(-m // bm) * -(-n // bn) > tail:
+    if tiles_before_tail(kernel_shape(op), tiling):
         out.append(KernelTranslator(op, name, tf32, exact, "main"))
     return out
 

@@ -276,6 +276,34 @@ def test_a_tail_of_every_tile_launches_no_persistent_kernel() -> None:
     assert names == ["triton_mm_tail", "triton_mm_fixup"]
 
 
+def test_kernel_names_the_tail_would_take_stay_the_inputs() -> None:
+    """Hand-written kernels already named `mm_tail` and `mm_fixup` beside `mm`: the
+    split's kernels take the next free names, and each kernel computes its own."""
+    text = LOOP_GEMM.replace("PROPS", "persistent = 1, tail = [5, 3]")
+    copy = """  %9 = loop.alloc : memref<300x700xf16>
+  loop.kernel {name = "NAME", bounds = [300, 700]} (%a: index, %b: index) {
+    %c = loop.load %0, %a, %b : f16
+    loop.store %c, %9, %a, %b
+  }
+"""
+    body = copy.replace("NAME", "mm_tail") + copy.replace("NAME", "mm_fixup").replace("%9", "%8")
+    text = text.replace(
+        "  return %0 : memref<300x700xf16>", body + "  return %9 : memref<300x700xf16>"
+    )
+    module = irc.parse(text, "names.ir")
+    run_pipeline(module, "loop-to-tile,tile-cse,dce")  # the written tilings, tail and all
+    irc.verify(module)
+    names = sorted(k.kernel_name.data for k in tile.kernels(module))
+    assert names == sorted(
+        ["triton_mm", "triton_mm_tail", "triton_mm_fixup", "triton_mm_tail_", "triton_mm_fixup_"]
+    )
+    compiled = irc.compile(irc.parse(text, "names.ir"), device=DEVICE)
+    x, w = torch.randn(300, 999, dtype=torch.float16), torch.randn(999, 700, dtype=torch.float16)
+    got = compiled["f"](x.to(DEVICE), w.to(DEVICE)).cpu().double()
+    want = x.double() @ w.double()
+    assert (got - want).abs().max() <= 4 * 2**-10 * want.abs().max()
+
+
 def test_the_fusion_report_names_the_three_kernels(tmp_path: Path) -> None:
     text = gemm_text(3002, 5714, 5014, "f16")
     status, _, err = run_opt(tmp_path, text, "--fuse", "--fusion-report", "-o", os.devnull)
