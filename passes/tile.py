@@ -19,9 +19,11 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   longer ones take a program each, 64 f32 a thread (`whole_row_tiling`);
   a longer row that an epilogue reads again stays in registers as unrolled chunks
   of 2048 where they fit 116 f32 a thread of 16 warps (`unrolled_row_tiling`,
-  `unrolled = 1`: rows of up to 59,392 elements, a 50,257-token vocabulary);
-  otherwise one row a program, looped in chunks of 32 warps, at most `rblock`
-  (default 8192) elements (`long_row_tiling`). Rows that are
+  `unrolled = 1`: rows of up to 59,392 elements, a 50,257-token vocabulary),
+  and so is a row past 16384 whose reductions compute transcendental functions
+  (`UNROLLED_TRANSCENDENTAL_ROWS`); otherwise one row a program, looped in chunks
+  of 32 warps (16 where every chunk loads 16-byte vectors of half precision), at
+  most `rblock` (default 8192) elements (`long_row_tiling`). Rows that are
   only reduced give a thread 128 bytes of their loads (8 to 64 elements,
   `reduced_row_elements`): more programs an SM overlap one another's
   cross-warp reductions (a bf16 logsumexp row of 4258: 4 warps, 2.7x faster
@@ -144,6 +146,10 @@ class KernelShape:
     elements of the narrowest such buffer in 16 bytes. A row held in registers as
     chunks is then read from the 16-byte-aligned address before its start
     (`loop-to-tile`'s `RowPeel`), one more chunk at most. 0 otherwise."""
+    rows_aligned: bool = False
+    """Row reductions whose every access along the row is a whole row of a full-size
+    buffer (as for `row_granule`) starting a multiple of 16 bytes after the one
+    before: every chunk of a looped row then loads 16-byte vectors (`long_row_tiling`)."""
 
 
 def index_args(v: SSAValue) -> set[BlockArgument]:
@@ -354,6 +360,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                 kind, parallel, longest, False, epilogue, columns, widest,
                 shared_bytes=shared_bytes(kernel), row_reads=reads,
                 row_granule=0 if columns else row_granule(kernel),
+                rows_aligned=not columns and rows_aligned(kernel),
                 transcendentals=len(heavy_ops(reduced)), loaded_bytes=reduced_bytes(kernel),
             )  # fmt: skip
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
@@ -390,10 +397,11 @@ against 762 and 4163 x 51,938 bf16 (4-byte rows) 310 against 374; 4096 x 50,257 
 556 against 564."""
 
 
-def row_granule(kernel: loop.KernelOp) -> int:
-    """`KernelShape.row_granule` of a reduction kernel: every load and store that a
-    loop index of a reduction or foreach reaches must be `buffer[*kept, r]`, `r`
-    that loop's own index over a whole row of a buffer shaped `[*parallel, R]`."""
+def whole_rows(kernel: loop.KernelOp) -> list[tuple[int, int]] | None:
+    """(row length, element bytes) of every load and store of a reduction kernel that
+    a loop index of a reduction or foreach reaches, where each is `buffer[*kept, r]`,
+    `r` that loop's own index over a whole row of a buffer shaped `[*parallel, R]`;
+    None where one is not."""
     parallel = list(kernel.parallel_bounds())
     ivs = list(kernel.body.block.args)
     rows: list[tuple[int, int]] = []
@@ -412,13 +420,25 @@ def row_granule(kernel: loop.KernelOp) -> int:
             or not isinstance(owner, loop.LOOPS)
             or loop.int_list(owner.bounds) != shape[-1:]
         ):
-            return 0
+            return None
         rows.append((shape[-1], element_bytes(op.buffer.type.element_type)))  # type: ignore[attr-defined]
-    if len({length for length, _ in rows}) != 1:
+    return rows
+
+
+def row_granule(kernel: loop.KernelOp) -> int:
+    """`KernelShape.row_granule` of a reduction kernel (`whole_rows`)."""
+    rows = whole_rows(kernel)
+    if not rows or len({length for length, _ in rows}) != 1:
         return 0  # rows of different lengths (none, or a split stage's)
     if all(length * b % PEELED_ROW_BYTES == 0 for length, b in rows):
         return 0
     return VECTOR_BYTES // min(b for _, b in rows)  # a row's 16-byte vectors
+
+
+def rows_aligned(kernel: loop.KernelOp) -> bool:
+    """`KernelShape.rows_aligned` of a reduction kernel (`whole_rows`)."""
+    rows = whole_rows(kernel)
+    return bool(rows) and all(length * b % VECTOR_BYTES == 0 for length, b in rows)
 
 
 HEAVY = frozenset(
@@ -625,6 +645,16 @@ class Tiling:
 
 LONG_ROW_CHUNK = 8192
 """Most elements of a looped row a program loads a step (the `rblock` option)."""
+ALIGNED_ROW_THREAD_BYTES = 32
+"""Bytes of a step a thread of a looped row read again takes where every chunk loads
+16-byte vectors (`rows_aligned`): two vectors, 16 half-precision elements (f32 rows
+already take 8), so chunks of 8192 at 16 warps rather than 4096 at 32. Measured on an
+H200 (softmax, kernel time, us, 4096 x 32 against 8192 x 16): 6000 x 80,000 f16 812.7
+/ 719.4, 2000 x 100,000 bf16 385.8 / 348.8, 4096 x 128,256 bf16 934.2 / 845.1, 1000 x
+152,064 f16 279.7 / 248.3, 3000 x 65,600 bf16 368.1 / 343.7 (eager: 1001.5, 443.2,
+1111.8, 336.6, 375.0). Rows whose starts are not 16 bytes apart load a few bytes a lane
+and keep 4 a thread: 6320 x 75,945 bf16 took 931 us so, 1018 at 16 a thread (4096 x
+8)."""
 
 
 def long_row_tiling(shape: KernelShape, rblock: int = LONG_ROW_CHUNK) -> Tiling:
@@ -639,8 +669,12 @@ def long_row_tiling(shape: KernelShape, rblock: int = LONG_ROW_CHUNK) -> Tiling:
     rows, so that fewer rows are in flight and a row's second read finds it in
     L2) was 20-75% slower on every one of them: one program an SM keeps too few
     loads in flight. Persistent rows stay an autotuning candidate.
+    Rows read again whose every chunk loads 16-byte vectors (`rows_aligned`) take
+    `ALIGNED_ROW_THREAD_BYTES` a thread (`ALIGNED_ROW_THREAD_BYTES` says why).
     """
     e = min(8, 2 * shape.element_bytes)
+    if shape.rows_aligned and shape.epilogue:
+        e = max(e, ALIGNED_ROW_THREAD_BYTES // shape.element_bytes)
     chunk = min(rblock, MAX_WARPS * 32 * e, next_pow2(numel(shape.reduction)))
     return Tiling((1, chunk), max(1, min(MAX_WARPS, chunk // (32 * e))))
 
@@ -651,6 +685,19 @@ program; longer rows that fit `persistent-rblock` take a program each."""
 WHOLE_ROW_THREAD_F32 = 64
 """f32 values of a row a thread holds where one row fills a program (rows of
 16384 or 32768 elements: 8 or 16 warps)."""
+
+
+UNROLLED_TRANSCENDENTAL_ROWS = 16384
+"""Rows longer than this (padded) that an epilogue reads again and whose reductions
+compute transcendental functions (a softmax's exp) are held as unrolled chunks
+(`unrolled_row_tiling`), not whole at 64 f32 a thread of 16 warps. Measured on an
+H200 (kernel time, us, whole against chunks of 2048): softmax 2907 x 20,500 f32
+168.7 / 118.8, 1217 x 20,174 f32 58.3 / 52.5, 5000 x 24,000 f32 297.5 / 246.7, 4000
+x 30,000 bf16 185.8 / 173.7, 8192 x 32,000 bf16 374.9 / 352.7. Not where the
+reductions compute none, nor at 16384 padded: layer norm 4000 x 20,000 f32 179.4 /
+186.7, 4000 x 30,000 bf16 165.4 / 172.9, RMS norm 3000 x 24,000 f32 141.4 / 153.9;
+softmax 8000 x 12,000 bf16 95.4 / 107.5, 6000 x 16,000 bf16 114.7 / 120.3 (but 3000 x
+12,582 f32 79.7 / 77.1)."""
 
 
 def whole_row_tiling(full: int) -> Tiling:
@@ -775,9 +822,11 @@ def choose_tiling(
             if shape.epilogue:  # the rows stay in registers until the epilogue's store
                 return Tiling((x, full), _warps(x * full, 16, most=epilogue_warps))
             return Tiling((x, full), _warps(x * full, reduced_row_elements(shape), most=32))
-        if full <= persistent_rblock:
-            return whole_row_tiling(full)
         unrolled = unrolled_row_tiling(shape, unrolled_rblock)
+        if full <= persistent_rblock:
+            if unrolled and shape.transcendentals and full > UNROLLED_TRANSCENDENTAL_ROWS:
+                return unrolled
+            return whole_row_tiling(full)
         return unrolled or long_row_tiling(shape, rblock)
     if shape.kind == "attention":
         return attention_tiling(shape, shared_bytes)

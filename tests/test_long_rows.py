@@ -16,14 +16,18 @@ from irc.autotune import candidates
 from irc.compiler import triton_source
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
-from irc.passes.tile import KernelShape, Tiling, choose_tiling, set_tiling
+from irc.passes.tile import KernelShape, Tiling, choose_tiling, kernel_shape, set_tiling
 from irc.pipeline import LOWERING
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
-def vocab_softmax(rows: int, vocab: int, element_bytes: int, reads: int = 2) -> KernelShape:
+def vocab_softmax(
+    rows: int, vocab: int, element_bytes: int, reads: int = 2, aligned: bool = False, exp: int = 1
+) -> KernelShape:
+    """A softmax's rows (`reads` 1: only reduced, a logsumexp's), whose sum computes
+    `exp` transcendental functions an element; `aligned`: rows 16 bytes apart."""
     return KernelShape(
         KernelKind.REDUCTION,
         (rows,),
@@ -31,6 +35,8 @@ def vocab_softmax(rows: int, vocab: int, element_bytes: int, reads: int = 2) -> 
         epilogue=reads > 1,
         element_bytes=element_bytes,
         row_reads=reads,
+        rows_aligned=aligned,
+        transcendentals=exp,
     )
 
 
@@ -41,6 +47,54 @@ def test_vocabulary_rows_too_long_for_registers_stream_in_chunks_of_32_warps() -
     assert t.block == (1, 4096) and t.warps == 32 and not t.persistent and not t.unrolled
     t = choose_tiling(vocab_softmax(4096, 128256, 4))
     assert t.block == (1, 8192) and t.warps == 32 and not t.persistent and not t.unrolled
+
+
+def test_half_rows_16_bytes_apart_read_again_take_32_bytes_a_thread() -> None:
+    """`ALIGNED_ROW_THREAD_BYTES`: every chunk loads 16-byte vectors, so 16 bf16 a
+    thread of 16 warps; f32 rows already take 32 bytes a thread; rows read once,
+    and rows whose starts are not 16 bytes apart, keep 4 a thread of 32 warps."""
+    for vocab in (65600, 80000, 128256):
+        for element_bytes in (2, 4):
+            t = choose_tiling(vocab_softmax(4096, vocab, element_bytes, aligned=True))
+            want = (1, 8192), (16 if element_bytes == 2 else 32)
+            assert (t.block, t.warps) == want and not t.unrolled, (vocab, element_bytes)
+    assert choose_tiling(vocab_softmax(4096, 75945, 2)).block == (1, 4096)
+    once = choose_tiling(vocab_softmax(4096, 128256, 2, reads=1, aligned=True))
+    assert (once.block, once.warps) == ((1, 4096), 32)
+
+
+@pytest.mark.parametrize(
+    ("cols", "dtype", "aligned"),
+    [(80000, "f16", True), (75945, "bf16", False), (80004, "bf16", False), (65601, "f32", False)],
+)
+def test_rows_aligned_is_read_from_the_row_bytes(cols: int, dtype: str, aligned: bool) -> None:
+    """`KernelShape.rows_aligned` of a softmax's kernel: its rows' bytes a multiple of
+    16 (80,004 bf16 rows are 8 bytes apart, not 16); a layer norm's weight and bias
+    are not whole rows, so its rows never count as aligned."""
+    text = PROGRAMS["softmax"].replace("ROWS", "3").replace("COLS", str(cols))
+    module = irc.parse(text.replace("DT", dtype))
+    irc.run_pipeline(module, "fuse,decompose,graph-to-loop")
+    (kernel,) = loop.kernels(module)
+    assert kernel_shape(kernel).rows_aligned == aligned
+    text = PROGRAMS["layer_norm"].replace("ROWS", "3").replace("COLS", "80000")
+    module = irc.parse(text.replace("DT", "f16"))
+    irc.run_pipeline(module, "fuse,decompose,graph-to-loop")
+    (kernel,) = loop.kernels(module)
+    assert not kernel_shape(kernel).rows_aligned
+
+
+def test_aligned_half_rows_in_chunks_of_8192_match_torch() -> None:
+    """A softmax of 65,600 f16 a row, 16 bytes apart: chunks of 8192 at 16 warps,
+    the last one ragged, online max and sum then the output pass."""
+    text = PROGRAMS["softmax"].replace("ROWS", "3").replace("COLS", "65600")
+    module = irc.parse(text.replace("DT", "f16"))
+    irc.run_pipeline(module, "fuse")
+    kernel = kernel_text(module)
+    assert "range(0, 65600, 8192)" in kernel and kernel.count("tl.load(") == 2
+    compiled = irc.compile(irc.parse(text.replace("DT", "f16")), device=DEVICE)
+    x = (torch.randn(3, 65600, device=DEVICE) * 8).to(torch.float16)
+    x[1, 65599] = 60.0  # the max in the ragged last chunk
+    assert_matches_torch("softmax", compiled.f(x), x, "f16")
 
 
 def test_rows_read_once_stream_one_program_a_row() -> None:
@@ -196,9 +250,21 @@ def test_the_output_pass_walks_the_chunks_backwards() -> None:
 
 
 def test_rows_up_to_32768_stay_whole_one_a_program_at_64_f32_a_thread() -> None:
-    for vocab, element_bytes, warps in ((12000, 2, 8), (32000, 2, 16), (30000, 4, 16)):
+    for vocab, element_bytes, warps in ((12000, 2, 8), (16384, 4, 8)):
         t = choose_tiling(vocab_softmax(4096, vocab, element_bytes))
         assert t.block == (1, 1 << (vocab - 1).bit_length()) and t.warps == warps
+    # Past 16384 only where the reductions compute no transcendental function (a
+    # layer norm's) or the row is read once (`UNROLLED_TRANSCENDENTAL_ROWS`).
+    for vocab, element_bytes in ((20500, 4), (32000, 2), (16385, 2)):
+        assert choose_tiling(vocab_softmax(4096, vocab, element_bytes)) == Tiling(
+            (1, 2048), 16, unrolled=True
+        )
+        for shape in (
+            vocab_softmax(4096, vocab, element_bytes, exp=0),
+            vocab_softmax(4096, vocab, element_bytes, reads=1),
+        ):
+            t = choose_tiling(shape)
+            assert t.block == (1, 32768) and t.warps == 16 and not t.unrolled
     # Past 32768 (padded) a whole row would spill: unrolled chunks, or streamed
     # where the row is read once.
     assert choose_tiling(vocab_softmax(4096, 32769, 2)).unrolled
@@ -209,7 +275,7 @@ def test_rows_up_to_32768_stay_whole_one_a_program_at_64_f32_a_thread() -> None:
     ("program", "rows", "cols", "dtype"),
     [
         ("softmax", 3, 9001, "f32"),  # 16384 padded: 8 warps
-        ("softmax", 2, 20011, "bf16"),  # 32768 padded: 16 warps
+        ("logsumexp", 2, 20011, "bf16"),  # 32768 padded: 16 warps
         ("logsumexp", 3, 16385, "f16"),  # one past a power of two
     ],
 )
@@ -225,6 +291,20 @@ def test_whole_rows_past_8192_match_torch(program: str, rows: int, cols: int, dt
     x = (torch.randn(rows, cols, device=DEVICE) * 8).to(DTYPES[dtype])
     x[1, cols - 1] = 60.0  # the max in the padded row's last real element
     assert_matches_torch(program, compiled.f(x), x, dtype)
+
+
+def test_softmax_rows_past_16384_are_held_as_unrolled_chunks_and_match_torch() -> None:
+    """A softmax of 20,011 bf16 a row (`UNROLLED_TRANSCENDENTAL_ROWS`): ten chunks of
+    2048, one load each, no loop, the last chunk masked."""
+    text = PROGRAMS["softmax"].replace("ROWS", "2").replace("COLS", "20011")
+    module = irc.parse(text.replace("DT", "bf16"))
+    irc.run_pipeline(module, "fuse")
+    kernel = kernel_text(module)
+    assert "for " not in kernel and kernel.count("tl.load(") == 10
+    compiled = irc.compile(irc.parse(text.replace("DT", "bf16")), device=DEVICE)
+    x = (torch.randn(2, 20011, device=DEVICE) * 8).to(torch.bfloat16)
+    x[1, 20010] = 60.0  # the max in the masked last chunk
+    assert_matches_torch("softmax", compiled.f(x), x, "bf16")
 
 
 UNROLLED_CASES = [
