@@ -509,6 +509,19 @@ class StoreOp(IRDLOperation):
     value = operand_def()
     mask = var_operand_def()
 
+    def verify_(self) -> None:
+        # Triton's tl.store broadcasts the value and the mask to the offsets' shape,
+        # never the offsets to theirs: a wider value would be a compile error on the
+        # GPU (and several values for one address, a race).
+        offsets = _shape(self.offsets.type)
+        shapes = [offsets, _shape(self.value.type), *(_shape(m.type) for m in self.mask)]
+        shape = _broadcast(self, shapes)
+        if shape != offsets:
+            raise VerifyException(
+                f"{self.name}: the value (and mask) broadcast to shape {list(shape)}, wider "
+                f"than the offsets' {list(offsets)}: a store writes one value an offset"
+            )
+
 
 def _check_block_access(
     op: IRDLOperation,
