@@ -350,6 +350,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
             columns, widest = column_extent(kernel)
             longest = max(spaces, key=numel)
             reads = sum(numel(s) == numel(longest) for s in spaces)
+            rows = None if columns else whole_rows(kernel)
             reduced = {
                 e
                 for red in kernel.body.walk()
@@ -359,8 +360,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
             return KernelShape(
                 kind, parallel, longest, False, epilogue, columns, widest,
                 shared_bytes=shared_bytes(kernel), row_reads=reads,
-                row_granule=0 if columns else row_granule(kernel),
-                rows_aligned=not columns and rows_aligned(kernel),
+                row_granule=row_granule(rows), rows_aligned=rows_aligned(rows),
                 transcendentals=len(heavy_ops(reduced)), loaded_bytes=reduced_bytes(kernel),
             )  # fmt: skip
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
@@ -425,9 +425,8 @@ def whole_rows(kernel: loop.KernelOp) -> list[tuple[int, int]] | None:
     return rows
 
 
-def row_granule(kernel: loop.KernelOp) -> int:
-    """`KernelShape.row_granule` of a reduction kernel (`whole_rows`)."""
-    rows = whole_rows(kernel)
+def row_granule(rows: list[tuple[int, int]] | None) -> int:
+    """`KernelShape.row_granule` of a reduction kernel's `whole_rows`."""
     if not rows or len({length for length, _ in rows}) != 1:
         return 0  # rows of different lengths (none, or a split stage's)
     if all(length * b % PEELED_ROW_BYTES == 0 for length, b in rows):
@@ -435,9 +434,8 @@ def row_granule(kernel: loop.KernelOp) -> int:
     return VECTOR_BYTES // min(b for _, b in rows)  # a row's 16-byte vectors
 
 
-def rows_aligned(kernel: loop.KernelOp) -> bool:
-    """`KernelShape.rows_aligned` of a reduction kernel (`whole_rows`)."""
-    rows = whole_rows(kernel)
+def rows_aligned(rows: list[tuple[int, int]] | None) -> bool:
+    """`KernelShape.rows_aligned` of a reduction kernel's `whole_rows`."""
     return bool(rows) and all(length * b % VECTOR_BYTES == 0 for length, b in rows)
 
 
