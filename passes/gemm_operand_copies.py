@@ -24,7 +24,7 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.analysis.tma import TMA_BYTES
@@ -187,8 +187,8 @@ def copy_kernel(
 ) -> loop.KernelOp:
     """`target[i_order[0], i_order[1]] = source[i, j]`: a copy, or with `order = (1, 0)`
     a transposition, over `source`'s shape; with `zero_pad`, over `target`'s, whose
-    columns past the source's are written 0 (a GEMM may then run its K loop over
-    them, unmasked)."""
+    rows and columns past the source's are written 0 (a GEMM may then run its K loop
+    over them, unmasked)."""
     element = source.type.element_type  # type: ignore[attr-defined]
     shape = list((target if zero_pad else source).type.get_shape())  # type: ignore[attr-defined]
     body = Block(arg_types=[IndexType(), IndexType()])
@@ -198,26 +198,44 @@ def copy_kernel(
         store_at = [body.args[d] for d in order]
         body.add_op(loop.StoreOp.create(operands=[value.result, target, *store_at]))
     else:
-        row, col = body.args
-        columns = source.type.get_shape()[order[1]]  # type: ignore[attr-defined]
-        last = loop.ConstantOp.create(
-            properties={"value": IntegerAttr(columns - 1, i64)}, result_types=[IndexType()]
-        )
-        width = loop.ConstantOp.create(
-            properties={"value": IntegerAttr(columns, i64)}, result_types=[IndexType()]
-        )
         zero = loop.ConstantOp.create(
             properties={"value": FloatAttr(0.0, element)}, result_types=[element]
         )
-        clamped = _apply("minimum", [col, last.result], IndexType())
-        inside = _apply("lt", [col, width.result], i1)
-        at = [row, clamped.result]  # target [r, c] reads source [r, c] or [c, r]
+        ops: list[Operation] = [zero]
+        at: list[SSAValue] = []  # target [r, c] reads source [r, c] or [c, r]
+        inside: SSAValue | None = None
+        for axis, index in enumerate(body.args):
+            extent = source.type.get_shape()[order[axis]]  # type: ignore[attr-defined]
+            if extent == shape[axis]:
+                at.append(index)
+                continue
+            last = loop.ConstantOp.create(
+                properties={"value": IntegerAttr(extent - 1, i64)}, result_types=[IndexType()]
+            )
+            width = loop.ConstantOp.create(
+                properties={"value": IntegerAttr(extent, i64)}, result_types=[IndexType()]
+            )
+            clamped = _apply("minimum", [index, last.result], IndexType())
+            within = _apply("lt", [index, width.result], i1)
+            ops += [last, width, clamped, within]
+            if inside is not None:
+                both = _apply("and", [inside, within.result], i1)
+                ops.append(both)
+                within = both
+            inside = within.result
+            at.append(clamped.result)
         value = loop.LoadOp.create(
-            operands=[source, *(at if order == (0, 1) else at[::-1])], result_types=[element]
+            operands=[source, *(at if tuple(order) == (0, 1) else at[::-1])],
+            result_types=[element],
         )
-        chosen = _apply("where", [inside.result, value.result, zero.result], element)
-        body.add_ops([last, width, zero, clamped, inside, value, chosen])
-        body.add_op(loop.StoreOp.create(operands=[chosen.result, target, row, col]))
+        ops.append(value)
+        stored = value.result
+        if inside is not None:
+            chosen = _apply("where", [inside, value.result, zero.result], element)
+            ops.append(chosen)
+            stored = chosen.result
+        body.add_ops(ops)
+        body.add_op(loop.StoreOp.create(operands=[stored, target, *body.args]))
     return loop.KernelOp.create(
         properties={
             "name": StringAttr(name),
