@@ -65,6 +65,7 @@ from irc.ir.types import (
     ELEMENT_TYPES,
     F32,
     FLOAT_TYPES,
+    HALF_TYPES,
     I1,
     INT_NAMES,
     MAX_ELEMENTS,
@@ -282,6 +283,96 @@ class AllocOp(IRDLOperation):
                 f"loop.alloc allocates on the host: it stands in a function's body, not in "
                 f"{parent.name}"
             )
+
+
+LIBRARY_K = -1
+"""In `loop.library_matmul`'s `a_dims` and `b_dims`: the operand dimension that
+runs along K, the summed one (the others name the output dimension they run along)."""
+
+
+@irdl_op_definition
+class LibraryMatmulOp(IRDLOperation):
+    """`out = a @ b` by the vendor's GEMM library (cuBLAS through `torch.matmul`), on
+    the host: `library-gemm` puts a contraction there where that was measured faster.
+
+    `a_dims` and `b_dims` say, for each dimension of the operand's buffer, which
+    output dimension it runs along, or K (`LIBRARY_K`, -1): `a` holds the rows (the
+    output's next-to-last dimension) and K, `b` K and the columns, each any of the
+    leading (batch) dimensions it does not broadcast over. A buffer may be longer
+    than what is read or written (rows padded to 16 bytes, which cuBLAS's fast
+    kernels need of the output too): the first `k` along K, the first `sizes`
+    ([batch..., M, N]) of each output dimension. Half-precision operands, summed in
+    f32 and rounded once, as irc's own GEMM kernels do; `reason` keeps the
+    measurement that chose it."""
+
+    name = "loop.library_matmul"
+    a = operand_def(MemRefType)
+    b = operand_def(MemRefType)
+    out = operand_def(MemRefType)
+    a_dims = prop_def(ArrayAttr)
+    b_dims = prop_def(ArrayAttr)
+    sizes = prop_def(ArrayAttr)
+    k = prop_def(IntegerAttr)
+    reason = opt_prop_def(StringAttr)
+
+    def verify_(self) -> None:
+        parent = self.parent_op()
+        if parent is not None and parent.name != "func.func":
+            raise VerifyException(
+                f"loop.library_matmul runs on the host: it stands in a function's body, "
+                f"not in {parent.name}"
+            )
+        out = self.out.type
+        assert isinstance(out, MemRefType)
+        types = [v.type for v in (self.a, self.b, self.out)]
+        if any(t.element_type not in HALF_TYPES for t in types):  # type: ignore[attr-defined]
+            raise VerifyException(
+                "loop.library_matmul: operands and output are bf16 or f16, got "
+                + ", ".join(format_type(t.element_type) for t in types)  # type: ignore[attr-defined]
+            )
+        if len({t.element_type for t in types}) != 1:  # type: ignore[attr-defined]
+            raise VerifyException("loop.library_matmul: operands and output share one element type")
+        rank = out.get_num_dims()
+        if rank < 2:
+            raise VerifyException(
+                "loop.library_matmul: the output has rows and columns (2-d or more)"
+            )
+        if self.out in (self.a, self.b):
+            raise VerifyException("loop.library_matmul: the output is not one of its operands")
+        sizes = check_int_list(self, "sizes", self.sizes, 1, MAX_ELEMENTS, lengths=(rank,))
+        if any(s > o for s, o in zip(sizes, out.get_shape(), strict=True)):
+            raise VerifyException(
+                f"loop.library_matmul: sizes {sizes} do not fit the output's "
+                f"{format_type(out)}"
+            )
+        k = check_int(self, "k", self.k, 1, MAX_ELEMENTS)
+        for name, value, dims, own, other in (
+            ("a", self.a, self.a_dims, rank - 2, rank - 1),
+            ("b", self.b, self.b_dims, rank - 1, rank - 2),
+        ):
+            t = value.type
+            assert isinstance(t, MemRefType)
+            shape = t.get_shape()
+            labels = check_int_list(
+                self, f"{name}_dims", dims, LIBRARY_K, rank - 1, lengths=(len(shape),)
+            )
+            if sorted(labels).count(LIBRARY_K) != 1 or labels.count(own) != 1:
+                raise VerifyException(
+                    f"loop.library_matmul: {name}_dims names K ({LIBRARY_K}) once and the "
+                    f"output's dimension {own} once"
+                )
+            if other in labels or len(set(labels)) != len(labels):
+                raise VerifyException(
+                    f"loop.library_matmul: {name}_dims may not name the output's dimension "
+                    f"{other} or any dimension twice"
+                )
+            for size, label in zip(shape, labels, strict=True):
+                want = k if label == LIBRARY_K else sizes[label]
+                if size < want:
+                    along = "K" if label == LIBRARY_K else f"output dimension {label}"
+                    raise VerifyException(
+                        f"loop.library_matmul: {name} runs {size} along {along}, which needs {want}"
+                    )
 
 
 MAX_TAIL_PROGRAMS = 1 << 16
@@ -919,8 +1010,8 @@ LOOPS = REDUCING_LOOPS | ForeachOp
 Loop = Dialect(
     "loop",
     [
-        AllocOp, KernelOp, ReduceOp, SoftmaxReduceOp, WelfordReduceOp, ForeachOp, YieldOp,
-        LoadOp, StoreOp, ApplyOp, ConstantOp,
+        AllocOp, LibraryMatmulOp, KernelOp, ReduceOp, SoftmaxReduceOp, WelfordReduceOp,
+        ForeachOp, YieldOp, LoadOp, StoreOp, ApplyOp, ConstantOp,
     ],
     [ApplyFnAttr],
 )  # fmt: skip

@@ -213,7 +213,9 @@ class Progress:
         self.stream.flush()
 
 
-def _buffers(kernel: loop.KernelOp, device: str) -> list[Any]:
+def random_buffers(kernel: loop.KernelOp, device: str) -> list[Any]:
+    """Random inputs (zeros for integers) for every buffer `kernel` loads or stores,
+    in the order it first touches them."""
     import torch
 
     from irc.testing.reference import torch_dtype
@@ -259,7 +261,7 @@ def time_tiling(kernel: loop.KernelOp, t: Tiling, device: str) -> float:
     try:
         mod = load_source(source, device)
         fn = getattr(mod, name)
-        bufs = _buffers(trial, device)
+        bufs = random_buffers(trial, device)
         grid = tuple(a.value.data for a in tk.grid.data)  # type: ignore[attr-defined]
         if t.persistent:
             grid = mod._persistent_grid(grid[0])

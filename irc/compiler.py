@@ -45,12 +45,16 @@ def lower_to_tile(
     autotune: str | None = None,
     tf32: bool = False,
     target: Target | None = None,
+    library_gemm: str = "never",
 ) -> ModuleOp:
     """Runs whatever part of the lowering the module still needs (in place).
 
     `target` sets the `tile` pass's options (the portable default without one).
     With `autotune` set to a device ("cuda"), every kernel's tiling is measured
-    and chosen there before the loop-to-tile step.
+    and chosen there before the loop-to-tile step. `library_gemm` says which
+    half-precision GEMM kernels run on the vendor's library (`library-gemm`):
+    "never", "always" (every one it can take) or "cuda" (those measured faster
+    on the GPU, `irc.library_choice`).
 
     The passes after `tile` are verified once, after the last of them, not after
     each (`verify_each`): a verification of a 10,000-op graph's tile kernels
@@ -76,7 +80,21 @@ def lower_to_tile(
     # be written by hand): kept, where the tile pass and the interpreter's re-tiling
     # would choose their own. Kernels that come without one are tiled.
     written = {k: tiling_of(k) for k in loop.kernels(module) if k.block is not None}
-    run_pipeline(module, ",".join(passes[:tiled]), verify_each=verify_each)
+    # The library's GEMMs are chosen before `pad-gemm-operands`: the library pads its
+    # own operands (`irc.runtime.launch.library_operand`), and irc's kernel is timed
+    # with the copies it would read.
+    chosen = passes.index("pad-gemm-operands") if "pad-gemm-operands" in passes else tiled - 1
+    run_pipeline(module, ",".join(passes[:chosen]), verify_each=verify_each)
+    if library_gemm in ("always", "cuda"):
+        from irc.library_choice import choose_library_gemms
+
+        def lower(variant: ModuleOp, on: Target) -> None:
+            lower_to_tile(variant, verify_each=False, tf32=tf32, target=on)
+
+        # (a hand-written tiling is the user's choice of irc's kernel)
+        skip = set(written)
+        choose_library_gemms(module, target or Target(), library_gemm, skip=skip, lower=lower)
+    run_pipeline(module, ",".join(passes[chosen:tiled]), verify_each=verify_each)
     if target is not None:
         target.retile(module)
     for kernel, tiling in written.items():
@@ -99,11 +117,12 @@ def triton_source(
     autotune: str | None = None,
     tf32: bool = False,
     target: Target | None = None,
+    library_gemm: str = "never",
 ) -> str:
     """The Triton Python module for `module` (lowered first when needed)."""
     from irc.lowering.tile_to_triton import emit_triton
 
-    lower_to_tile(module, autotune=autotune, tf32=tf32, target=target)
+    lower_to_tile(module, autotune=autotune, tf32=tf32, target=target, library_gemm=library_gemm)
     with paused_gc():
         return emit_triton(module, "".join(c if c.isprintable() else "?" for c in source))
 
@@ -157,6 +176,8 @@ def resolve_device(device: object) -> str:
             raise IrcError(Diagnostic(None, f'device="cuda": {why}; use device="cpu"'))
     return parsed.type
 
+
+LIBRARY_GEMM_CHOICES = ("measured", "never", "always")
 
 _MISSING = object()
 
@@ -287,6 +308,7 @@ def compile(
     autotune: bool = False,
     tf32: bool = False,
     cuda_graphs: bool = False,
+    library_gemm: str = "measured",
 ) -> CompiledModule:
     """Compiles a `.ir` file (path) or a parsed module (copied, not changed).
 
@@ -298,6 +320,10 @@ def compile(
     outputs are reused by the next call with the same inputs).
     `device` is "cpu", "cuda" or a torch.device of either (default: CUDA when
     torch has it); it is checked before anything is compiled.
+    `library_gemm` says which half-precision GEMMs run on cuBLAS (through
+    `torch.matmul`), their epilogue as an irc kernel: "measured" (on a CUDA GPU,
+    those timed faster than irc's fused kernel: `irc.library_choice`), "never" or
+    "always" (every one `library-gemm` can take, also on CPU).
 
     An `nn.Module` or a function with `example_inputs` (a tuple of its
     arguments; keyword arguments in `example_kwargs`) is captured with
@@ -310,13 +336,18 @@ def compile(
 
         def compile_graph(module: ModuleOp, on: str) -> CompiledModule:
             return compile(module, device=on, fuse=fuse, autotune=autotune, tf32=tf32,
-                           cuda_graphs=cuda_graphs)  # fmt: skip
+                           cuda_graphs=cuda_graphs, library_gemm=library_gemm)  # fmt: skip
 
         return compile_torch(
             program, example_inputs, compile_graph,
             device=None if device is None else resolve_device(device),
             example_kwargs=example_kwargs,
         )  # type: ignore[return-value]  # fmt: skip
+    if library_gemm not in LIBRARY_GEMM_CHOICES:
+        raise ValueError(
+            f"irc.compile: library_gemm is one of {', '.join(map(repr, LIBRARY_GEMM_CHOICES))}, "
+            f"got {library_gemm!r}"
+        )
     if example_inputs is not None or example_kwargs is not None:
         raise TypeError("irc.compile: example_inputs go with an nn.Module or a function, not .ir")
     device = resolve_device(device)
@@ -342,8 +373,11 @@ def compile(
     if cuda_graphs and device != "cuda":
         raise IrcError(Diagnostic(None, "CUDA graphs need a CUDA GPU; none is in use"))
     target = cuda_target() if device == "cuda" else interpreter_target()
+    measured = "cuda" if device == "cuda" else "never"
+    library = {"measured": measured, "never": "never", "always": "always"}[library_gemm]
     text = triton_source(
-        module, source, autotune=device if autotune else None, tf32=tf32, target=target
-    )
+        module, source, autotune=device if autotune else None, tf32=tf32, target=target,
+        library_gemm=library,
+    )  # fmt: skip
     kernels = len(tile.kernels(module))
     return CompiledModule(text, device, kernels, module, cuda_graphs, target)

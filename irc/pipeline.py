@@ -385,14 +385,16 @@ def function_level(op: Operation) -> str | None:
 
 
 def _nothing_to_lower(op: Operation) -> bool:
-    """A loop-level function whose body is its return alone: loop-to-tile leaves it as
-    it is, so it is tile-level IR too."""
+    """A loop-level function without kernels (its return alone, or buffers and
+    library GEMMs): loop-to-tile leaves it as it is, so it is tile-level IR too."""
     from xdsl.dialects import func
+
+    from irc.dialects import loop
 
     return (
         isinstance(op, func.FuncOp)
         and function_level(op) == "loop"
-        and isinstance(op.body.block.first_op, func.ReturnOp)
+        and not any(isinstance(o, loop.KernelOp) for o in op.body.block.ops)
     )
 
 

@@ -1849,7 +1849,7 @@ def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list
             translators = tail_translators(fn, op, name, names, tf32, exact)
         for translator in translators:
             kernel = translator.build()
-            if any(isinstance(o, tile.LaunchOp) for o in fn.body.block.ops):
+            if isinstance(previous_work(op), tile.LaunchOp):
                 # Not the function's first kernel: its launch can overlap the previous one.
                 kernel.pdl = IntegerAttr(1, i64)
             kernels.append(kernel)
@@ -1862,6 +1862,17 @@ def lower_function(fn: func.FuncOp, names: set[str], tf32: bool = False) -> list
         op.detach()
         op.erase()
     return kernels
+
+
+def previous_work(op: Operation) -> Operation | None:
+    """The launch or library GEMM before `op` in its function, if any. A kernel after
+    a library GEMM is not launched early (PDL), a precaution: where cuBLAS's kernel
+    lets dependents start before it ends, their waiting programs would hold SMs its
+    last tiles need."""
+    prev = op.prev_op
+    while prev is not None and not isinstance(prev, tile.LaunchOp | loop.LibraryMatmulOp):
+        prev = prev.prev_op
+    return prev
 
 
 def tail_translators(

@@ -58,7 +58,7 @@ from irc.runtime.helpers import (  # the @triton.jit helpers the kernels call
     _irc_min, _irc_pow, _irc_tanh, _irc_tf32_head, _irc_tf32_parts, _irc_tf32_tail, _irc_to_bf16,
     _irc_wait_for_previous_kernel,
 )
-from irc.runtime.launch import host_functions
+from irc.runtime.launch import host_functions, library_operand as _library_operand
 
 # irc.compile sets DEVICE before running this module; run on its own, it picks.
 DEVICE = globals().get("DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -595,6 +595,10 @@ class HostPrinter:
                 call_args = "".join(self.names[a] + ", " for a in op.args)
                 kernel = self.identifiers[k]
                 lines.append(f"    _launch({kernel}, {grid}, ({call_args}), {warps}{stages})")
+            elif isinstance(op, loop.LibraryMatmulOp):
+                if op.reason is not None:
+                    lines.append(f"    # {_comment(op.reason.data)}")
+                lines.append(f"    {library_call(op, self.names)}")
             elif isinstance(op, func.ReturnOp):
                 outs = [self.names[v] for v in op.operands]
                 if len(outs) == 1:
@@ -604,6 +608,65 @@ class HostPrinter:
             else:
                 raise NotImplementedError(f"tile-to-triton: unexpected host op {op.name}")
         return "\n".join(lines)
+
+
+def library_call(op: loop.LibraryMatmulOp, names: dict[SSAValue, str]) -> str:
+    """The `torch.matmul` of a `loop.library_matmul`: K rounded up to whole 16-byte
+    granules, and the columns too where the output's rows have room for them
+    (`library_operand` pads what is short with zeros)."""
+    from irc.runtime.launch import LIBRARY_ALIGN_BYTES  # (imports torch: only when needed)
+
+    out = op.out.type
+    assert isinstance(out, MemRefType)
+    per = LIBRARY_ALIGN_BYTES // element_bytes(out.element_type)
+    *_, m, n = (_int(s) for s in op.sizes.data)
+    k = -(-_int(op.k) // per) * per
+    n = max(n, min(-(-n // per) * per, out.get_shape()[-1]))
+    a = library_view(op, 0, names[op.a])
+    b = library_view(op, 1, names[op.b])
+    return (
+        f"torch.matmul(_library_operand({a}, {m}, {k}), _library_operand({b}, {k}, {n}), "
+        f"out={library_view(op, 2, names[op.out], n)})"
+    )
+
+
+def library_view(op: loop.LibraryMatmulOp, which: int, name: str, columns: int = 0) -> str:
+    """Operand `which` (0: `a`, 1: `b`, 2: `out`, its first `columns` where given)
+    of a `loop.library_matmul` as the torch view `torch.matmul` takes: its dimensions permuted to [batch..., M, K] (or
+    [..., K, N]), each cut to what is read or written, with a size-1 dimension for a
+    batch dimension it broadcasts over after one it has (leading ones broadcast by
+    themselves)."""
+    out = op.out.type
+    buffer = (op.a, op.b, op.out)[which].type
+    assert isinstance(out, MemRefType) and isinstance(buffer, MemRefType)
+    rank = out.get_num_dims()
+    sizes = [_int(s) for s in op.sizes.data]
+    if which == 2:
+        sizes[-1] = columns or sizes[-1]
+        cuts = [":" if o == s else f":{s}" for o, s in zip(out.get_shape(), sizes, strict=True)]
+        return name if all(c == ":" for c in cuts) else f"{name}[{', '.join(cuts)}]"
+    labels = [_int(d) for d in (op.a_dims, op.b_dims)[which].data]
+    own = rank - 2 + which  # the rows for `a`, the columns for `b`
+    matrix = [own, loop.LIBRARY_K] if which == 0 else [loop.LIBRARY_K, own]
+    batch = [d for d in range(rank - 2) if d in labels]
+    target = batch + matrix
+    order = [labels.index(d) for d in target]
+    view = name
+    if order != list(range(len(order))):
+        view += f".permute{tuple(order)}"
+    shape = buffer.get_shape()
+    k = _int(op.k)
+
+    def cut(d: int) -> str:
+        want = k if d == loop.LIBRARY_K else sizes[d]
+        return ":" if shape[labels.index(d)] == want else f":{want}"
+
+    first = batch[0] if batch else rank - 2
+    parts = [cut(d) if d in labels else "None" for d in range(first, rank - 2)]
+    parts += [cut(d) for d in matrix]
+    if any(p != ":" for p in parts):
+        view += f"[{', '.join(parts)}]"
+    return view
 
 
 def emit_triton(module: ModuleOp, source: str = "irc") -> str:

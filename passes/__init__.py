@@ -64,6 +64,12 @@ def _split_tf32_gemm_operands() -> type[ModulePass]:
     return SplitTf32GemmOperandsPass
 
 
+def _library_gemm() -> type[ModulePass]:
+    from irc.passes.library_gemm import LibraryGemmPass
+
+    return LibraryGemmPass
+
+
 def _tile() -> type[ModulePass]:
     from irc.passes.tile import TilePass
 
@@ -122,6 +128,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "split-tf32-gemm-operands": _split_tf32_gemm_operands,
     "k-major-gemm-operands": _k_major_gemm_operands,
     "split-k": _split_k,
+    "library-gemm": _library_gemm,
     "tile": _tile,
     "online-softmax": _online_softmax,
     "loop-to-tile": _loop_to_tile,
