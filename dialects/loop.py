@@ -285,6 +285,17 @@ class AllocOp(IRDLOperation):
             )
 
 
+LIBRARY_TYPES = HALF_TYPES | {F32}
+"""The element types `loop.library_matmul` multiplies."""
+
+
+def library_granule(element: Attribute) -> int:
+    """Elements whose multiples cuBLAS's fast kernels want K, the columns and every
+    operand's row spacing in: 16 bytes for half precision (its tensor-core kernels:
+    5701x4543 @ 4543x1196 bf16 took 541 us as it is and 93 padded, on an H200), any
+    for f32, whose SGEMM ran as fast on odd sizes (1293x1310x1545: 137 us)."""
+    return 1 if element == F32 else 8
+
 LIBRARY_K = -1
 """In `loop.library_matmul`'s `a_dims` and `b_dims`: the operand dimension that
 runs along K, the summed one (the others name the output dimension they run along)."""
@@ -301,8 +312,9 @@ class LibraryMatmulOp(IRDLOperation):
     leading (batch) dimensions it does not broadcast over. A buffer may be longer
     than what is read or written (rows padded to 16 bytes, which cuBLAS's fast
     kernels need of the output too): the first `k` along K, the first `sizes`
-    ([batch..., M, N]) of each output dimension. Half-precision operands, summed in
-    f32 and rounded once, as irc's own GEMM kernels do; `reason` keeps the
+    ([batch..., M, N]) of each output dimension. bf16, f16 or f32 operands (`LIBRARY_TYPES`),
+    summed in f32 and rounded once, as irc's own GEMM kernels do (f32 products in
+    f32, never TF32: `irc.runtime.launch.library_matmul`); `reason` keeps the
     measurement that chose it."""
 
     name = "loop.library_matmul"
@@ -325,9 +337,9 @@ class LibraryMatmulOp(IRDLOperation):
         out = self.out.type
         assert isinstance(out, MemRefType)
         types = [v.type for v in (self.a, self.b, self.out)]
-        if any(t.element_type not in HALF_TYPES for t in types):  # type: ignore[attr-defined]
+        if any(t.element_type not in LIBRARY_TYPES for t in types):  # type: ignore[attr-defined]
             raise VerifyException(
-                "loop.library_matmul: operands and output are bf16 or f16, got "
+                "loop.library_matmul: operands and output are bf16, f16 or f32, got "
                 + ", ".join(format_type(t.element_type) for t in types)  # type: ignore[attr-defined]
             )
         if len({t.element_type for t in types}) != 1:  # type: ignore[attr-defined]

@@ -52,7 +52,7 @@ def lower_to_tile(
     `target` sets the `tile` pass's options (the portable default without one).
     With `autotune` set to a device ("cuda"), every kernel's tiling is measured
     and chosen there before the loop-to-tile step. `library_gemm` says which
-    half-precision GEMM kernels run on the vendor's library (`library-gemm`):
+    GEMM kernels run on the vendor's library (`library-gemm`):
     "never", "always" (every one it can take) or "cuda" (those measured faster
     on the GPU, `irc.library_choice`).
 
@@ -93,7 +93,9 @@ def lower_to_tile(
 
         # (a hand-written tiling is the user's choice of irc's kernel)
         skip = set(written)
-        choose_library_gemms(module, target or Target(), library_gemm, skip=skip, lower=lower)
+        choose_library_gemms(
+            module, target or Target(), library_gemm, skip=skip, lower=lower, f32=not tf32
+        )
     run_pipeline(module, ",".join(passes[chosen:tiled]), verify_each=verify_each)
     if target is not None:
         target.retile(module)
@@ -320,8 +322,8 @@ def compile(
     outputs are reused by the next call with the same inputs).
     `device` is "cpu", "cuda" or a torch.device of either (default: CUDA when
     torch has it); it is checked before anything is compiled.
-    `library_gemm` says which half-precision GEMMs run on cuBLAS (through
-    `torch.matmul`), their epilogue as an irc kernel: "measured" (on a CUDA GPU,
+    `library_gemm` says which bf16, f16 and f32 GEMMs run on cuBLAS (through
+    `torch.matmul`; f32 in f32, not TF32), their epilogue as an irc kernel: "measured" (on a CUDA GPU,
     those timed faster than irc's fused kernel: `irc.library_choice`), "never" or
     "always" (every one `library-gemm` can take, also on CPU).
 

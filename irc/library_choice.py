@@ -7,8 +7,9 @@ tiling) into a function of the kernel's buffers alone, and timed on random
 inputs in turns (`irc.autotune.time_in_turns`). The library is chosen where it
 is faster by more than the timings' noise and by `MIN_GAIN`: fusion also spares
 the memory system, which a timing of the GEMM alone does not show. Products under
-`MIN_FLOPS` keep irc's kernel without a measurement: there the library's extra
-launch and pass over the product cost more than any GEMM rate can win back.
+`MIN_FLOPS` (f32: `MIN_F32_FLOPS`) keep irc's kernel without a measurement: there
+the library's extra launch and pass over the product cost more than any GEMM rate
+can win back.
 
 Decisions are cached beside the autotuner's (`autotune.json`), keyed by the
 kernel's IR, the GPU's name and Triton's and torch's versions, and each chosen one
@@ -35,12 +36,20 @@ from irc.autotune import (
     timings_in_turns,
 )
 from irc.dialects import loop
+from irc.ir.types import F32
 from irc.passes.library_gemm import PlainGemm, plain_gemm, to_library
 from irc.target import Target
 
 MIN_FLOPS = 2**32
-"""The smallest product (2 M N K) measured: about 7 us of an H200's bf16 tensor
-cores, where a second launch and a pass over the product are a few us."""
+"""The smallest half-precision product (2 M N K) measured: about 7 us of an H200's
+bf16 tensor cores, where a second launch and a pass over the product are a few us."""
+
+MIN_F32_FLOPS = 2**29
+"""The same for f32: about 10 us of cuBLAS's SGEMM (50 TFLOP/s on an H200)."""
+
+
+def min_flops(gemm: PlainGemm) -> int:
+    return MIN_F32_FLOPS if gemm.contraction.result.type == F32 else MIN_FLOPS
 
 MIN_GAIN = 0.02
 """The library must be at least 2% faster than irc's fused kernel to be chosen."""
@@ -126,20 +135,23 @@ def choose_library_gemms(
     ] = measure,
     skip: set[loop.KernelOp] | None = None,
     lower: Lower | None = None,
+    f32: bool = True,
 ) -> dict[str, str]:
     """Moves the GEMM kernels of `module` that run faster on the library there (in
     place; `device` "always" moves every one, unmeasured); returns each moved
-    kernel's name and why it moved. Kernels in `skip` stay; `lower` lowers the
-    variants that are timed."""
+    kernel's name and why it moved. Kernels in `skip` stay, and f32 GEMMs unless
+    `f32` (with `tf32=True` they are one TF32 product, which the library's SGEMM is
+    not); `lower` lowers the variants that are timed."""
     import statistics
 
     gemms = [g for k in loop.kernels(module) if k not in (skip or ()) and (g := plain_gemm(k))]
+    gemms = [g for g in gemms if f32 or g.contraction.result.type != F32]
     if device == "always":
         names = [g.kernel.kernel_name.data for g in gemms]
         for gemm in gemms:
             to_library(gemm, ALWAYS)
         return dict.fromkeys(names, ALWAYS)
-    gemms = [g for g in gemms if g.flops >= MIN_FLOPS]
+    gemms = [g for g in gemms if g.flops >= min_flops(g)]
     if not gemms:
         return {}
 

@@ -58,7 +58,11 @@ from irc.runtime.helpers import (  # the @triton.jit helpers the kernels call
     _irc_min, _irc_pow, _irc_tanh, _irc_tf32_head, _irc_tf32_parts, _irc_tf32_tail, _irc_to_bf16,
     _irc_wait_for_previous_kernel,
 )
-from irc.runtime.launch import host_functions, library_operand as _library_operand
+from irc.runtime.launch import (
+    host_functions,
+    library_matmul as _library_matmul,
+    library_operand as _library_operand,
+)
 
 # irc.compile sets DEVICE before running this module; run on its own, it picks.
 DEVICE = globals().get("DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -611,22 +615,20 @@ class HostPrinter:
 
 
 def library_call(op: loop.LibraryMatmulOp, names: dict[SSAValue, str]) -> str:
-    """The `torch.matmul` of a `loop.library_matmul`: K rounded up to whole 16-byte
+    """The `torch.matmul` of a `loop.library_matmul` (`_library_matmul`): K rounded up to whole 16-byte
     granules, and the columns too where the output's rows have room for them
     (`library_operand` pads what is short with zeros)."""
-    from irc.runtime.launch import LIBRARY_ALIGN_BYTES  # (imports torch: only when needed)
-
     out = op.out.type
     assert isinstance(out, MemRefType)
-    per = LIBRARY_ALIGN_BYTES // element_bytes(out.element_type)
+    per = loop.library_granule(out.element_type)
     *_, m, n = (_int(s) for s in op.sizes.data)
     k = -(-_int(op.k) // per) * per
     n = max(n, min(-(-n // per) * per, out.get_shape()[-1]))
     a = library_view(op, 0, names[op.a])
     b = library_view(op, 1, names[op.b])
     return (
-        f"torch.matmul(_library_operand({a}, {m}, {k}), _library_operand({b}, {k}, {n}), "
-        f"out={library_view(op, 2, names[op.out], n)})"
+        f"_library_matmul(_library_operand({a}, {m}, {k}, {per}), "
+        f"_library_operand({b}, {k}, {n}, {per}), {library_view(op, 2, names[op.out], n)})"
     )
 
 

@@ -1,15 +1,16 @@
-"""`library-gemm`: a half-precision GEMM kernel handed to the vendor's GEMM library.
+"""`library-gemm`: a GEMM kernel handed to the vendor's GEMM library.
 
 irc's GEMM kernels keep their epilogue (bias, GELU) in registers, which saves a
 write and a read of the product. On a Hopper GPU, cuBLAS's own kernels also run
 clusters of programs that share operand tiles by TMA multicast, which Triton 3.6
 does not offer: at some shapes (few output tiles over a long K; some large odd
 ones) its GEMM is faster by more than the product's extra trip through memory
-costs. No model of cuBLAS's kernel choice predicts where, so `irc.library_choice`
+costs; and an f32 GEMM of a few thousand a side can run faster as cuBLAS's SGEMM
+than as irc's three TF32 products of split operands. No model of cuBLAS's kernel choice predicts where, so `irc.library_choice`
 measures both on the GPU and names the kernels that go to the library.
 
-A kernel this pass takes (`plain_gemm`) sums the product of two loads of
-half-precision buffers, each indexed only by the kernel's own indices and K. It
+A kernel this pass takes (`plain_gemm`) sums the product of two loads of bf16,
+f16 or f32 buffers (`loop.LIBRARY_TYPES`), each indexed only by the kernel's own indices and K. It
 becomes a `loop.library_matmul` into a new buffer, and the kernel, the GEMM's
 loop replaced by a load of that buffer, keeps the rest: its epilogue, now an
 element-wise kernel. A kernel that only stores the product in its own order is
@@ -28,8 +29,8 @@ from xdsl.passes import ModulePass
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.names import quoted
-from irc.ir.types import HALF_TYPES, element_bytes, int_array
-from irc.passes.gemm_operand_copies import copy_before, padded_columns
+from irc.ir.types import int_array
+from irc.passes.gemm_operand_copies import copy_before
 from irc.passes.kernel_names import kernel_names
 from irc.syntax.diagnostics import Diagnostic, IrcError, op_location
 
@@ -86,8 +87,11 @@ class PlainGemm:
     def padded_columns(self) -> int:
         """The product's row length in a buffer whose rows start 16 bytes apart: cuBLAS
         writes unaligned rows with slower kernels (4286x5029x4953 f16: 1.19x)."""
-        element = element_bytes(self.contraction.result.type)
-        return padded_columns(self.out_shape[-1], element)
+        return _round_up(self.out_shape[-1], loop.library_granule(self.contraction.result.type))
+
+
+def _round_up(n: int, granule: int) -> int:
+    return -(-n // granule) * granule
 
 
 def plain_gemm(kernel: loop.KernelOp) -> PlainGemm | None:
@@ -102,7 +106,7 @@ def plain_gemm(kernel: loop.KernelOp) -> PlainGemm | None:
     (red,) = contractions
     element = red.result.type
     ops = list(red.body.block.ops)
-    if element not in HALF_TYPES or len(ops) != 4:
+    if element not in loop.LIBRARY_TYPES or len(ops) != 4:
         return None
     product = ops[2]
     if not (
@@ -160,16 +164,16 @@ def aligned_operands(
     gemm: PlainGemm,
 ) -> tuple[list[SSAValue], list[tuple[int, ...]], int, list[int]]:
     """The operands as cuBLAS runs fast: K, the columns and the spacing of every
-    operand's rows whole 16-byte granules (`irc.runtime.launch.LIBRARY_ALIGN_BYTES`);
+    operand's rows whole granules (`loop.library_granule`: 16 bytes of half precision);
     only the rows M may be any number. An operand that is not so is copied, once, by
     an irc kernel into [M, K'] or [K', N'] rows that are, zero past the source (the
     extra K add nothing, the extra columns land in the product's pad); one that is,
     stored either way round, is read as it is (cuBLAS transposes). Returns the
     operands, their dims, K' and the sizes [M, N']. 2-d GEMMs only."""
     element = gemm.contraction.result.type
-    per = padded_columns(1, element_bytes(element))  # elements in a granule
+    per = loop.library_granule(element)
     m, n = gemm.out_shape
-    k = padded_columns(gemm.k, element_bytes(element))
+    k = _round_up(gemm.k, per)
     n_padded = gemm.padded_columns
     taken = kernel_names(gemm.kernel.get_toplevel_object())  # type: ignore[arg-type]
     operands: list[SSAValue] = []
@@ -277,7 +281,7 @@ class LibraryGemmPass(ModulePass):
                 raise IrcError.at(
                     op_location(kernel),
                     f"library-gemm: kernel {quoted(name)} is not a GEMM the library runs (the "
-                    "sum over K of a product of two half-precision loads indexed by the "
+                    "sum over K of a product of two bf16, f16 or f32 loads indexed by the "
                     "kernel's indices and K)",
                 )
         names.discard("*")

@@ -26,7 +26,7 @@ from irc.target import Target
 from irc.testing.programs import gemm_text
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
-TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+TORCH = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "f64": torch.float64}
 UP_TO_CHOICE = "fuse,decompose,graph-to-loop,split-reduction"
 
 
@@ -55,6 +55,8 @@ def gemm_inputs(m: int, n: int, k: int, el: str, a_t: bool = False, b_t: bool = 
         (30, 21, 19, "f16", False, True),  # an nn.Linear weight [N, K]: copied transposed
         (24, 32, 40, "bf16", False, True),  # ... aligned: read transposed as it is
         (20, 24, 17, "bf16", True, False),  # odd K: both copied, zero past K
+        (37, 29, 45, "f32", False, False),  # f32: cuBLAS's SGEMM, odd sizes read as they are
+        (32, 40, 48, "f32", True, True),  # ... both stored transposed, read as they are
     ],
 )
 def test_library_gemms_with_epilogues_match_torch(
@@ -63,12 +65,13 @@ def test_library_gemms_with_epilogues_match_torch(
     compiled = irc.compile(
         irc.parse(gemm_text(m, n, k, el, a_t=a_t, b_t=b_t)), device=DEVICE, library_gemm="always"
     )
-    assert "torch.matmul(" in compiled.source
+    assert "_library_matmul(" in compiled.source
     x, w, b, mm = gemm_inputs(m, n, k, el, a_t, b_t)
     got = compiled["f"](x.to(DEVICE), w.to(DEVICE), b.to(DEVICE)).cpu()
     assert_close(got, F.gelu(mm + b))
     copies = compiled.source.count(f"_launch(triton_{LIBRARY_COPY_PREFIX}")
-    assert copies == (k % 8 != 0 or (a_t and m % 8 != 0)) + (k % 8 != 0 or n % 8 != 0)
+    per = 1 if el == "f32" else 8  # cuBLAS's SGEMM takes any alignment
+    assert copies == (k % per != 0 or (a_t and m % per != 0)) + (k % per != 0 or n % per != 0)
 
 
 @pytest.mark.parametrize("k", [40, 37])
@@ -114,10 +117,13 @@ def test_batched_products_read_their_operands_as_views() -> None:
 
 
 def test_what_the_library_does_not_take() -> None:
-    """f32 GEMMs (split-TF32, irc's own accuracy), operands read at computed indices,
-    and operands a `pad-gemm-operands` copy has padded (its pad is not zero)."""
+    """f64 GEMMs, operands read at computed indices, and operands a
+    `pad-gemm-operands` copy has padded (its pad is not zero)."""
+    f64 = loop_module(gemm_text(40, 48, 64, "f64"))
+    assert plain_gemm(loop.kernels(f64)[0]) is None  # type: ignore[arg-type]
     f32 = loop_module(gemm_text(40, 48, 64, "f32"))
-    assert plain_gemm(loop.kernels(f32)[0]) is None  # type: ignore[arg-type]
+    assert plain_gemm(loop.kernels(f32)[0]) is not None  # type: ignore[arg-type]
+    assert choose_library_gemms(f32, Target(), "always", f32=False) == {}  # tf32=True
     window = """func @f(%x: tensor<32x80xbf16>, %w: tensor<64x32xbf16>) -> tensor<32x32xbf16> {
   %s = graph.slice %x {start = [0, 16], end = [32, 80]}
   %y = graph.matmul %s, %w
@@ -189,6 +195,11 @@ def test_the_measured_choice_moves_only_faster_gemms_and_caches_it(tmp_path: Pat
         == {}
     )
     assert len(calls) == 2
+    # f32's SGEMM is slower: smaller products are worth measuring (2^29 flops here)
+    f32 = loop_module(gemm_text(512, 512, 1024, "f32"))
+    choose_library_gemms(f32, Target(), "cpu", cache, fake_measure(100, 90, calls), lower=NO_LOWER)
+    assert len(calls) == 3
+    assert [k.kernel_name.data for k in loop.kernels(f32)] == ["poi_fused_matmul_add_gelu_0"]  # type: ignore[arg-type]
 
 
 def test_a_measurement_that_fails_keeps_irc_and_is_not_cached(tmp_path: Path) -> None:
@@ -254,17 +265,17 @@ def test_malformed_library_matmuls_are_located_errors(op: str, message: str) -> 
     assert d.location is not None and (d.location.line, d.location.column) == (3, 3)
 
 
-def test_f32_and_kernel_nested_library_matmuls_are_refused() -> None:
-    f32 = (
-        HEAD.replace("bf16", "f32")
+def test_f64_and_kernel_nested_library_matmuls_are_refused() -> None:
+    f64 = (
+        HEAD.replace("bf16", "f64")
         + (
             "  loop.library_matmul %x, %w, %0 {a_dims = [0, -1], b_dims = [-1, 1], sizes = [30, 24],"
             " k = 20}\n"
         )
-        + TAIL.replace("bf16", "f32")
+        + TAIL.replace("bf16", "f64")
     )
-    with pytest.raises(IrcError, match="operands and output are bf16 or f16"):
-        verify(irc.parse(f32))
+    with pytest.raises(IrcError, match="operands and output are bf16, f16 or f32"):
+        verify(irc.parse(f64))
     nested = (
         HEAD
         + """  loop.kernel {name = "k_0", bounds = [2]} (%i: index) {
@@ -281,7 +292,7 @@ def test_library_gemm_pass_names_kernels_it_cannot_take(tmp_path: Path) -> None:
     from irc.testing.cli import run_opt
 
     pipeline = f"{UP_TO_CHOICE},library-gemm{{kernels=mm_fused_matmul_add_gelu_0}}"
-    status, _, err = run_opt(tmp_path, gemm_text(40, 48, 64, "f32"), "-p", pipeline)
+    status, _, err = run_opt(tmp_path, gemm_text(40, 48, 64, "f64"), "-p", pipeline)
     assert status == 1 and "is not a GEMM the library runs" in err
     pipeline = f"{UP_TO_CHOICE},library-gemm{{kernels=nothing_0}}"
     status, _, err = run_opt(tmp_path, gemm_text(40, 48, 64, "f32"), "-p", pipeline)
@@ -308,7 +319,42 @@ def test_the_measured_choice_on_a_gpu_is_recorded_and_right(tmp_path: Path) -> N
         del os.environ["IRC_CACHE_DIR"]
     decisions = [v for v in json.loads((tmp_path / "autotune.json").read_text()).values()]
     assert [d["library"] for d in decisions if "library_ms" in d] in ([True], [False])
-    assert ("torch.matmul(" in compiled.source) == ("# measured:" in compiled.source)
+    assert ("_library_matmul(" in compiled.source) == ("# measured:" in compiled.source)
     x, w, b, mm = gemm_inputs(2048, 1536, 8192, "f16")
     got = compiled["f"](x.cuda(), w.cuda(), b.cuda()).cpu()
     assert_close(got, F.gelu(mm + b))
+
+
+@pytest.mark.gpu
+def test_f32_library_gemms_stay_f32_where_the_process_allows_tf32() -> None:
+    compiled = irc.compile(
+        irc.parse(gemm_text(256, 256, 1024, "f32", act="relu")),
+        device="cuda",
+        library_gemm="always",
+    )
+    g = torch.Generator().manual_seed(11)
+    x, w, b = (torch.randn(s, generator=g) for s in ((256, 1024), (1024, 256), (256,)))
+    want = torch.relu(x.double() @ w.double() + b.double())
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        got = compiled["f"](x.cuda(), w.cuda(), b.cuda()).cpu().double()
+        assert torch.backends.cuda.matmul.allow_tf32  # put back
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    # TF32 (10 bits of mantissa) would be ~1e-2 off at K = 1024; f32 is ~1e-5.
+    assert (got - want).abs().max().item() < 1e-3
+
+
+def test_a_reason_cannot_inject_code_into_the_generated_module() -> None:
+    """`reason` is the IR's string: a newline in it must not end the comment."""
+    text = """func @g(%x: memref<30x24xbf16>, %w: memref<24x24xbf16>) -> memref<30x24xbf16> {
+  %0 = loop.alloc : memref<30x24xbf16>
+  loop.library_matmul %x, %w, %0 {a_dims = [0, -1], b_dims = [-1, 1], sizes = [30, 24], k = 24, reason = "x\\nraise SystemExit(3)"}
+  return %0 : memref<30x24xbf16>
+}
+"""
+    compiled = irc.compile(irc.parse(text), device="cpu")
+    assert "\nraise SystemExit" not in compiled.source
+    x = torch.ones(30, 24, dtype=torch.bfloat16)
+    assert_close(compiled["g"](x, torch.eye(24, dtype=torch.bfloat16)), x)

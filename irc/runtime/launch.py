@@ -47,21 +47,15 @@ op's result, and a contracted `x*c - min(x*c, y)` is a rounding error instead of
 (whose sqrt is NaN). A lowering that wants an FMA says so (`mul_add`), as
 `contract-mul-add` does for a product whose only use is an addition."""
 
-LIBRARY_ALIGN_BYTES = 16
-"""What cuBLAS's fast GEMM kernels need of an operand: rows (or columns) 16 bytes
-apart and both sizes whole 16-byte granules. 5701x4543 @ 4543x1196 bf16 took 541 us
-as it is and 93 padded to 4544 and 1200 (H200); only the rows may be any length."""
-
-
-def library_operand(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+def library_operand(t: torch.Tensor, rows: int, cols: int, per: int) -> torch.Tensor:
     """A `loop.library_matmul` operand (its last two sizes `rows` x `cols` or fewer)
-    as cuBLAS runs fast: itself where it already is, else a copy padded with zeros,
-    whose extra K and columns add nothing to the product."""
+    as cuBLAS runs fast (rows or columns `per` elements apart: `loop.library_granule`):
+    itself where it already is, else a copy padded with zeros, whose extra K and
+    columns add nothing to the product."""
     r, c = t.shape[-2:]
-    per = LIBRARY_ALIGN_BYTES // t.element_size()
     s0, s1 = t.stride()[-2:]
     aligned = (s1 == 1 and s0 % per == 0) or (s0 == 1 and s1 % per == 0)
-    if (r, c) == (rows, cols) and aligned and t.data_ptr() % LIBRARY_ALIGN_BYTES == 0:
+    if (r, c) == (rows, cols) and aligned and t.data_ptr() % (per * t.element_size()) == 0:
         return t
     # One copy and zeros for the pad alone (`F.pad` writes every element twice).
     padded = t.new_empty((*t.shape[:-2], rows, cols))
@@ -71,6 +65,22 @@ def library_operand(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     if rows > r:
         padded[..., r:, :c].zero_()
     return padded
+
+
+def library_matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    """`loop.library_matmul`: `torch.matmul` into `out`, f32 products in f32 even where
+    the process allows TF32 (`torch.backends.cuda.matmul.allow_tf32`, which
+    `torch.set_float32_matmul_precision("high")` sets): irc's f32 GEMMs keep f32's
+    accuracy, and a library GEMM must not change that behind the user's back."""
+    flags = torch.backends.cuda.matmul
+    if out.dtype == torch.float32 and out.is_cuda and flags.allow_tf32:
+        flags.allow_tf32 = False
+        try:
+            torch.matmul(a, b, out=out)
+        finally:
+            flags.allow_tf32 = True
+    else:
+        torch.matmul(a, b, out=out)
 
 
 INTERPRETED_SMS = 3
