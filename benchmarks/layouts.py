@@ -74,7 +74,9 @@ class Workload:
     shapes: list[Shape]
     smoke: Shape
     floor: str = "bytes"  # "bytes", "torch.mm" or "sdpa"
-    irc_kernels: Callable[[Shape], int] | None = None  # what irc should launch, when pinned
+    # What irc should launch, when pinned: from the shape, and whether the compile put
+    # a GEMM on the library (`library-gemm`, measured on the GPU).
+    irc_kernels: Callable[[Shape, bool], int] | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -276,21 +278,32 @@ func @gemm_bias_gelu(%x: {_t([m, k], d)}, %w: {_t([k, n], d)}, %b: {_t([n], d)})
 """
 
 
-def _gemm_kernels(s: Shape) -> int:
+def _gemm_kernels(s: Shape, library: bool = False) -> int:
     """The GEMM's kernel, and the copy of each operand `pad-gemm-operands` pads (half
     precision, rows not 16-byte aligned or, for the right operand stored [K, N] read
     by 32 row tiles, not 128, a persistent GEMM), `split-tf32-gemm-operands` stores
     as TF32 parts or `k-major-gemm-operands` makes K-major (f32), and the partial
     products' stage where `split-k` splits an f32 GEMM's K, and the two kernels of a
     split tail (`tile.tail_split`, an H200's 132 SMs): the passes up to `tile` are
-    asked, on the row's program."""
+    asked, on the row's program. Where the compile moved the GEMM to the library,
+    `library-gemm` runs first: its operand copies and the epilogue remain."""
     import irc
     from irc.dialects import loop
     from irc.pipeline import LOWERING, run_pipeline
 
     module = irc.parse(_gemm_bias_gelu(s), "gemm_bias_gelu.ir")
-    run_pipeline(module, ",".join(["fuse", *LOWERING[: LOWERING.index("tile") + 1]]))
+    passes = ["fuse", *LOWERING[: LOWERING.index("tile") + 1]]
+    if library:
+        passes.insert(passes.index("pad-gemm-operands"), "library-gemm")
+    run_pipeline(module, ",".join(passes))
     return sum(_launches(k) for k in loop.kernels(module))
+
+
+def _uses_library(module: Any) -> bool:
+    """Whether a compiled module runs a GEMM on the library (`loop.library_matmul`)."""
+    from irc.dialects import loop
+
+    return any(isinstance(op, loop.LibraryMatmulOp) for op in module.walk())
 
 
 def _launches(kernel: Any) -> int:
@@ -336,7 +349,7 @@ func @neighbor(%a: {_t([n, 1, k], d)}, %b: {_t([1, n, k], d)}) -> {_t([n], d)} {
 """
 
 
-def _neighbor_kernels(s: Shape) -> int:
+def _neighbor_kernels(s: Shape, library: bool = False) -> int:
     """1 where the sum over k unrolls into the max's kernel (`decompose.unrolled_fits`),
     else 2."""
     import irc
@@ -516,16 +529,16 @@ def _workloads() -> list[Workload]:
         Workload("logsumexp_reshape", "reshape of a kernel's output", _logsumexp_reshape,
                  logsumexp_reshape, _inputs(_dims("n", "m")),
                  [_S("f32", n=8192, m=8192), _S("bf16", n=4096, m=32000), _S("f32", n=8191, m=3001)],
-                 _S("f32", n=33, m=70), irc_kernels=lambda s: 1),
+                 _S("f32", n=33, m=70), irc_kernels=lambda s, library: 1),
         Workload("reshape_output", "reshape of a kernel's output", _reshape_output, reshape_output,
                  _inputs(_dims("b", "n", "m"), _dims("m")),
                  [_S("f32", b=64, n=128, m=8192), _S("bf16", b=3, n=4099, m=1001)],
-                 _S("f32", b=3, n=5, m=33), irc_kernels=lambda s: 1),
+                 _S("f32", b=3, n=5, m=33), irc_kernels=lambda s, library: 1),
         Workload("cos_reshape_cos", "reshape of a kernel's output (fusion across it)",
                  _cos_reshape_cos, cos_reshape_cos, _inputs(lambda s: [s.dims["n"] * s.dims["m"]],
                                                             _dims("m")),
                  [_S("f32", n=8192, m=8192), _S("bf16", n=3001, m=4097)],
-                 _S("f32", n=9, m=31), irc_kernels=lambda s: 1),
+                 _S("f32", n=9, m=31), irc_kernels=lambda s, library: 1),
         Workload("gemm_bias_gelu", "GEMM + bias + exact GELU", _gemm_bias_gelu, gemm_bias_gelu,
                  _inputs(_dims("m", "k"), _dims("k", "n"), _dims("n")),
                  [_S("bf16", m=8192, k=4096, n=4096), _S("bf16", m=3000, k=1023, n=2049),
@@ -653,7 +666,9 @@ def measure(
         "irc_over_floor": ratio(ms["irc"], floor_ms),
         "compile_over_floor": ratio(compile_ms, floor_ms),
         "kernels_irc_static": compiled.kernel_count,
-        "kernels_irc_expected": w.irc_kernels(shape) if w.irc_kernels else None,
+        "kernels_irc_expected": w.irc_kernels(shape, _uses_library(compiled.module))
+        if w.irc_kernels
+        else None,
         "kernels_eager": bench.kernel_count(lambda: w.torch_fn(*args)) if gpu else None,
         "kernels_compile": (
             bench.kernel_count(lambda: tc_fn(*args)) if gpu and tc_fn is not None else None

@@ -74,6 +74,18 @@ def test_every_gpu_shape_compiles(workload: Any, tmp_path: Path) -> None:
         assert irc.compile(path, device="cpu").kernel_count >= 1
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+def test_expected_gemm_kernels_follow_the_library_choice(dtype: str) -> None:
+    """With the GEMM on the library, irc launches its operand copies and epilogue."""
+    (w,) = [w for w in WORKLOADS if w.name == "gemm_bias_gelu"]
+    shape = layouts._S(dtype, m=37, k=45, n=29)
+    for library in (False, True):
+        choice = "always" if library else "never"
+        compiled = irc.compile(irc.parse(w.ir(shape)), device="cpu", library_gemm=choice)
+        assert layouts._uses_library(compiled.module) == library
+        assert compiled.kernel_count == w.irc_kernels(shape, library)
+
+
 SLOW = {"softmax_vocab", "logsumexp_reshape", "softmax_columns"}  # over ~5 s in the interpreter
 
 
