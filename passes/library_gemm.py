@@ -85,8 +85,9 @@ class PlainGemm:
 
     @property
     def padded_columns(self) -> int:
-        """The product's row length in a buffer whose rows start 16 bytes apart: cuBLAS
-        writes unaligned rows with slower kernels (4286x5029x4953 f16: 1.19x)."""
+        """The product's row length in whole granules (`loop.library_granule`): cuBLAS's
+        half-precision kernels want the columns so (4286x5029 @ 5029x4953 f16 with K
+        padded but 4953 columns: 1931 us, against 326 with 4960)."""
         return _round_up(self.out_shape[-1], loop.library_granule(self.contraction.result.type))
 
 
