@@ -116,6 +116,25 @@ def test_batched_products_read_their_operands_as_views() -> None:
     assert_close(got, torch.relu((x.double() @ w.double()).bfloat16()))
 
 
+@pytest.mark.parametrize(("k", "n"), [(16, 29), (13, 24)])
+def test_batched_products_of_odd_sizes_are_padded_on_the_host(k: int, n: int) -> None:
+    """[B, M, K] @ [B, K, N], K or N not whole granules: no copy kernel (batched
+    operands keep their layout); `_library_operand` pads them with zeros."""
+    text = f"""func @f(%x: tensor<3x20x{k}xf16>, %w: tensor<3x{k}x{n}xf16>) -> tensor<3x20x{n}xf16> {{
+  %y = graph.matmul %x, %w
+  %r = graph.relu %y
+  return %r : tensor<3x20x{n}xf16>
+}}
+"""
+    compiled = irc.compile(irc.parse(text), device=DEVICE, library_gemm="always")
+    assert LIBRARY_COPY_PREFIX not in compiled.source
+    g = torch.Generator().manual_seed(k + n)
+    x = torch.randint(-3, 4, (3, 20, k), generator=g).half()
+    w = torch.randint(-3, 4, (3, k, n), generator=g).half()
+    got = compiled["f"](x.to(DEVICE), w.to(DEVICE)).cpu()
+    assert_close(got, torch.relu((x.double() @ w.double()).half()))
+
+
 def test_what_the_library_does_not_take() -> None:
     """f64 GEMMs, operands read at computed indices, and operands a
     `pad-gemm-operands` copy has padded (its pad is not zero)."""
