@@ -80,9 +80,9 @@ def lower_to_tile(
     # be written by hand): kept, where the tile pass and the interpreter's re-tiling
     # would choose their own. Kernels that come without one are tiled.
     written = {k: tiling_of(k) for k in loop.kernels(module) if k.block is not None}
-    # The library's GEMMs are chosen before `pad-gemm-operands`: the library pads its
-    # own operands (`irc.runtime.launch.library_operand`), and irc's kernel is timed
-    # with the copies it would read.
+    # The library's GEMMs are chosen before `pad-gemm-operands`: the library wants its
+    # operands padded otherwise (zeros along K: `library-gemm`'s own copies), and irc's
+    # kernel is timed with the copies it would read.
     chosen = passes.index("pad-gemm-operands") if "pad-gemm-operands" in passes else tiled - 1
     run_pipeline(module, ",".join(passes[:chosen]), verify_each=verify_each)
     if library_gemm in ("always", "cuda"):
@@ -323,9 +323,10 @@ def compile(
     `device` is "cpu", "cuda" or a torch.device of either (default: CUDA when
     torch has it); it is checked before anything is compiled.
     `library_gemm` says which bf16, f16 and f32 GEMMs run on cuBLAS (through
-    `torch.matmul`; f32 in f32, not TF32), their epilogue as an irc kernel: "measured" (on a CUDA GPU,
-    those timed faster than irc's fused kernel: `irc.library_choice`), "never" or
-    "always" (every one `library-gemm` can take, also on CPU).
+    `torch.matmul`; f32 in f32, not TF32), their epilogue as an irc kernel:
+    "measured" (on a CUDA GPU, those timed faster than irc's fused kernel:
+    `irc.library_choice`), "never" or "always" (every one `library-gemm` can take,
+    also on the CPU).
 
     An `nn.Module` or a function with `example_inputs` (a tuple of its
     arguments; keyword arguments in `example_kwargs`) is captured with
