@@ -296,6 +296,13 @@ def library_granule(element: Attribute) -> int:
     for f32, whose SGEMM ran as fast on odd sizes (1293x1310x1545: 137 us)."""
     return 1 if element == F32 else 8
 
+
+def library_extent(n: int, element: Attribute) -> int:
+    """`n` rounded up to whole `library_granule`s of `element`."""
+    granule = library_granule(element)
+    return -(-n // granule) * granule
+
+
 LIBRARY_K = -1
 """In `loop.library_matmul`'s `a_dims` and `b_dims`: the operand dimension that
 runs along K, the summed one (the others name the output dimension they run along)."""
@@ -312,10 +319,10 @@ class LibraryMatmulOp(IRDLOperation):
     leading (batch) dimensions it does not broadcast over. A buffer may be longer
     than what is read or written (rows padded to 16 bytes, which cuBLAS's fast
     kernels need of the output too): the first `k` along K, the first `sizes`
-    ([batch..., M, N]) of each output dimension. bf16, f16 or f32 operands (`LIBRARY_TYPES`),
-    summed in f32 and rounded once, as irc's own GEMM kernels do (f32 products in
-    f32, never TF32: `irc.runtime.launch.library_matmul`); `reason` keeps the
-    measurement that chose it."""
+    ([batch..., M, N]) of each output dimension. bf16, f16 or f32 operands
+    (`LIBRARY_TYPES`), summed in f32 and rounded once, as irc's own GEMM kernels do
+    (f32 products in f32, never TF32: `irc.runtime.launch.library_matmul`); `reason`
+    keeps the measurement that chose it."""
 
     name = "loop.library_matmul"
     a = operand_def(MemRefType)
@@ -354,8 +361,7 @@ class LibraryMatmulOp(IRDLOperation):
         sizes = check_int_list(self, "sizes", self.sizes, 1, MAX_ELEMENTS, lengths=(rank,))
         if any(s > o for s, o in zip(sizes, out.get_shape(), strict=True)):
             raise VerifyException(
-                f"loop.library_matmul: sizes {sizes} do not fit the output's "
-                f"{format_type(out)}"
+                f"loop.library_matmul: sizes {sizes} do not fit the output's {format_type(out)}"
             )
         k = check_int(self, "k", self.k, 1, MAX_ELEMENTS)
         for name, value, dims, own, other in (
@@ -368,7 +374,7 @@ class LibraryMatmulOp(IRDLOperation):
             labels = check_int_list(
                 self, f"{name}_dims", dims, LIBRARY_K, rank - 1, lengths=(len(shape),)
             )
-            if sorted(labels).count(LIBRARY_K) != 1 or labels.count(own) != 1:
+            if labels.count(LIBRARY_K) != 1 or labels.count(own) != 1:
                 raise VerifyException(
                     f"loop.library_matmul: {name}_dims names K ({LIBRARY_K}) once and the "
                     f"output's dimension {own} once"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from xdsl.dialects.builtin import MemRefType, ModuleOp, StringAttr
+from xdsl.ir import SSAValue
 
 from irc.dialects import loop
 from irc.dialects.attrs import MAX_WARPS
@@ -213,19 +214,23 @@ class Progress:
         self.stream.flush()
 
 
+def kernel_buffers(kernel: loop.KernelOp) -> list[SSAValue]:
+    """Every buffer `kernel` loads or stores, in the order it first touches them."""
+    memrefs: list[SSAValue] = []
+    for op in kernel.body.walk():
+        if isinstance(op, loop.LoadOp | loop.StoreOp) and op.buffer not in memrefs:
+            memrefs.append(op.buffer)
+    return memrefs
+
+
 def random_buffers(kernel: loop.KernelOp, device: str) -> list[Any]:
-    """Random inputs (zeros for integers) for every buffer `kernel` loads or stores,
-    in the order it first touches them."""
+    """Random inputs (zeros for integers) for each of `kernel_buffers`."""
     import torch
 
     from irc.testing.reference import torch_dtype
 
-    memrefs: list[Any] = []
-    for op in kernel.body.walk():
-        if isinstance(op, loop.LoadOp | loop.StoreOp) and op.buffer not in memrefs:
-            memrefs.append(op.buffer)
     out = []
-    for m in memrefs:
+    for m in kernel_buffers(kernel):
         t = m.type
         assert isinstance(t, MemRefType)
         dtype = torch_dtype(t.element_type)

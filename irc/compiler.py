@@ -85,16 +85,19 @@ def lower_to_tile(
     # kernel is timed with the copies it would read.
     chosen = passes.index("pad-gemm-operands") if "pad-gemm-operands" in passes else tiled - 1
     run_pipeline(module, ",".join(passes[:chosen]), verify_each=verify_each)
-    if library_gemm in ("always", "cuda"):
+    # (a hand-written tiling is the user's choice of irc's kernel)
+    if library_gemm == "always":
+        from irc.library_choice import move_every_gemm
+
+        move_every_gemm(module, skip=set(written), f32=not tf32)
+    elif library_gemm == "cuda":
         from irc.library_choice import choose_library_gemms
 
         def lower(variant: ModuleOp, on: Target) -> None:
             lower_to_tile(variant, verify_each=False, tf32=tf32, target=on)
 
-        # (a hand-written tiling is the user's choice of irc's kernel)
-        skip = set(written)
         choose_library_gemms(
-            module, target or Target(), library_gemm, skip=skip, lower=lower, f32=not tf32
+            module, target or Target(), skip=set(written), lower=lower, f32=not tf32
         )
     run_pipeline(module, ",".join(passes[chosen:tiled]), verify_each=verify_each)
     if target is not None:

@@ -18,7 +18,6 @@ carries its measurement as the `loop.library_matmul`'s `reason`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from xdsl.ir import Block, Region, SSAValue
 from irc.autotune import (
     FINAL_ROUNDS,
     beats_default,
+    kernel_buffers,
     kernel_key,
     random_buffers,
     timings_in_turns,
@@ -58,7 +58,7 @@ MIN_GAIN = 0.02
 """The library must be at least 2% faster than irc's fused kernel to be chosen."""
 
 ALWAYS = 'library_gemm="always"'
-"""The reason of a library GEMM that was asked for, not measured."""
+"""The reason of a library GEMM that was asked for, not measured (`move_every_gemm`)."""
 
 SELECTION = 1  # in the cache key: decisions made by an older rule are measured again
 
@@ -68,10 +68,7 @@ Variant = Callable[[], float]
 def standalone(kernel: loop.KernelOp, library: bool) -> ModuleOp:
     """A module of one function that runs `kernel` alone (as the library's GEMM and
     its epilogue where `library`), taking every buffer it touches as an argument."""
-    buffers: list[SSAValue] = []
-    for op in kernel.body.walk():
-        if isinstance(op, loop.LoadOp | loop.StoreOp) and op.buffer not in buffers:
-            buffers.append(op.buffer)
+    buffers = kernel_buffers(kernel)
     types = [b.type for b in buffers]
     block = Block(arg_types=types)
     mapping: dict[SSAValue, SSAValue] = dict(zip(buffers, block.args, strict=True))
@@ -128,6 +125,28 @@ def reason(irc_ms: float, library_ms: float) -> str:
     )
 
 
+def library_candidates(
+    module: ModuleOp, skip: set[loop.KernelOp] | None = None, f32: bool = True
+) -> list[PlainGemm]:
+    """The GEMM kernels of `module` the library can run, but those in `skip`, and
+    f32 ones only if `f32` (with `tf32=True` they are one TF32 product, which the
+    library's SGEMM is not)."""
+    gemms = [g for k in loop.kernels(module) if k not in (skip or ()) and (g := plain_gemm(k))]
+    return [g for g in gemms if f32 or g.contraction.result.type != F32]
+
+
+def move_every_gemm(
+    module: ModuleOp, skip: set[loop.KernelOp] | None = None, f32: bool = True
+) -> list[str]:
+    """`library_gemm="always"`: every `library_candidates` kernel, unmeasured, moved
+    to the library (in place); returns their names."""
+    gemms = library_candidates(module, skip, f32)
+    names = [g.kernel.kernel_name.data for g in gemms]
+    for gemm in gemms:
+        to_library(gemm, ALWAYS)
+    return names
+
+
 def choose_library_gemms(
     module: ModuleOp,
     target: Target,
@@ -140,21 +159,12 @@ def choose_library_gemms(
     lower: Lower | None = None,
     f32: bool = True,
 ) -> dict[str, str]:
-    """Moves the GEMM kernels of `module` that run faster on the library there (in
-    place; `device` "always" moves every one, unmeasured); returns each moved
-    kernel's name and why it moved. Kernels in `skip` stay, and f32 GEMMs unless
-    `f32` (with `tf32=True` they are one TF32 product, which the library's SGEMM is
-    not); `lower` lowers the variants that are timed."""
+    """Moves the `library_candidates` of `module` that run faster on the library
+    there (in place); returns each moved kernel's name and the measurement that
+    moved it. `lower` lowers the variants that are timed."""
     import statistics
 
-    gemms = [g for k in loop.kernels(module) if k not in (skip or ()) and (g := plain_gemm(k))]
-    gemms = [g for g in gemms if f32 or g.contraction.result.type != F32]
-    if device == "always":
-        names = [g.kernel.kernel_name.data for g in gemms]
-        for gemm in gemms:
-            to_library(gemm, ALWAYS)
-        return dict.fromkeys(names, ALWAYS)
-    gemms = [g for g in gemms if g.flops >= min_flops(g)]
+    gemms = [g for g in library_candidates(module, skip, f32) if g.flops >= min_flops(g)]
     if not gemms:
         return {}
 
@@ -172,8 +182,7 @@ def choose_library_gemms(
         cache = {}
     chosen: dict[str, str] = {}
     for gemm in gemms:
-        base = kernel_key(gemm.kernel, device_name, versions)
-        key = hashlib.sha256(f"library|{base}".encode()).hexdigest()[:32]
+        key = kernel_key(gemm.kernel, device_name, versions)  # (`versions` names the library)
         hit = cache.get(key)
         if hit is None:
             assert lower is not None, "a measured choice lowers its variants"

@@ -615,15 +615,16 @@ class HostPrinter:
 
 
 def library_call(op: loop.LibraryMatmulOp, names: dict[SSAValue, str]) -> str:
-    """The `torch.matmul` of a `loop.library_matmul` (`_library_matmul`): K rounded up to whole 16-byte
-    granules, and the columns too where the output's rows have room for them
-    (`library_operand` pads what is short with zeros)."""
+    """The `torch.matmul` of a `loop.library_matmul` (`_library_matmul`): K rounded up
+    to whole granules (`loop.library_extent`), and the columns too where the output's
+    rows have room for them (`library_operand` pads what is short with zeros)."""
     out = op.out.type
     assert isinstance(out, MemRefType)
-    per = loop.library_granule(out.element_type)
+    element = out.element_type
+    per = loop.library_granule(element)
     *_, m, n = (_int(s) for s in op.sizes.data)
-    k = -(-_int(op.k) // per) * per
-    n = max(n, min(-(-n // per) * per, out.get_shape()[-1]))
+    k = loop.library_extent(_int(op.k), element)
+    n = max(n, min(loop.library_extent(n, element), out.get_shape()[-1]))
     a = library_view(op, 0, names[op.a])
     b = library_view(op, 1, names[op.b])
     return (
@@ -634,10 +635,10 @@ def library_call(op: loop.LibraryMatmulOp, names: dict[SSAValue, str]) -> str:
 
 def library_view(op: loop.LibraryMatmulOp, which: int, name: str, columns: int = 0) -> str:
     """Operand `which` (0: `a`, 1: `b`, 2: `out`, its first `columns` where given)
-    of a `loop.library_matmul` as the torch view `torch.matmul` takes: its dimensions permuted to [batch..., M, K] (or
-    [..., K, N]), each cut to what is read or written, with a size-1 dimension for a
-    batch dimension it broadcasts over after one it has (leading ones broadcast by
-    themselves)."""
+    of a `loop.library_matmul` as the torch view `torch.matmul` takes: its dimensions
+    permuted to [batch..., M, K] (or [..., K, N]), each cut to what is read or
+    written, with a size-1 dimension for a batch dimension it broadcasts over after
+    one it has (leading ones broadcast by themselves)."""
     out = op.out.type
     buffer = (op.a, op.b, op.out)[which].type
     assert isinstance(out, MemRefType) and isinstance(buffer, MemRefType)

@@ -6,12 +6,13 @@ clusters of programs that share operand tiles by TMA multicast, which Triton 3.6
 does not offer: at some shapes (few output tiles over a long K; some large odd
 ones) its GEMM is faster by more than the product's extra trip through memory
 costs; and an f32 GEMM of a few thousand a side can run faster as cuBLAS's SGEMM
-than as irc's three TF32 products of split operands. No model of cuBLAS's kernel choice predicts where, so `irc.library_choice`
-measures both on the GPU and names the kernels that go to the library.
+than as irc's three TF32 products of split operands. No model of cuBLAS's kernel
+choice predicts where, so `irc.library_choice` measures both on the GPU and names
+the kernels that go to the library.
 
 A kernel this pass takes (`plain_gemm`) sums the product of two loads of bf16,
-f16 or f32 buffers (`loop.LIBRARY_TYPES`), each indexed only by the kernel's own indices and K. It
-becomes a `loop.library_matmul` into a new buffer, and the kernel, the GEMM's
+f16 or f32 buffers (`loop.LIBRARY_TYPES`), each indexed only by the kernel's own
+indices and K. It becomes a `loop.library_matmul` into a new buffer, and the kernel, the GEMM's
 loop replaced by a load of that buffer, keeps the rest: its epilogue, now an
 element-wise kernel. A kernel that only stores the product in its own order is
 replaced whole: the library writes its output.
@@ -19,6 +20,7 @@ replaced whole: the library writes its output.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -31,7 +33,7 @@ from irc.ir.kernel_kind import KernelKind
 from irc.ir.names import quoted
 from irc.ir.types import int_array
 from irc.passes.gemm_operand_copies import copy_before
-from irc.passes.kernel_names import kernel_names
+from irc.passes.kernel_names import kernel_names, unique_name
 from irc.syntax.diagnostics import Diagnostic, IrcError, op_location
 
 
@@ -49,19 +51,15 @@ class PlainGemm:
 
     @property
     def k(self) -> int:
-        return self.contraction.bounds.data[0].value.data  # type: ignore[attr-defined]
+        return loop.int_list(self.contraction.bounds)[0]
 
     @property
     def out_shape(self) -> list[int]:
-        return [b.value.data for b in self.kernel.bounds.data]  # type: ignore[attr-defined]
+        return loop.int_list(self.kernel.bounds)
 
     @property
     def flops(self) -> int:
-        shape = self.out_shape
-        n = 2 * self.k
-        for s in shape:
-            n *= s
-        return n
+        return 2 * self.k * math.prod(self.out_shape)
 
     @property
     def direct_store(self) -> loop.StoreOp | None:
@@ -88,11 +86,7 @@ class PlainGemm:
         """The product's row length in whole granules (`loop.library_granule`): cuBLAS's
         half-precision kernels want the columns so (4286x5029 @ 5029x4953 f16 with K
         padded but 4953 columns: 1931 us, against 326 with 4960)."""
-        return _round_up(self.out_shape[-1], loop.library_granule(self.contraction.result.type))
-
-
-def _round_up(n: int, granule: int) -> int:
-    return -(-n // granule) * granule
+        return loop.library_extent(self.out_shape[-1], self.contraction.result.type)
 
 
 def plain_gemm(kernel: loop.KernelOp) -> PlainGemm | None:
@@ -174,7 +168,7 @@ def aligned_operands(
     element = gemm.contraction.result.type
     per = loop.library_granule(element)
     m, n = gemm.out_shape
-    k = _round_up(gemm.k, per)
+    k = loop.library_extent(gemm.k, element)
     n_padded = gemm.padded_columns
     taken = kernel_names(gemm.kernel.get_toplevel_object())  # type: ignore[arg-type]
     operands: list[SSAValue] = []
@@ -247,11 +241,8 @@ def to_library(gemm: PlainGemm, reason: str | None = None) -> loop.LibraryMatmul
     red.detach()
     red.erase()
     kernel.properties.pop("kind", None)  # an element-wise kernel now
-    top = kernel.get_toplevel_object()
-    taken = {k.kernel_name.data for k in top.walk() if isinstance(k, loop.KernelOp)}
-    name = "poi_" + kernel.kernel_name.data.removeprefix("mm_")
-    while name in taken:
-        name += "_epilogue"
+    taken = kernel_names(kernel.get_toplevel_object())  # type: ignore[arg-type]
+    name = unique_name("poi_" + kernel.kernel_name.data.removeprefix("mm_"), taken)
     kernel.kernel_name = StringAttr(name)
     return matmul
 

@@ -17,7 +17,7 @@ from torch.testing import assert_close
 import irc
 from irc.analysis.verifier import verify
 from irc.dialects import loop, tile
-from irc.library_choice import MIN_FLOPS, choose_library_gemms
+from irc.library_choice import MIN_FLOPS, choose_library_gemms, move_every_gemm
 from irc.passes.library_gemm import LIBRARY_COPY_PREFIX, plain_gemm
 from irc.pipeline import run_pipeline
 from irc.syntax.diagnostics import IrcError
@@ -84,7 +84,7 @@ def test_a_bare_product_is_written_by_the_library_alone(k: int) -> None:
 }}
 """
     module = loop_module(text)
-    choose_library_gemms(module, Target(), "always")  # type: ignore[arg-type]
+    move_every_gemm(module)  # type: ignore[arg-type]
     names = [kernel.kernel_name.data for kernel in loop.kernels(module)]  # type: ignore[arg-type]
     assert names == ([] if k % 8 == 0 else ["library_pad_0", "library_pad_1"])
     compiled = irc.compile(irc.parse(text), device=DEVICE, library_gemm="always")
@@ -142,7 +142,7 @@ def test_what_the_library_does_not_take() -> None:
     assert plain_gemm(loop.kernels(f64)[0]) is None  # type: ignore[arg-type]
     f32 = loop_module(gemm_text(40, 48, 64, "f32"))
     assert plain_gemm(loop.kernels(f32)[0]) is not None  # type: ignore[arg-type]
-    assert choose_library_gemms(f32, Target(), "always", f32=False) == {}  # tf32=True
+    assert move_every_gemm(f32, f32=False) == []  # tf32=True
     window = """func @f(%x: tensor<32x80xbf16>, %w: tensor<64x32xbf16>) -> tensor<32x32xbf16> {
   %s = graph.slice %x {start = [0, 16], end = [32, 80]}
   %y = graph.matmul %s, %w
