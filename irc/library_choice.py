@@ -37,6 +37,7 @@ from irc.autotune import (
 )
 from irc.dialects import loop
 from irc.ir.types import F32
+from irc.ir.value_names import names_xdsl_accepts
 from irc.passes.library_gemm import PlainGemm, plain_gemm, to_library
 from irc.target import Target
 
@@ -142,8 +143,9 @@ def move_every_gemm(
     to the library (in place); returns their names."""
     gemms = library_candidates(module, skip, f32)
     names = [g.kernel.kernel_name.data for g in gemms]
-    for gemm in gemms:
-        to_library(gemm, ALWAYS)
+    with names_xdsl_accepts(module):
+        for gemm in gemms:
+            to_library(gemm, ALWAYS)
     return names
 
 
@@ -201,7 +203,8 @@ def choose_library_gemms(
         if hit["library"]:
             why = reason(hit["irc_ms"], hit["library_ms"])
             chosen[gemm.kernel.kernel_name.data] = why
-            to_library(gemm, why)
+            with names_xdsl_accepts(module):
+                to_library(gemm, why)
     try:
         path.write_text(json.dumps(cache, indent=1))
     except OSError:

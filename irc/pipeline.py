@@ -25,7 +25,7 @@ from xdsl.utils.exceptions import ArgSpecParseError
 
 from irc.analysis.verifier import verify
 from irc.gcpause import paused_gc
-from irc.ir.value_names import decode_value_names, encode_value_names
+from irc.ir.value_names import names_xdsl_accepts
 from irc.passes import LEVELS, PASSES
 from irc.passes.kernel_names import lowering_for_names
 from irc.syntax.diagnostics import Diagnostic, IrcError
@@ -335,15 +335,13 @@ def _run(
         check_level(p, module)
         for hook in hooks:
             hook.before_pass(p, module)
-        encode_value_names(module)
-        try:
-            p.apply(ctx, module)
-        except IrcError:
-            raise
-        except Exception as e:
-            raise PassFailure(p.name, e) from e
-        finally:
-            decode_value_names(module)
+        with names_xdsl_accepts(module):
+            try:
+                p.apply(ctx, module)
+            except IrcError:
+                raise
+            except Exception as e:
+                raise PassFailure(p.name, e) from e
         for hook in hooks:
             hook.after_apply(p, module)
         if verify_each:

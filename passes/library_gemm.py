@@ -200,7 +200,8 @@ def aligned_operands(
 
 def to_library(gemm: PlainGemm, reason: str | None = None) -> loop.LibraryMatmulOp:
     """Rewrites the kernel as a `loop.library_matmul` and, where it does more than
-    store the product, the element-wise rest (same name, same place)."""
+    store the product, the element-wise rest (same name, same place). Outside a pass,
+    run it under `names_xdsl_accepts`: xDSL copies names as it replaces values."""
     kernel = gemm.kernel
     element = gemm.contraction.result.type
     block = kernel.parent_block()

@@ -377,3 +377,30 @@ def test_a_reason_cannot_inject_code_into_the_generated_module() -> None:
     assert "\nraise SystemExit" not in compiled.source
     x = torch.ones(30, 24, dtype=torch.bfloat16)
     assert_close(compiled["g"](x, torch.eye(24, dtype=torch.bfloat16)), x)
+
+
+def test_the_epilogue_takes_a_name_no_kernel_has() -> None:
+    """`mm_a`'s epilogue would be `poi_a`; hand-written IR has a `poi_a` already. The
+    parsed values are named `%3` as printed, which xDSL's name setter refuses: the
+    move runs with names it accepts (`names_xdsl_accepts`), also in `irc.compile`."""
+    text = print_module(loop_module(gemm_text(16, 16, 16, "bf16")))  # type: ignore[arg-type]
+    text = (
+        text.replace('"mm_fused_matmul_add_gelu_0"', '"mm_a"')
+        + """
+func @h(%x: memref<8xf32>) -> memref<8xf32> {
+  %y = loop.alloc : memref<8xf32>
+  loop.kernel {name = "poi_a", bounds = [8]} (%i: index) {
+    %v = loop.load %x, %i : f32
+    loop.store %v, %y, %i
+  }
+  return %y : memref<8xf32>
+}
+"""
+    )
+    module = irc.parse(text)
+    move_every_gemm(module)  # type: ignore[arg-type]
+    verify(module)  # type: ignore[arg-type]
+    assert [k.kernel_name.data for k in loop.kernels(module)] == ["poi_a_", "poi_a"]  # type: ignore[arg-type]
+    compiled = irc.compile(irc.parse(text), device="cpu", library_gemm="always")
+    x, w, b, mm = gemm_inputs(16, 16, 16, "bf16")
+    assert_close(compiled["f"](x, w, b), F.gelu(mm + b))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 from xdsl.ir import Operation, SSAValue
 
@@ -47,6 +48,18 @@ def decode_value_names(module: Operation) -> None:
         name = value.name_hint
         if name is not None and name.startswith(_NAME_PREFIX):
             set_value_name(value, name[len(_NAME_PREFIX) :] or None)
+
+
+@contextmanager
+def names_xdsl_accepts(op: Operation) -> Iterator[None]:
+    """Names xDSL accepts while a rewrite runs, the written ones after
+    (`encode_value_names`, then `decode_value_names`): every pass runs so, and so
+    must a rewrite that runs outside a pass pipeline."""
+    encode_value_names(op)
+    try:
+        yield
+    finally:
+        decode_value_names(op)
 
 
 def written_name(value: SSAValue) -> str | None:
