@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -61,6 +62,17 @@ def test_half_rows_16_bytes_apart_read_again_take_32_bytes_a_thread() -> None:
     assert choose_tiling(vocab_softmax(4096, 75945, 2)).block == (1, 4096)
     once = choose_tiling(vocab_softmax(4096, 128256, 2, reads=1, aligned=True))
     assert (once.block, once.warps) == ((1, 4096), 32)
+
+
+@pytest.mark.parametrize("reads", [1, 2])
+@pytest.mark.parametrize(("vocab", "element_bytes"), [(75945, 2), (100003, 4), (70001, 4)])
+def test_peeled_looped_rows_take_4_elements_a_thread(vocab: int, element_bytes: int, reads: int) -> None:
+    """`PEELED_ROW_THREAD_ELEMENTS`: rows read from their aligned starts (`row_granule`)
+    take 4 elements a thread of 32 warps, f32 as well as half precision."""
+    shape = replace(vocab_softmax(2000, vocab, element_bytes, reads=reads), row_granule=16 // element_bytes)
+    t = choose_tiling(shape)
+    assert (t.block, t.warps) == ((1, 4096), 32) and not t.unrolled
+    assert choose_tiling(vocab_softmax(2000, vocab, element_bytes, reads=reads)).block[1] == 4096 * (element_bytes // 2)
 
 
 @pytest.mark.parametrize(

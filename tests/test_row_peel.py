@@ -1,8 +1,9 @@
-"""Rows held in chunks whose starts are not 8 bytes apart are read from the
+"""Rows in chunks whose starts are not 8 bytes apart are read from the
 16-byte-aligned address before each start (`loop-to-tile`'s `RowPeel`), the lanes
 before the start and past the end masked: the rule (`row_granule`), the addresses
 it emits, and results against torch on the interpreter with the GPU's chunking
-forced on small rows. Looped rows are left as they are.
+forced on small rows. Held rows mask their first and last chunks; looped rows
+(`peeled_loop`) too, and load the chunks between them in a loop with no mask.
 """
 
 from __future__ import annotations
@@ -95,10 +96,127 @@ def test_chunks_load_from_the_aligned_row_start() -> None:
     assert kernel.count(f">= {row[0]}") == 1  # the first chunk's lower mask
 
 
-def test_looped_rows_are_not_peeled() -> None:
-    _, module = compile_with_tiling(softmax(7, 2001, "bf16"), LOOPED, DEVICE)
+def loops_and_the_rest(kernel: str) -> tuple[list[str], list[str]]:
+    """The lines of a kernel inside its `for` loops, and those outside."""
+    inside, outside, looping = [], [], False
+    for line in kernel.splitlines():
+        if line.startswith("    for "):
+            looping = True
+        elif not line.startswith("        "):
+            looping = False
+        (inside if looping else outside).append(line)
+    return inside, outside
+
+
+@pytest.mark.parametrize(
+    ("n", "el", "tail"),
+    [(2001, "bf16", 1), (1535, "bf16", 2), (1531, "f32", 1)],
+)
+def test_looped_rows_load_the_chunks_inside_every_row_unmasked(n: int, el: str, tail: int) -> None:
+    """Chunks of 512 from the aligned start: the first masked before the row's start,
+    the `n // 512 - 1` after it in a loop with neither mask nor bounds, the rest (one,
+    or two where the granule's extra lanes pass a chunk) masked past the end; the
+    store pass (walked backwards) reuses the first and last chunks' loads."""
+    _, module = compile_with_tiling(softmax(7, n, el), LOOPED, DEVICE)
     kernel = emit_triton(module, "looped.ir").split("def fn0")[0]
-    assert " // " not in kernel  # no aligned start
+    assert " // " in kernel  # the aligned start
+    inside, outside = loops_and_the_rest(kernel)
+    assert sum(line.startswith("    for ") for line in inside) == 2  # reductions, stores
+    assert f"range(512, {n // 512 * 512}, 512)" in kernel  # from past the first chunk
+    loads = [line for line in inside if "tl.load(" in line or "tl.store(" in line]
+    assert len(loads) == 3 and not any("mask=" in line for line in loads)
+    edge_loads = [line for line in outside if "tl.load(" in line]
+    assert len(edge_loads) == 1 + tail and all("mask=" in line for line in edge_loads)
+    edge_stores = [line for line in outside if "tl.store(" in line]
+    assert len(edge_stores) == 1 + tail and all("mask=" in line for line in edge_stores)
+
+
+def test_a_row_of_fewer_than_two_chunks_has_no_loop() -> None:
+    _, module = compile_with_tiling(softmax(3, 1001, "bf16"), LOOPED, DEVICE)
+    kernel = emit_triton(module, "short.ir").split("def fn0")[0]
+    assert " // " in kernel and "    for " not in kernel
+
+
+@pytest.mark.parametrize(
+    ("rows", "n", "el"),
+    [(7, 2001, "bf16"), (5, 1535, "bf16"), (6, 1531, "f32"), (4, 1001, "f16"), (3, 2563, "f16")],
+)
+def test_looped_peeled_rows_match_torch(rows: int, n: int, el: str) -> None:
+    compiled, _ = compile_with_tiling(softmax(rows, n, el), LOOPED, DEVICE)
+    g = torch.Generator().manual_seed(rows * n + 1)
+    x = (torch.randn(rows, n, generator=g) * 4).to(TORCH[el])
+    x[1, n - 1] = 30.0  # the max in the last lane
+    x[2, 0] = 25.0  # and in the first
+    want = torch.softmax(x.float(), dim=1).to(TORCH[el])
+    assert_close(compiled["f"](x.to(DEVICE)).cpu(), want)
+
+
+def test_looped_peeled_rows_of_two_inputs_match_torch() -> None:
+    compiled, _ = compile_with_tiling(softmax_of_sum(5, 1537, "bf16"), LOOPED, DEVICE)
+    g = torch.Generator().manual_seed(11)
+    x, y = ((torch.randn(5, 1537, generator=g) * 3).to(torch.bfloat16) for _ in range(2))
+    want = torch.softmax((x + y).float(), dim=1)
+    assert_close(compiled["f"](x.to(DEVICE), y.to(DEVICE)).cpu(), want)
+
+
+def test_looped_peeled_variance_matches_torch() -> None:
+    """A normalization by the row's mean and variance: one Welford pass over the
+    peeled chunks (`one-pass-variance`), its parts weighing 0 where masked."""
+    t, col = "tensor<5x2047xf32>", "tensor<5x1xf32>"
+    text = f"""func @f(%x: {t}) -> {t} {{
+  %m = graph.reduce_mean %x {{dims = [1], keepdim = true}} : {col}
+  %d = graph.sub %x, %m : {t}
+  %s = graph.mul %d, %d : {t}
+  %v = graph.reduce_mean %s {{dims = [1], keepdim = true}} : {col}
+  %e = graph.constant {{value = 1.0e-05}} : tensor<f32>
+  %a = graph.add %v, %e : {col}
+  %r = graph.rsqrt %a : {col}
+  %y = graph.mul %d, %r : {t}
+  return %y : {t}
+}}
+"""
+    assert shape_of(text).row_granule == 4  # type: ignore[attr-defined]
+    compiled, module = compile_with_tiling(text, LOOPED, DEVICE)
+    kernel = emit_triton(module, "v.ir").split("def fn0")[0]
+    assert " // " in kernel and kernel.count("    for ") == 2  # one Welford pass, one store pass
+    x = torch.randn(5, 2047, generator=torch.Generator().manual_seed(2)) * 3 + 100
+    x64 = x.double()
+    want = (x64 - x64.mean(1, keepdim=True)) / (
+        x64.var(1, unbiased=False, keepdim=True) + 1e-5
+    ).sqrt()
+    assert_close(compiled["f"](x.to(DEVICE)).cpu().double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_looped_peeled_logsumexp_matches_torch() -> None:
+    t, col = "tensor<6x3001xbf16>", "tensor<6x1xbf16>"
+    text = f"""func @f(%x: {t}) -> {col} {{
+  %m = graph.reduce_max %x {{dims = [1], keepdim = true}} : {col}
+  %s = graph.sub %x, %m : {t}
+  %e = graph.exp %s : {t}
+  %z = graph.reduce_sum %e {{dims = [1], keepdim = true}} : {col}
+  %l = graph.log %z : {col}
+  %y = graph.add %l, %m : {col}
+  return %y : {col}
+}}
+"""
+    compiled, module = compile_with_tiling(text, LOOPED, DEVICE)
+    assert " // " in emit_triton(module, "lse.ir")
+    x = (torch.randn(6, 3001, generator=torch.Generator().manual_seed(4)) * 3).to(torch.bfloat16)
+    want = torch.logsumexp(x.float(), 1, keepdim=True).to(torch.bfloat16)
+    assert_close(compiled["f"](x.to(DEVICE)).cpu(), want)
+
+
+def test_edge_values_in_the_masked_lanes_of_looped_rows_stay_out() -> None:
+    x = torch.randn(4, 1539)
+    x[0, -3:] = float("inf")
+    x[1, -1] = float("nan")
+    x[2, :2] = float("-inf")
+    compiled, _ = compile_with_tiling(softmax(4, 1539, "f32"), LOOPED, DEVICE)
+    got = compiled["f"](x.to(DEVICE)).cpu()
+    want = torch.softmax(x, 1)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert_close(got[3], want[3])
+    assert_close(got[2], want[2])
 
 
 @pytest.mark.parametrize(

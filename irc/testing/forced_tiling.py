@@ -13,12 +13,11 @@ from irc.compiler import CompiledModule
 from irc.dialects import loop, tile
 from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.tile import Tiling, set_tiling
-from irc.pipeline import AFTER_TILING, run_pipeline
+from irc.pipeline import AFTER_TILING, LOWERING, run_pipeline
 
-UP_TO_TILE = (
-    "fuse,decompose,graph-to-loop,split-reduction,pad-gemm-operands,split-tf32-gemm-operands,k-major-gemm-operands,split-k,tile"
-)
-"""The passes a graph-level program goes through before a tiling is forced."""
+UP_TO_TILE = ",".join(["fuse", *LOWERING[: LOWERING.index("tile") + 1]])
+"""The passes a graph-level program goes through before a tiling is forced: those
+`irc.compile` runs, up to `tile`."""
 
 
 def compile_with_tiling(
