@@ -147,10 +147,11 @@ class KernelShape:
     (held in registers or looped) is then read from the 16-byte-aligned address
     before its start (`loop-to-tile`'s `RowPeel`), one more chunk at most. 0
     otherwise."""
-    rows_aligned: bool = False
+    row_vector_bytes: int = 0
     """Row reductions whose every access along the row is a whole row of a full-size
-    buffer (as for `row_granule`) starting a multiple of 16 bytes after the one
-    before: every chunk of a looped row then loads 16-byte vectors (`long_row_tiling`)."""
+    buffer (as for `row_granule`): the widest vector, up to 16 bytes, that every
+    chunk of a row read as it starts can load (the largest power of two dividing
+    each row's bytes: 16 where the rows start 16 bytes apart). 0 otherwise."""
 
 
 def index_args(v: SSAValue) -> set[BlockArgument]:
@@ -361,7 +362,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
             return KernelShape(
                 kind, parallel, longest, False, epilogue, columns, widest,
                 shared_bytes=shared_bytes(kernel), row_reads=reads,
-                row_granule=row_granule(rows), rows_aligned=rows_aligned(rows),
+                row_granule=row_granule(rows, epilogue), row_vector_bytes=row_vector_bytes(rows),
                 transcendentals=len(heavy_ops(reduced)), loaded_bytes=reduced_bytes(kernel),
             )  # fmt: skip
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
@@ -426,18 +427,28 @@ def whole_rows(kernel: loop.KernelOp) -> list[tuple[int, int]] | None:
     return rows
 
 
-def row_granule(rows: list[tuple[int, int]] | None) -> int:
-    """`KernelShape.row_granule` of a reduction kernel's `whole_rows`."""
+def row_granule(rows: list[tuple[int, int]] | None, epilogue: bool) -> int:
+    """`KernelShape.row_granule` of a reduction kernel's `whole_rows`: rows not
+    `PEELED_ROW_BYTES` apart, and rows only reduced (no `epilogue` reads them again)
+    not 16 bytes apart. A peeled row only reduced keeps no chunk in registers, and
+    its 16-byte vectors paid even where the rows start 8 bytes apart (H200, kernel
+    time, us, as they start at the rule's tiling / peeled at 4 a thread: logsumexp
+    of 4096 x 100,004 bf16 492.9 / 323.2, 2000 x 75,002 f32 196.3 / 161.6); rows read
+    again 8 bytes apart lost so (softmax 2048 x 128,260 bf16 494.6 / 521.8, 1000 x
+    152,068 f16 294.3 / 304.2) and take two 8-byte vectors a thread instead
+    (`long_row_tiling`)."""
     if not rows or len({length for length, _ in rows}) != 1:
         return 0  # rows of different lengths (none, or a split stage's)
-    if all(length * b % PEELED_ROW_BYTES == 0 for length, b in rows):
+    if row_vector_bytes(rows) >= (PEELED_ROW_BYTES if epilogue else VECTOR_BYTES):
         return 0
     return VECTOR_BYTES // min(b for _, b in rows)  # a row's 16-byte vectors
 
 
-def rows_aligned(rows: list[tuple[int, int]] | None) -> bool:
-    """`KernelShape.rows_aligned` of a reduction kernel's `whole_rows`."""
-    return bool(rows) and all(length * b % VECTOR_BYTES == 0 for length, b in rows)
+def row_vector_bytes(rows: list[tuple[int, int]] | None) -> int:
+    """`KernelShape.row_vector_bytes` of a reduction kernel's `whole_rows`."""
+    if not rows:
+        return 0
+    return min(math.gcd(length * b, VECTOR_BYTES) for length, b in rows)
 
 
 HEAVY = frozenset(
@@ -644,16 +655,21 @@ class Tiling:
 
 LONG_ROW_CHUNK = 8192
 """Most elements of a looped row a program loads a step (the `rblock` option)."""
-ALIGNED_ROW_THREAD_BYTES = 32
-"""Bytes of a step a thread of a looped row read again takes where every chunk loads
-16-byte vectors (`rows_aligned`): two vectors, 16 half-precision elements (f32 rows
-already take 8), so chunks of 8192 at 16 warps rather than 4096 at 32. Measured on an
-H200 (softmax, kernel time, us, 4096 x 32 against 8192 x 16): 6000 x 80,000 f16 812.7
-/ 719.4, 2000 x 100,000 bf16 385.8 / 348.8, 4096 x 128,256 bf16 934.2 / 845.1, 1000 x
-152,064 f16 279.7 / 248.3, 3000 x 65,600 bf16 368.1 / 343.7 (eager: 1001.5, 443.2,
-1111.8, 336.6, 375.0). Rows whose starts are not 16 bytes apart load a few bytes a lane
-and keep 4 a thread: 6320 x 75,945 bf16 took 931 us so, 1018 at 16 a thread (4096 x
-8)."""
+READ_AGAIN_ROW_VECTORS = 2
+"""Vectors (`row_vector_bytes` wide: 16 or 8 bytes) of a step a thread of a looped row
+read again takes, and a step spans as many vectors whatever their width: chunks of
+`LONG_ROW_CHUNK` elements where the rows start 16 bytes apart, half that where they
+start 8 bytes apart (half precision at 16 warps, f32 at 32). Measured on an H200
+(softmax, kernel time, us). 16-byte rows, 4 half elements a thread of 32 warps
+against 16 of 16: 6000 x 80,000 f16 812.7 / 719.4, 2000 x 100,000 bf16 385.8 /
+348.8, 4096 x 128,256 bf16 934.2 / 845.1, 1000 x 152,064 f16 279.7 / 248.3, 3000 x
+65,600 bf16 368.1 / 343.7 (eager: 1001.5, 443.2, 1111.8, 336.6, 375.0). 8-byte rows,
+the rule before (chunks of 4096 at 32 warps in half precision, 8192 at 32 in f32)
+against this: 4000 x 75,004 bf16 549.8 / 518.6, 2048 x 128,260 bf16 494.6 / 463.4,
+1000 x 152,068 f16 294.3 / 280.1, 333 x 100,002 f32 137.3 / 130.0, 1500 x 70,006 f32
+378.1 / 323.6; at shapes not tuned on, 1777 x 120,006 f32 777.0 / 661.2, 2500 x
+66,668 f16 304.4 / 282.5, but 3000 x 90,004 bf16 485.7 / 497.6 (eager 616.2). Rows
+whose starts are less than 8 bytes apart are peeled (`row_granule`)."""
 
 
 PEELED_ROW_THREAD_ELEMENTS = 4
@@ -679,15 +695,17 @@ def long_row_tiling(shape: KernelShape, rblock: int = LONG_ROW_CHUNK) -> Tiling:
     rows, so that fewer rows are in flight and a row's second read finds it in
     L2) was 20-75% slower on every one of them: one program an SM keeps too few
     loads in flight. Persistent rows stay an autotuning candidate.
-    Rows read again whose every chunk loads 16-byte vectors (`rows_aligned`) take
-    `ALIGNED_ROW_THREAD_BYTES` a thread (`ALIGNED_ROW_THREAD_BYTES` says why); peeled
-    rows (`row_granule`) `PEELED_ROW_THREAD_ELEMENTS`.
+    Rows read again whose chunks load 8- or 16-byte vectors take
+    `READ_AGAIN_ROW_VECTORS` of them a thread (it says why); peeled rows
+    (`row_granule`) `PEELED_ROW_THREAD_ELEMENTS`.
     """
     e = min(8, 2 * shape.element_bytes)
+    vector = shape.row_vector_bytes
     if shape.row_granule:
         e = PEELED_ROW_THREAD_ELEMENTS
-    elif shape.rows_aligned and shape.epilogue:
-        e = max(e, ALIGNED_ROW_THREAD_BYTES // shape.element_bytes)
+    elif shape.epilogue and vector >= PEELED_ROW_BYTES:
+        e = READ_AGAIN_ROW_VECTORS * vector // shape.element_bytes
+        rblock = max(1, rblock * vector // VECTOR_BYTES)
     chunk = min(rblock, MAX_WARPS * 32 * e, next_pow2(numel(shape.reduction)))
     return Tiling((1, chunk), max(1, min(MAX_WARPS, chunk // (32 * e))))
 

@@ -17,7 +17,7 @@ from irc.autotune import candidates
 from irc.compiler import triton_source
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
-from irc.passes.tile import KernelShape, Tiling, choose_tiling, kernel_shape, set_tiling
+from irc.passes.tile import KernelShape, Tiling, choose_tiling, kernel_shape, set_tiling, tiling_of
 from irc.pipeline import LOWERING
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
@@ -36,7 +36,7 @@ def vocab_softmax(
         epilogue=reads > 1,
         element_bytes=element_bytes,
         row_reads=reads,
-        rows_aligned=aligned,
+        row_vector_bytes=16 if aligned else 2,
         transcendentals=exp,
     )
 
@@ -64,6 +64,40 @@ def test_half_rows_16_bytes_apart_read_again_take_32_bytes_a_thread() -> None:
     assert (once.block, once.warps) == ((1, 4096), 32)
 
 
+@pytest.mark.parametrize(("element_bytes", "want"), [(2, ((1, 4096), 16)), (4, ((1, 4096), 32))])
+def test_rows_read_again_8_bytes_apart_take_two_8_byte_vectors_a_thread(
+    element_bytes: int, want: tuple[tuple[int, int], int]
+) -> None:
+    """`READ_AGAIN_ROW_VECTORS`: a step spans as many vectors as one of 16-byte rows,
+    so chunks of 4096 (8 half elements a thread of 16 warps, 4 f32 of 32); rows only
+    reduced are peeled instead (`row_granule`)."""
+    shape = replace(vocab_softmax(2000, 100002, element_bytes), row_vector_bytes=8)
+    t = choose_tiling(shape)
+    assert (t.block, t.warps) == want and not t.unrolled
+
+
+@pytest.mark.parametrize(
+    ("cols", "dtype", "epilogue", "granule"),
+    [
+        (100004, "bf16", True, 0),  # 8 bytes apart, read again: as they start
+        (100004, "bf16", False, 8),  # only reduced: peeled
+        (100002, "f32", False, 4),
+        (100003, "bf16", True, 8),  # 2 bytes apart: peeled either way
+        (100000, "bf16", False, 0),  # 16 bytes apart
+    ],
+)
+def test_rows_only_reduced_are_peeled_unless_16_bytes_apart(
+    cols: int, dtype: str, epilogue: bool, granule: int
+) -> None:
+    program = "softmax" if epilogue else "logsumexp"
+    text = PROGRAMS[program].replace("ROWS", "3").replace("COLS", str(cols))
+    module = irc.parse(text.replace("DT", dtype))
+    irc.run_pipeline(module, "fuse,decompose,graph-to-loop")
+    (kernel,) = loop.kernels(module)
+    shape = kernel_shape(kernel)
+    assert shape.epilogue == epilogue and shape.row_granule == granule
+
+
 @pytest.mark.parametrize("reads", [1, 2])
 @pytest.mark.parametrize(("vocab", "element_bytes"), [(75945, 2), (100003, 4), (70001, 4)])
 def test_peeled_looped_rows_take_4_elements_a_thread(vocab: int, element_bytes: int, reads: int) -> None:
@@ -76,23 +110,23 @@ def test_peeled_looped_rows_take_4_elements_a_thread(vocab: int, element_bytes: 
 
 
 @pytest.mark.parametrize(
-    ("cols", "dtype", "aligned"),
-    [(80000, "f16", True), (75945, "bf16", False), (80004, "bf16", False), (65601, "f32", False)],
+    ("cols", "dtype", "vector"),
+    [(80000, "f16", 16), (75945, "bf16", 2), (80004, "bf16", 8), (65601, "f32", 4), (65602, "f32", 8)],
 )
-def test_rows_aligned_is_read_from_the_row_bytes(cols: int, dtype: str, aligned: bool) -> None:
-    """`KernelShape.rows_aligned` of a softmax's kernel: its rows' bytes a multiple of
-    16 (80,004 bf16 rows are 8 bytes apart, not 16); a layer norm's weight and bias
-    are not whole rows, so its rows never count as aligned."""
+def test_row_vector_bytes_is_read_from_the_row_bytes(cols: int, dtype: str, vector: int) -> None:
+    """`KernelShape.row_vector_bytes` of a softmax's kernel: the largest power of two
+    up to 16 dividing its rows' bytes (80,004 bf16 rows are 8 bytes apart); a layer
+    norm's weight and bias are not whole rows, so its rows have none."""
     text = PROGRAMS["softmax"].replace("ROWS", "3").replace("COLS", str(cols))
     module = irc.parse(text.replace("DT", dtype))
     irc.run_pipeline(module, "fuse,decompose,graph-to-loop")
     (kernel,) = loop.kernels(module)
-    assert kernel_shape(kernel).rows_aligned == aligned
+    assert kernel_shape(kernel).row_vector_bytes == vector
     text = PROGRAMS["layer_norm"].replace("ROWS", "3").replace("COLS", "80000")
     module = irc.parse(text.replace("DT", "f16"))
     irc.run_pipeline(module, "fuse,decompose,graph-to-loop")
     (kernel,) = loop.kernels(module)
-    assert not kernel_shape(kernel).rows_aligned
+    assert kernel_shape(kernel).row_vector_bytes == 0
 
 
 def test_aligned_half_rows_in_chunks_of_8192_match_torch() -> None:
@@ -134,6 +168,21 @@ def test_rblock_caps_the_chunk_and_the_warps_follow_it() -> None:
     # Unless its chunks stay in registers (5 of 2048).
     t = choose_tiling(shape, persistent_rblock=4096, rblock=1 << 16)
     assert t == Tiling((1, 2048), 16, unrolled=True)
+
+
+@pytest.mark.parametrize("cols", [10, 12, 13])
+def test_the_smallest_rblock_streams_rows_of_any_spacing_and_matches_torch(cols: int) -> None:
+    """`tile{rblock=1 persistent-rblock=1}`: chunks of one element, whatever the rows'
+    vectors (8-byte rows halve the chunk, never to 0; a chunk under a granule is not
+    peeled)."""
+    text = PROGRAMS["softmax"].replace("ROWS", "3").replace("COLS", str(cols))
+    module = irc.parse(text.replace("DT", "f32"))
+    irc.run_pipeline(module, "fuse,decompose,graph-to-loop,tile{rblock=1 persistent-rblock=1}")
+    (kernel,) = loop.kernels(module)
+    assert tiling_of(kernel).block == (1, 1)
+    compiled = irc.compile(module, device=DEVICE)
+    x = torch.randn(3, cols, generator=torch.Generator().manual_seed(cols)).to(DEVICE)
+    assert_matches_torch("softmax", compiled.f(x), x, "f32")
 
 
 def test_persistent_rows_are_an_autotuning_candidate_of_rows_read_twice() -> None:
