@@ -187,38 +187,6 @@ def test_looped_peeled_variance_matches_torch() -> None:
     assert_close(compiled["f"](x.to(DEVICE)).cpu().double(), want, rtol=1e-4, atol=1e-4)
 
 
-def test_looped_peeled_logsumexp_matches_torch() -> None:
-    t, col = "tensor<6x3001xbf16>", "tensor<6x1xbf16>"
-    text = f"""func @f(%x: {t}) -> {col} {{
-  %m = graph.reduce_max %x {{dims = [1], keepdim = true}} : {col}
-  %s = graph.sub %x, %m : {t}
-  %e = graph.exp %s : {t}
-  %z = graph.reduce_sum %e {{dims = [1], keepdim = true}} : {col}
-  %l = graph.log %z : {col}
-  %y = graph.add %l, %m : {col}
-  return %y : {col}
-}}
-"""
-    compiled, module = compile_with_tiling(text, LOOPED, DEVICE)
-    assert " // " in emit_triton(module, "lse.ir")
-    x = (torch.randn(6, 3001, generator=torch.Generator().manual_seed(4)) * 3).to(torch.bfloat16)
-    want = torch.logsumexp(x.float(), 1, keepdim=True).to(torch.bfloat16)
-    assert_close(compiled["f"](x.to(DEVICE)).cpu(), want)
-
-
-def test_edge_values_in_the_masked_lanes_of_looped_rows_stay_out() -> None:
-    x = torch.randn(4, 1539)
-    x[0, -3:] = float("inf")
-    x[1, -1] = float("nan")
-    x[2, :2] = float("-inf")
-    compiled, _ = compile_with_tiling(softmax(4, 1539, "f32"), LOOPED, DEVICE)
-    got = compiled["f"](x.to(DEVICE)).cpu()
-    want = torch.softmax(x, 1)
-    assert torch.equal(torch.isnan(got), torch.isnan(want))
-    assert_close(got[3], want[3])
-    assert_close(got[2], want[2])
-
-
 @pytest.mark.parametrize(
     ("rows", "n", "el"),
     [
@@ -246,8 +214,9 @@ def test_rows_of_two_inputs_and_a_wider_output_match_torch() -> None:
     assert_close(compiled["f"](x.to(DEVICE), y.to(DEVICE)).cpu(), want)
 
 
-def test_peeled_row_reductions_only_match_torch() -> None:
-    """A logsumexp held in chunks: its max and sum read the peeled chunks."""
+@pytest.mark.parametrize("tiling", [UNROLLED, LOOPED], ids=["held", "looped"])
+def test_peeled_row_reductions_only_match_torch(tiling: Tiling) -> None:
+    """A logsumexp in chunks: its max and sum read the peeled chunks."""
     t, col = "tensor<6x3001xbf16>", "tensor<6x1xbf16>"
     text = f"""func @f(%x: {t}) -> {col} {{
   %m = graph.reduce_max %x {{dims = [1], keepdim = true}} : {col}
@@ -260,20 +229,24 @@ def test_peeled_row_reductions_only_match_torch() -> None:
 }}
 """
     assert shape_of(text).row_granule == 8  # type: ignore[attr-defined]
-    compiled, _ = compile_with_tiling(text, UNROLLED, DEVICE)
+    compiled, module = compile_with_tiling(text, tiling, DEVICE)
+    assert " // " in emit_triton(module, "lse.ir")  # the aligned start
     x = (torch.randn(6, 3001, generator=torch.Generator().manual_seed(3)) * 3).to(torch.bfloat16)
     want = torch.logsumexp(x.float(), 1, keepdim=True).to(torch.bfloat16)
     assert_close(compiled["f"](x.to(DEVICE)).cpu(), want)
 
 
-def test_edge_values_in_the_masked_lanes_stay_out() -> None:
+@pytest.mark.parametrize(
+    ("tiling", "n"), [(UNROLLED, 1003), (LOOPED, 1539)], ids=["held", "looped"]
+)
+def test_edge_values_in_the_masked_lanes_stay_out(tiling: Tiling, n: int) -> None:
     """The lanes before a row's start are the previous row's last elements: a +inf
     or NaN there must not reach this row's max or sum."""
-    x = torch.randn(4, 1003)
+    x = torch.randn(4, n)
     x[0, -3:] = float("inf")
     x[1, -1] = float("nan")
     x[2, :2] = float("-inf")
-    compiled, _ = compile_with_tiling(softmax(4, 1003, "f32"), UNROLLED, DEVICE)
+    compiled, _ = compile_with_tiling(softmax(4, n, "f32"), tiling, DEVICE)
     got = compiled["f"](x.to(DEVICE)).cpu()
     want = torch.softmax(x, 1)
     assert torch.equal(torch.isnan(got), torch.isnan(want))
