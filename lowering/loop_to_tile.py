@@ -1292,7 +1292,6 @@ class KernelTranslator:
             results = chunk(start, results)
         return results
 
-
     def loop_block(self, ub: int, step: int, carried: Sequence[Attribute]) -> Block:
         """The body of a tile.for up to `ub` by `step` carrying values of `carried`
         types: its induction variable is i32, as Triton counts, or i64 where its last

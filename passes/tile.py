@@ -141,9 +141,10 @@ class KernelShape:
     """Contractions: the dots of the kernel (a SwiGLU's two share one kernel); only
     one can be split into a tail's chunks (`tail_split`)."""
     row_granule: int = 0
-    """Row reductions whose rows do not start 8 bytes apart (`PEELED_ROW_BYTES`), and
-    whose every access along the row is a whole row of a full-size buffer: the
-    elements of the narrowest such buffer in 16 bytes. A row a program in chunks
+    """Row reductions whose rows do not start 8 bytes apart (`PEELED_ROW_BYTES`), or
+    16 where no epilogue reads them again (`row_granule`), and whose every access
+    along the row is a whole row of a full-size buffer: the elements of the
+    narrowest such buffer in 16 bytes. A row a program in chunks
     (held in registers or looped) is then read from the 16-byte-aligned address
     before its start (`loop-to-tile`'s `RowPeel`), one more chunk at most. 0
     otherwise."""
