@@ -53,7 +53,8 @@ def test_vocabulary_rows_too_long_for_registers_stream_in_chunks_of_32_warps() -
 def test_half_rows_16_bytes_apart_read_again_take_32_bytes_a_thread() -> None:
     """`READ_AGAIN_ROW_VECTORS`: every chunk loads 16-byte vectors, so 16 bf16 a
     thread of 16 warps; f32 rows already take 32 bytes a thread; rows read once,
-    and rows whose starts are not 16 bytes apart, keep 4 a thread of 32 warps."""
+    and rows of 2-byte vectors not peeled, keep 4 a thread of 32 warps (rows 8
+    bytes apart and peeled rows: the tests below)."""
     for vocab in (65600, 80000, 128256):
         for element_bytes in (2, 4):
             t = choose_tiling(vocab_softmax(4096, vocab, element_bytes, aligned=True))
