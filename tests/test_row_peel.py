@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from irc.dialects import loop
 from irc.lowering.tile_to_triton import emit_triton
 from irc.passes.tile import Tiling, kernel_shape
 from irc.pipeline import run_pipeline
+from irc.syntax.diagnostics import IrcError
 from irc.testing.forced_tiling import compile_with_tiling
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
@@ -284,3 +286,14 @@ def test_chunks_narrower_than_a_granule_are_not_peeled(chunk: int) -> None:
     x = (torch.randn(5, 37, generator=torch.Generator().manual_seed(chunk)) * 4).to(torch.bfloat16)
     want = torch.softmax(x.float(), 1).to(torch.bfloat16)
     assert_close(compiled["f"](x.to(DEVICE)).cpu(), want)
+
+
+def test_the_bounds_proof_follows_a_peeled_loop_to_the_last_whole_chunk() -> None:
+    """tests/hostile/tile_oob_peeled_loop_past_row.ir loops its unmasked chunks one
+    past the last that lies inside every row, and is refused; stopped at that last
+    one (`peeled_loop`'s bound, 32 of 37), the same kernel is proven."""
+    hostile = Path(__file__).parent / "hostile" / "tile_oob_peeled_loop_past_row.ir"
+    text = hostile.read_text()
+    with pytest.raises(IrcError, match="may reach"):
+        irc.verify(irc.parse(text, "past.ir"))
+    irc.verify(irc.parse(text.replace("ub = 40", "ub = 32"), "inside.ir"))
