@@ -1224,15 +1224,13 @@ class KernelTranslator:
             # the same loads, which tile-cse shares, so the row is read once.
             results = list(carried)
             for start in range(0, span, rb):
+                if self.peel is not None:
+                    results = self.peeled_chunk(start, r, xmask, body, results)
+                    continue
                 with self.scope():
                     offset = self.const(start, self.index)
                     rflat = self.index_add(self.rbase, offset) if start else self.rbase
-                    if self.peel is not None:
-                        # Lanes before the row's start (at most granule - 1) sit in the
-                        # first chunk, which is a granule wide at least.
-                        self.bind_peeled(rflat, xmask, r, first=start == 0, last=start + rb > r)
-                    else:
-                        self.bind_reduction(rflat, bounds, xmask, r, rb, ragged=start + rb > r)
+                    self.bind_reduction(rflat, bounds, xmask, r, rb, ragged=start + rb > r)
                     results = body(results)  # type: ignore[operator]
             return results
         if self.peel is not None:
@@ -1263,12 +1261,6 @@ class KernelTranslator:
         inside = r // rb * rb
         tail = list(range(inside, r + self.peel.granule - 1, rb))
 
-        def chunk(start: int, results: list[SSAValue]) -> list[SSAValue]:
-            with self.scope():
-                rflat = self.index_add(self.rbase, self.const(start, self.index)) if start else self.rbase
-                self.bind_peeled(rflat, xmask, r, first=start == 0, last=start >= inside)
-                return body(results)  # type: ignore[operator]
-
         def middle(results: list[SSAValue]) -> list[SSAValue]:
             if inside <= rb:
                 return results
@@ -1285,12 +1277,25 @@ class KernelTranslator:
         if backwards:
             results = list(carried)
             for start in reversed(tail):
-                results = chunk(start, results)
-            return chunk(0, middle(results))
-        results = middle(chunk(0, list(carried)))
+                results = self.peeled_chunk(start, r, xmask, body, results)
+            return self.peeled_chunk(0, r, xmask, body, middle(results))
+        results = middle(self.peeled_chunk(0, r, xmask, body, list(carried)))
         for start in tail:
-            results = chunk(start, results)
+            results = self.peeled_chunk(start, r, xmask, body, results)
         return results
+
+    def peeled_chunk(
+        self, start: int, r: int, xmask: SSAValue | None, body: object, results: list[SSAValue]
+    ) -> list[SSAValue]:
+        """`body` over the chunk `start` lanes past a peeled row's aligned start, in
+        straight-line code: masked before the row's start if it is the first (which,
+        a granule wide at least, holds all of those lanes) and past its end if it
+        reaches there."""
+        _, rb = self.tiling.block
+        with self.scope():
+            rflat = self.index_add(self.rbase, self.const(start, self.index)) if start else self.rbase
+            self.bind_peeled(rflat, xmask, r, first=start == 0, last=start + rb > r)
+            return body(results)  # type: ignore[operator]
 
     def loop_block(self, ub: int, step: int, carried: Sequence[Attribute]) -> Block:
         """The body of a tile.for up to `ub` by `step` carrying values of `carried`
