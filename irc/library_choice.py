@@ -136,17 +136,23 @@ def library_candidates(
     return [g for g in gemms if f32 or g.contraction.result.type != F32]
 
 
+def move(module: ModuleOp, moves: list[tuple[PlainGemm, str]]) -> dict[str, str]:
+    """Moves each GEMM of `module` to the library with its reason (in place), under
+    names xDSL accepts once for all of them; returns each moved kernel's name and
+    reason."""
+    moved = {gemm.kernel.kernel_name.data: why for gemm, why in moves}
+    with names_xdsl_accepts(module):
+        for gemm, why in moves:
+            to_library(gemm, why)
+    return moved
+
+
 def move_every_gemm(
     module: ModuleOp, skip: set[loop.KernelOp] | None = None, f32: bool = True
 ) -> list[str]:
     """`library_gemm="always"`: every `library_candidates` kernel, unmeasured, moved
     to the library (in place); returns their names."""
-    gemms = library_candidates(module, skip, f32)
-    names = [g.kernel.kernel_name.data for g in gemms]
-    with names_xdsl_accepts(module):
-        for gemm in gemms:
-            to_library(gemm, ALWAYS)
-    return names
+    return list(move(module, [(g, ALWAYS) for g in library_candidates(module, skip, f32)]))
 
 
 def choose_library_gemms(
@@ -182,7 +188,7 @@ def choose_library_gemms(
         cache: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):
         cache = {}
-    chosen: dict[str, str] = {}
+    chosen: list[tuple[PlainGemm, str]] = []
     for gemm in gemms:
         key = kernel_key(gemm.kernel, device_name, versions)  # (`versions` names the library)
         hit = cache.get(key)
@@ -201,12 +207,9 @@ def choose_library_gemms(
             }
             cache[key] = hit
         if hit["library"]:
-            why = reason(hit["irc_ms"], hit["library_ms"])
-            chosen[gemm.kernel.kernel_name.data] = why
-            with names_xdsl_accepts(module):
-                to_library(gemm, why)
+            chosen.append((gemm, reason(hit["irc_ms"], hit["library_ms"])))
     try:
         path.write_text(json.dumps(cache, indent=1))
     except OSError:
         pass
-    return chosen
+    return move(module, chosen)
