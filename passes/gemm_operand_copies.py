@@ -198,10 +198,7 @@ def copy_kernel(
         store_at = [body.args[d] for d in order]
         body.add_op(loop.StoreOp.create(operands=[value.result, target, *store_at]))
     else:
-        zero = loop.ConstantOp.create(
-            properties={"value": FloatAttr(0.0, element)}, result_types=[element]
-        )
-        ops: list[Operation] = [zero]
+        ops: list[Operation] = []
         at: list[SSAValue] = []  # target [r, c] reads source [r, c] or [c, r]
         inside: SSAValue | None = None
         for axis, index in enumerate(body.args):
@@ -230,9 +227,12 @@ def copy_kernel(
         )
         ops.append(value)
         stored = value.result
-        if inside is not None:
+        if inside is not None:  # zero past the source
+            zero = loop.ConstantOp.create(
+                properties={"value": FloatAttr(0.0, element)}, result_types=[element]
+            )
             chosen = _apply("where", [inside, value.result, zero.result], element)
-            ops.append(chosen)
+            ops += [zero, chosen]
             stored = chosen.result
         body.add_ops(ops)
         body.add_op(loop.StoreOp.create(operands=[stored, target, *body.args]))
