@@ -232,7 +232,7 @@ def copy_kernel(
                 properties={"value": FloatAttr(0.0, element)}, result_types=[element]
             )
             chosen = _apply("where", [inside, value.result, zero.result], element)
-            ops += [zero, chosen]
+            ops = [zero, *ops, chosen]
             stored = chosen.result
         body.add_ops(ops)
         body.add_op(loop.StoreOp.create(operands=[stored, target, *body.args]))
