@@ -173,12 +173,12 @@ def test_parts_gemms_take_narrow_tiles_where_they_fill_the_rounds(
     ("m", "n", "k", "a_t", "b_t"),
     [(130, 257, 96, True, True), (67, 45, 131, False, False), (100, 70, 33, False, True)],
 )
-def test_parts_match_torch_and_the_in_loop_split_bit_for_bit(
+def test_parts_match_torch_and_the_in_loop_split(
     m: int, n: int, k: int, a_t: bool, b_t: bool
 ) -> None:
-    """The same products in the same order as `_irc_dot_split_tf32`: equal results,
-    inf and NaN where the f64 product has them (an inf head's tail is 0, its finite
-    head 0)."""
+    """The same products in the same order as `_irc_dot_split_tf32`: equal results (up
+    to the CPU's BLAS), inf and NaN where the f64 product has them (an inf head's tail
+    is 0, its finite head 0)."""
     text = gemm_text(m, n, k, a_t=a_t, b_t=b_t)
     g = torch.Generator().manual_seed(m + n + k)
     a = torch.randn((k, m) if a_t else (m, k), generator=g)
@@ -200,7 +200,10 @@ def test_parts_match_torch_and_the_in_loop_split_bit_for_bit(
     finite = want.isfinite()
     assert_close(parts[finite], want[finite])
     if DEVICE == "cpu":  # the GPU's dots may sum in another order in each kernel
-        assert torch.equal(parts.nan_to_num(7.0), in_loop.nan_to_num(7.0))
+        # The same products: equal up to the order numpy's BLAS sums them in, which
+        # on some CPUs depends on the operands' layout (an AMD EPYC host's OpenBLAS:
+        # up to 7e-7 apart at these sizes). A product left out would be 1e-4 off.
+        assert_close(parts, in_loop, rtol=0, atol=2e-6, equal_nan=True)
 
 
 @pytest.mark.parametrize(("splits", "chunk"), [(3, 96), (2, 112), (4, 64)])
