@@ -893,6 +893,22 @@ class TransposeOp(GraphOp):
         perm = normalize_dims(cls.name, perm, len(shape), "perm")
         return tensor([shape[p] for p in perm], x.element_type)
 
+    def permutation(self) -> list[int]:
+        """`perm` with negative entries counted from the end (as written, they may be)."""
+        rank = len(self.input.type.get_shape())  # type: ignore[attr-defined]
+        return [p % rank for p in _int_list(self.name, dict(self.properties), "perm")]
+
+
+def under_transposes(v: SSAValue) -> tuple[SSAValue, list[int]]:
+    """The value under the transposes (none or several in a row) that make `v`, and the
+    one permutation they make of it: `v == transpose(base, perm)`."""
+    perm = list(range(len(shape_of(v.type))))
+    while isinstance(v.owner, TransposeOp):
+        inner = v.owner.permutation()
+        perm = [inner[p] for p in perm]
+        v = v.owner.input
+    return v, perm
+
 
 # --- indexing and generation (models imported from PyTorch) --------------------
 
