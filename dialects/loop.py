@@ -285,6 +285,60 @@ class AllocOp(IRDLOperation):
             )
 
 
+@irdl_op_definition
+class ViewOp(IRDLOperation):
+    """A returned buffer seen through other strides: a view, no copy. Element `i` of
+    the result is element `offset + sum(i[d] * strides[d])` of the buffer's row-major
+    elements (`Tensor.as_strided`). A kernel computing `exp(x)` returned as
+    `exp(x).T`, or a row sum returned broadcast to the full shape, stores only what it
+    computes, and the caller gets the view torch would give. Kernels index buffers
+    row-major, so the view may only be returned, never read or written by a kernel."""
+
+    name = "loop.view"
+    input = operand_def(MemRefType)
+    strides = prop_def(ArrayAttr)
+    offset = opt_prop_def(IntegerAttr)
+    result = result_def(MemRefType)
+
+    def verify_(self) -> None:
+        parent = self.parent_op()
+        if parent is not None and parent.name != "func.func":
+            raise VerifyException(
+                f"loop.view is made on the host: it stands in a function's body, "
+                f"not in {parent.name}"
+            )
+        source, result = self.input.type, self.result.type
+        assert isinstance(source, MemRefType) and isinstance(result, MemRefType)
+        if source.element_type != result.element_type:
+            raise VerifyException(
+                f"loop.view: a view of {format_type(source)} has its element type, "
+                f"not {format_type(result.element_type)}"
+            )
+        shape = result.get_shape()
+        strides = check_int_list(self, "strides", self.strides, 0, MAX_ELEMENTS,
+                                 lengths=(len(shape),))  # fmt: skip
+        offset = 0 if self.offset is None else check_int(self, "offset", self.offset, 0, MAX_ELEMENTS)
+        last = offset + sum((n - 1) * k for n, k in zip(shape, strides, strict=True))
+        size = math.prod(source.get_shape())
+        if last >= size:
+            raise VerifyException(
+                f"loop.view: {format_type(result)} at strides {strides} from offset {offset} "
+                f"reaches element {last} of a buffer of {size}"
+            )
+        for use in self.result.uses:
+            if use.operation.name != "func.return":
+                raise VerifyException(
+                    f"loop.view: its view is returned only ({use.operation.name} uses it): "
+                    f"kernels read and write buffers row-major"
+                )
+
+    def sizes_and_strides(self) -> tuple[list[int], list[int], int]:
+        """The view's sizes, strides and offset, in elements."""
+        shape = self.result.type.get_shape()  # type: ignore[attr-defined]
+        offset = 0 if self.offset is None else self.offset.value.data
+        return list(shape), int_list(self.strides), offset
+
+
 LIBRARY_TYPES = HALF_TYPES | {F32}
 """The element types `loop.library_matmul` multiplies."""
 
@@ -1028,7 +1082,7 @@ LOOPS = REDUCING_LOOPS | ForeachOp
 Loop = Dialect(
     "loop",
     [
-        AllocOp, LibraryMatmulOp, KernelOp, ReduceOp, SoftmaxReduceOp, WelfordReduceOp,
+        AllocOp, ViewOp, LibraryMatmulOp, KernelOp, ReduceOp, SoftmaxReduceOp, WelfordReduceOp,
         ForeachOp, YieldOp, LoadOp, StoreOp, ApplyOp, ConstantOp,
     ],
     [ApplyFnAttr],

@@ -431,8 +431,7 @@ class KernelBuilder:
 def view_map(op: Operation) -> IndexMap | None:
     """The index map of a layout-only op, or None for ops that compute."""
     if isinstance(op, graph.TransposeOp):
-        perm = [p % len(op.perm.data) for p in loop.int_list(op.perm)]  # type: ignore[arg-type]
-        return _transpose_map(perm)
+        return _transpose_map(op.permutation())
     if isinstance(op, graph.BroadcastOp):
         return _broadcast_map(shape_of(op.input.type), shape_of(op.result.type))
     if isinstance(op, graph.ReshapeOp):
@@ -476,7 +475,8 @@ class FunctionLowering:
         self.store_as = returned_reshapes(ret)
         for op in ops[:-1]:
             self.lower_op(op)
-        results = [self.materialize(v) for v in ret.operands]
+        views = returned_views(ret)
+        results = [self.returned(v, views.get(v)) for v in ret.operands]
         self.block.add_op(func.ReturnOp(*results))
         out_types = [r.type for r in results]
         new = func.FuncOp(
@@ -649,6 +649,27 @@ class FunctionLowering:
         kernel.location = members[-1].location if members else self.fn.location
         self.block.add_op(kernel)
 
+    def returned(self, v: SSAValue, view: tuple[SSAValue, list[Operation]] | None) -> SSAValue:
+        """The buffer returned for `v`: where `v` is a view of a kernel's output
+        (`returned_views`) that strides can express, a `loop.view` of that kernel's
+        buffer; else a buffer holding `v` (`materialize`)."""
+        access = self.access[v]
+        if view is not None and not isinstance(access, Buffer):
+            base, chain = view
+            under = self.access[base]
+            strided = view_strides(shape_of(base.type), chain)
+            if isinstance(under, Buffer) and under.memref not in self.block.args and strided:
+                strides, offset = strided
+                props: dict[str, Attribute] = {"strides": int_array(strides)}
+                if offset:
+                    props["offset"] = IntegerAttr(offset, i64)
+                op = loop.ViewOp.create(
+                    operands=[under.memref], properties=props, result_types=[memref_of(v.type)]
+                )
+                self.block.add_op(op)
+                return op.result
+        return self.materialize(v)
+
     def materialize(self, v: SSAValue) -> SSAValue:
         """A buffer holding `v`: views and constants that are returned get a copy kernel."""
         access = self.access[v]
@@ -712,6 +733,68 @@ def returned_reshapes(ret: func.ReturnOp) -> dict[SSAValue, SSAValue]:
         if v not in returned and sum(1 for v2 in base_of.values() if v2 is v) == 1:
             out[v] = r
     return out
+
+
+def returned_views(ret: func.ReturnOp) -> dict[SSAValue, tuple[SSAValue, list[Operation]]]:
+    """Returned views (transposes, broadcasts, reshapes, slices, one or several in a
+    row) of values that no other returned value is or is a view of: each -> the value
+    under them and the view ops from it outward. Where that value is a kernel's output
+    (graph-to-loop knows once it is lowered), the view is returned as a view of the
+    kernel's buffer (`loop.view`), no copy kernel, as torch's `exp(x).T` or
+    `x.sum(1, keepdim=True).expand(n, m)` is a view too. A returned view never aliases
+    another output or an input."""
+    found: dict[SSAValue, tuple[SSAValue, list[Operation]]] = {}
+    for r in ret.operands:
+        v, chain = r, list[Operation]()
+        while isinstance(v.owner, VIEW_OPS):
+            chain.append(v.owner)
+            v = v.owner.operands[0]
+        if chain and not isinstance(v.owner, graph.ConstantOp):
+            found[r] = (v, chain[::-1])
+    bases = [base for base, _ in found.values()]
+    returned = set(ret.operands)
+    return {
+        r: (base, chain)
+        for r, (base, chain) in found.items()
+        if base not in returned and bases.count(base) == 1
+    }
+
+
+def row_major_strides(shape: Sequence[int]) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return strides[::-1]
+
+
+def view_strides(shape: Sequence[int], chain: Sequence[Operation]) -> tuple[list[int], int] | None:
+    """The strides and offset, in elements of a row-major buffer of `shape`, of the
+    view `chain` makes of it (view ops, innermost first); None where one is a reshape
+    of elements not laid out row-major (not a view in torch either)."""
+    sizes, strides, offset = list(shape), row_major_strides(shape), 0
+    for op in chain:
+        out = list(shape_of(op.results[0].type))
+        if isinstance(op, graph.TransposeOp):
+            perm = op.permutation()
+            strides = [strides[p] for p in perm]
+        elif isinstance(op, graph.BroadcastOp):
+            lead = len(out) - len(sizes)
+            stretched = zip(sizes, strides, out[lead:], strict=True)
+            strides = [0] * lead + [k if n == m else 0 for n, k, m in stretched]
+        elif isinstance(op, graph.ReshapeOp):
+            dense = row_major_strides(sizes)
+            if any(n > 1 and k != d for n, k, d in zip(sizes, strides, dense, strict=True)):
+                return None
+            strides = row_major_strides(out)
+        elif isinstance(op, graph.SliceOp):
+            start, _, step = op.slice_bounds()
+            offset += sum(s * k for s, k in zip(start, strides, strict=True))
+            strides = [k * t for k, t in zip(strides, step, strict=True)]
+        else:
+            return None
+        sizes = out
+    return strides, offset
 
 
 VIEW_OPS = graph.VIEW_OPS

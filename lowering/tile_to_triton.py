@@ -560,7 +560,7 @@ class HostPrinter:
             lines.append(
                 f"    arg{i} = _check(arg{i}, {shape}, {dtype}, {'@' + ir_name!r}, {label!r})"
             )
-        n_bufs = 0
+        n_bufs = n_views = 0
         for op in block.ops:
             if isinstance(op, loop.AllocOp):
                 name = f"buf{n_bufs}"
@@ -599,6 +599,11 @@ class HostPrinter:
                 call_args = "".join(self.names[a] + ", " for a in op.args)
                 kernel = self.identifiers[k]
                 lines.append(f"    _launch({kernel}, {grid}, ({call_args}), {warps}{stages})")
+            elif isinstance(op, loop.ViewOp):
+                name = f"view{n_views}"
+                n_views += 1
+                self.names[op.result] = name
+                lines.append(f"    {name} = {strided_view(op, self.names[op.input])}")
             elif isinstance(op, loop.LibraryMatmulOp):
                 if op.reason is not None:
                     lines.append(f"    # {_comment(op.reason.data)}")
@@ -612,6 +617,14 @@ class HostPrinter:
             else:
                 raise NotImplementedError(f"tile-to-triton: unexpected host op {op.name}")
         return "\n".join(lines)
+
+
+def strided_view(op: loop.ViewOp, name: str) -> str:
+    """The torch view of buffer `name` a `loop.view` makes (`Tensor.as_strided`; its
+    offset counted from where the buffer starts in its storage)."""
+    sizes, strides, offset = op.sizes_and_strides()
+    start = f", {name}.storage_offset() + {offset}" if offset else ""
+    return f"{name}.as_strided({tuple(sizes)}, {tuple(strides)}{start})"
 
 
 def library_call(op: loop.LibraryMatmulOp, names: dict[SSAValue, str]) -> str:

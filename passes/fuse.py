@@ -359,7 +359,7 @@ def _check_no_reindexing(g: FusionGraph, ops: Sequence[Operation], members: set[
                 if isinstance(view, graph.ReshapeOp):
                     reindexes |= shape_of(source.type) != shape_of(view.results[0].type)
                 elif isinstance(view, graph.TransposeOp):
-                    reindexes |= loop_perm(view) != list(range(len(shape_of(source.type))))
+                    reindexes |= view.permutation() != list(range(len(shape_of(source.type))))
                 elif isinstance(view, graph.SliceOp):
                     reindexes |= shape_of(source.type) != shape_of(view.results[0].type)
                 view = source.owner
@@ -370,9 +370,6 @@ def _check_no_reindexing(g: FusionGraph, ops: Sequence[Operation], members: set[
                 )
 
 
-def loop_perm(op: graph.TransposeOp) -> list[int]:
-    rank = len(shape_of(op.input.type))
-    return [p % rank for p in (a.value.data for a in op.perm.data)]  # type: ignore[union-attr]
 
 
 def _check_recompute(ops: Iterable[Operation], space: int) -> None:
@@ -602,6 +599,8 @@ class FusionReport:
     """Small reductions feeding another that stay reductions (their ops), and why."""
     nested: list[str] = field(default_factory=list[str])
     """Reductions over several dims split around a row reduction (`nest_reductions`)."""
+    moved_transposes: list[str] = field(default_factory=list[str])
+    """Returned transposes moved past element-wise ops to a view (`sink_transposes`)."""
     copies: dict[str, str] = field(default_factory=dict[str, str])
     """Copy kernels fuse adds (graph.fused name -> why): `copy_swapped_operands`."""
     launched: int | None = None
@@ -617,6 +616,7 @@ class FusionReport:
             "unrolled": list(self.unrolled),
             "not_unrolled": list(self.not_unrolled),
             "nested": list(self.nested),
+            "moved_transposes": list(self.moved_transposes),
         }
 
     def text(self) -> str:
@@ -651,6 +651,8 @@ class FusionReport:
             lines.append(f"  not unrolled: {note}")
         for note in self.nested:
             lines.append(f"  nested: {note}")
+        for note in self.moved_transposes:
+            lines.append(f"  view: {note}")
         for c in self.recomputed:
             what = "recomputed" if c.done else "not recomputed"
             lines.append(
@@ -1432,7 +1434,7 @@ def _views_keeping_matrix_dims(v: SSAValue) -> tuple[SSAValue, list[Operation]] 
             return None
         if isinstance(op, graph.SliceOp):
             return None
-        if isinstance(op, graph.TransposeOp) and loop_perm(op)[-2:] != [len(src) - 2, len(src) - 1]:
+        if isinstance(op, graph.TransposeOp) and op.permutation()[-2:] != [len(src) - 2, len(src) - 1]:
             return None
         chain.append(op)
         v = op.operands[0]
@@ -1490,7 +1492,7 @@ def _repeats_elements(v: SSAValue) -> bool:
 
 def _swaps_matrix_dims(op: graph.TransposeOp) -> bool:
     """Whether the transpose moves another dim into the last (a matrix's rows and columns)."""
-    perm = loop_perm(op)
+    perm = op.permutation()
     return len(perm) >= 2 and perm[-1] != len(perm) - 1
 
 
@@ -1618,18 +1620,21 @@ def materialize(
 
 
 def fuse_module(module: ModuleOp, max_ops: int = MAX_OPS) -> list[FusionReport]:
-    """Decomposes composites, unrolls small reductions that feed another reduction
+    """Decomposes composites, moves returned transposes past element-wise ops
+    (`sink_transposes`), unrolls small reductions that feed another reduction
     (`unroll_small_reductions`), nests reductions over several dims in the row
     reductions their inputs are made from (`nest_reductions`), then fuses every
     graph function of `module`."""
     from irc.passes.decompose import DecomposePass, unroll_small_reductions
     from irc.passes.nest_reductions import nest_reductions
+    from irc.passes.sink_transposes import sink_transposes
 
     DecomposePass().apply(Context(), module)
     counter = [0]
     reports: list[FusionReport] = []
     for op in list(module.body.ops):
         if isinstance(op, func.FuncOp) and _is_unfused_graph(op):
+            moved = sink_transposes(op.body.block)
             kept: list[str] = []
             unrolled = unroll_small_reductions(op.body.block, max_ops, kept)
             nested = nest_reductions(op.body.block)
@@ -1637,6 +1642,7 @@ def fuse_module(module: ModuleOp, max_ops: int = MAX_OPS) -> list[FusionReport]:
             report.unrolled = unrolled
             report.not_unrolled = kept
             report.nested = nested
+            report.moved_transposes = moved
             reports.append(report)
     return reports
 

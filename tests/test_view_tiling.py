@@ -50,13 +50,16 @@ def reshape_output(b: int, n: int, m: int, el: str = "f32") -> str:
 
 
 def split_heads(b: int, s: int, h: int, d: int, el: str = "f32") -> str:
-    """[B, S, H*D] -> [B, S, H, D] -> [B, H, S, D]: a reshape, then a permute."""
+    """[B, S, H*D] -> [B, S, H, D] -> [B, H, S, D]: a reshape, then a permute, plus a
+    value in the permuted order (which keeps the permute in the kernel: `exp(p)` alone
+    would move it to the return, `sink_transposes`)."""
     src, mid, dst = t((b, s, h * d), el), t((b, s, h, d), el), t((b, h, s, d), el)
-    return f"""func @f(%x: {src}) -> {dst} {{
+    return f"""func @f(%x: {src}, %y: {dst}) -> {dst} {{
   %r = graph.reshape %x : {mid}
   %p = graph.transpose %r {{perm = [0, 2, 1, 3]}} : {dst}
   %e = graph.exp %p : {dst}
-  return %e : {dst}
+  %z = graph.add %e, %y : {dst}
+  return %z : {dst}
 }}
 """
 
@@ -125,8 +128,8 @@ def test_a_permute_keeps_its_digits() -> None:
     (the head and sequence digits swap places), the store is."""
     k = only_kernel(tiled(split_heads(2, 33, 3, 40)))
     (store,) = [op for op in k.walk() if isinstance(op, tile.StoreOp)]
-    (load,) = [op for op in k.walk() if isinstance(op, tile.LoadOp)]
-    assert unit_stride(store.offsets)
+    load, in_order = [op for op in k.walk() if isinstance(op, tile.LoadOp)]
+    assert unit_stride(store.offsets) and unit_stride(in_order.offsets)
     assert not unit_stride(load.offsets)
 
 
@@ -147,9 +150,9 @@ def test_reshapes_match_torch_at_odd_sizes(el: str) -> None:
 def test_split_heads_matches_torch() -> None:
     run_against_torch(
         split_heads(2, 33, 3, 40),
-        lambda x: x.reshape(2, 33, 3, 40).permute(0, 2, 1, 3).exp(),
-        (2, 33, 120),
-    )
+        lambda x, y: x.reshape(2, 33, 3, 40).permute(0, 2, 1, 3).exp() + y,
+        (2, 33, 120), (2, 3, 33, 40),
+    )  # fmt: skip
 
 
 # --- element-wise programs: the target's bytes in flight --------------------------------
