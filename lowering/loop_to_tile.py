@@ -1361,7 +1361,7 @@ class KernelTranslator:
         index = self.apply("sub", [position, peel.row_start], self.index)
         self.sums[index] = combined(terms + [(t, -c) for t, c in peel.row_terms])
         rmask: SSAValue | None = None
-        if first:
+        if first and peel.granule > 1:  # a row peeled in place has no lanes before it
             rmask = self.apply("ge", [position, peel.row_start])
         if last:
             end = self.apply("add", [peel.row_start, self.const(r, self.index)])

@@ -84,10 +84,11 @@ def test_rows_read_again_8_bytes_apart_take_two_8_byte_vectors_a_thread(
         (100004, "bf16", False, 8),  # only reduced: peeled
         (100002, "f32", False, 4),
         (100003, "bf16", True, 8),  # 2 bytes apart: peeled either way
-        (100000, "bf16", False, 0),  # 16 bytes apart
+        (100000, "bf16", False, 1),  # 16 bytes apart, only reduced: in place
+        (100000, "bf16", True, 0),  # 16 bytes apart, read again: as they start
     ],
 )
-def test_rows_only_reduced_are_peeled_unless_16_bytes_apart(
+def test_rows_only_reduced_are_peeled_from_their_aligned_starts_or_in_place(
     cols: int, dtype: str, epilogue: bool, granule: int
 ) -> None:
     program = "softmax" if epilogue else "logsumexp"
@@ -101,18 +102,30 @@ def test_rows_only_reduced_are_peeled_unless_16_bytes_apart(
 
 @pytest.mark.parametrize("reads", [1, 2])
 @pytest.mark.parametrize(("vocab", "element_bytes"), [(75945, 2), (100003, 4), (70001, 4)])
-def test_peeled_looped_rows_take_4_elements_a_thread(vocab: int, element_bytes: int, reads: int) -> None:
+def test_peeled_looped_rows_take_4_elements_a_thread(
+    vocab: int, element_bytes: int, reads: int
+) -> None:
     """`PEELED_ROW_THREAD_ELEMENTS`: rows read from their aligned starts (`row_granule`)
     take 4 elements a thread of 32 warps, f32 as well as half precision."""
-    shape = replace(vocab_softmax(2000, vocab, element_bytes, reads=reads), row_granule=16 // element_bytes)
+    shape = replace(
+        vocab_softmax(2000, vocab, element_bytes, reads=reads), row_granule=16 // element_bytes
+    )
     t = choose_tiling(shape)
     assert (t.block, t.warps) == ((1, 4096), 32) and not t.unrolled
-    assert choose_tiling(vocab_softmax(2000, vocab, element_bytes, reads=reads)).block[1] == 4096 * (element_bytes // 2)
+    assert choose_tiling(vocab_softmax(2000, vocab, element_bytes, reads=reads)).block[
+        1
+    ] == 4096 * (element_bytes // 2)
 
 
 @pytest.mark.parametrize(
     ("cols", "dtype", "vector"),
-    [(80000, "f16", 16), (75945, "bf16", 2), (80004, "bf16", 8), (65601, "f32", 4), (65602, "f32", 8)],
+    [
+        (80000, "f16", 16),
+        (75945, "bf16", 2),
+        (80004, "bf16", 8),
+        (65601, "f32", 4),
+        (65602, "f32", 8),
+    ],
 )
 def test_row_vector_bytes_is_read_from_the_row_bytes(cols: int, dtype: str, vector: int) -> None:
     """`KernelShape.row_vector_bytes` of a softmax's kernel: the largest power of two
@@ -304,7 +317,9 @@ def test_the_output_pass_walks_the_chunks_backwards() -> None:
     module = irc.parse(text)
     irc.run_pipeline(module, "fuse")
     source = triton_source(module)
-    loops = re.findall(r"for (v\d+) in range\(0, 60000, 8192\):\n\s+(v\d+) = (v\d+) - (v\d+)", source)
+    loops = re.findall(
+        r"for (v\d+) in range\(0, 60000, 8192\):\n\s+(v\d+) = (v\d+) - (v\d+)", source
+    )
     constants = dict(re.findall(r"(v\d+) = tl.full\(\[\], (\d+), tl.int32\)", source))
     assert len(loops) == 1, source
     ((iv, _, last, subtracted),) = loops

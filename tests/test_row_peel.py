@@ -238,6 +238,49 @@ def test_peeled_row_reductions_only_match_torch(tiling: Tiling) -> None:
     assert_close(compiled["f"](x.to(DEVICE)).cpu(), want)
 
 
+def logsumexp(rows: int, n: int, el: str) -> str:
+    t, col = f"tensor<{rows}x{n}x{el}>", f"tensor<{rows}x1x{el}>"
+    return f"""func @f(%x: {t}) -> {col} {{
+  %m = graph.reduce_max %x {{dims = [1], keepdim = true}} : {col}
+  %s = graph.sub %x, %m : {t}
+  %e = graph.exp %s : {t}
+  %z = graph.reduce_sum %e {{dims = [1], keepdim = true}} : {col}
+  %l = graph.log %z : {col}
+  %y = graph.add %l, %m : {col}
+  return %y : {col}
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("n", "el", "tail"), [(2000, "bf16", 1), (1540, "f32", 1), (2048, "f16", 0)]
+)
+def test_rows_only_reduced_16_bytes_apart_are_peeled_in_place(n: int, el: str, tail: int) -> None:
+    """Granule 1: no aligned start to compute and no lanes before the row to mask;
+    the chunks inside every row load in a loop with no mask, and only the chunk past
+    the last whole one (none where chunks divide the row) is masked."""
+    text = logsumexp(7, n, el)
+    assert shape_of(text).row_granule == 1  # type: ignore[attr-defined]
+    compiled, module = compile_with_tiling(text, LOOPED, DEVICE)
+    kernel = emit_triton(module, "lse.ir").split("def fn0")[0]
+    assert " // " not in kernel and ">= " not in kernel
+    inside, outside = loops_and_the_rest(kernel)
+    loads = [line for line in inside if "tl.load(" in line]
+    passes = 1 if el == "f32" else 2  # online (`online-softmax`), or max then sum
+    assert len(loads) == passes and not any("mask=" in line for line in loads)
+    edge = [line for line in outside if "tl.load(" in line]
+    assert sum("mask=" in line for line in edge) == tail and len(edge) == 1 + tail
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(7, n, generator=g) * 4).to(TORCH[el])
+    x[1, n - 1] = 30.0  # the max in the last lane
+    x[2, 0] = 25.0  # and in the first
+    x[3, 5] = float("nan")
+    want = torch.logsumexp(x.float(), 1, keepdim=True).to(TORCH[el])
+    got = compiled["f"](x.to(DEVICE)).cpu()
+    assert torch.equal(got.isnan(), want.isnan())
+    assert_close(got, want, equal_nan=True)
+
+
 @pytest.mark.parametrize(
     ("tiling", "n"), [(UNROLLED, 1003), (LOOPED, 1539)], ids=["held", "looped"]
 )
