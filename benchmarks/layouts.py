@@ -253,6 +253,18 @@ func @reshape_output(%x: {full}, %w: {_t([m], d)}) -> {out} {{
 """
 
 
+def _transpose_output(s: Shape) -> str:
+    b, n, m, d = s.dims["b"], s.dims["n"], s.dims["m"], s.dtype
+    full, out = _t([b, n, m], d), _t([b, m, n], d)
+    return f"""// A computed value returned transposed ([B,S,C] -> [B,C,S]): the transpose is a view.
+func @transpose_output(%x: {full}) -> {out} {{
+  %a = graph.silu %x : {full}
+  %y = graph.transpose %a {{perm = [0, 2, 1]}} : {out}
+  return %y : {out}
+}}
+"""
+
+
 def _cos_reshape_cos(s: Shape) -> str:
     n, m, d = s.dims["n"], s.dims["m"], s.dtype
     return f"""// cos -> reshape -> cos: a row-major reshape changes no element order (one kernel).
@@ -453,6 +465,9 @@ def _workloads() -> list[Workload]:
     def reshape_output(x: Any, w: Any) -> Any:
         return torch.relu(x * w).flatten(0, 1)
 
+    def transpose_output(x: Any) -> Any:
+        return F.silu(x).transpose(1, 2)
+
     def cos_reshape_cos(x: Any, w: Any) -> Any:
         return x.cos().view(-1, w.shape[0]).cos() * w
 
@@ -534,6 +549,10 @@ def _workloads() -> list[Workload]:
                  _inputs(_dims("b", "n", "m"), _dims("m")),
                  [_S("f32", b=64, n=128, m=8192), _S("bf16", b=3, n=4099, m=1001)],
                  _S("f32", b=3, n=5, m=33), irc_kernels=lambda s, library: 1),
+        Workload("transpose_output", "transpose of a kernel's output", _transpose_output,
+                 transpose_output, _inputs(_dims("b", "n", "m")),
+                 [_S("bf16", b=8, n=4096, m=1024), _S("f32", b=3, n=2049, m=1001)],
+                 _S("f32", b=2, n=17, m=9), irc_kernels=lambda s, library: 1),
         Workload("cos_reshape_cos", "reshape of a kernel's output (fusion across it)",
                  _cos_reshape_cos, cos_reshape_cos, _inputs(lambda s: [s.dims["n"] * s.dims["m"]],
                                                             _dims("m")),
