@@ -455,6 +455,11 @@ def _contraction_schema(
                 raise Rejected(
                     f"epilogue {op.name} of shape {list(shape)} differs from the matmul's"
                 )
+            if not isinstance(op, (graph.ElementwiseOp, *VIEW_OPS)):
+                raise Rejected(
+                    f"epilogue {op.name} is not element-wise: it reads the matmul's tile at "
+                    "other elements than the one it writes (the accumulator cannot be re-indexed)"
+                )
             moved = _moving_view(op, epilogue | {mm})
             if moved is not None:
                 raise Rejected(
@@ -506,8 +511,7 @@ def _is_identity_view(view: Operation) -> bool:
     if src != dst:
         return False
     if isinstance(view, graph.TransposeOp):
-        perm = [p.value.data % len(src) for p in view.perm.data]  # type: ignore[union-attr]
-        return perm == list(range(len(src)))
+        return view.permutation() == list(range(len(src)))
     return True
 
 

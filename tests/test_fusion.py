@@ -382,6 +382,29 @@ def test_rejections_name_the_epilogue_that_reads_through_a_transpose() -> None:
     assert any("through a graph.transpose" in r.reason for r in report.rejected)
 
 
+@pytest.mark.parametrize(
+    "indexing",
+    [
+        "graph.gather %e, %i {dim = 1} : tensor<17x3xf32>",
+        "graph.index_select %e, %j {dim = 0} : tensor<17x3xf32>",
+    ],
+)
+def test_an_indexing_op_reading_the_product_is_no_epilogue(indexing: str) -> None:
+    """A gather of a matmul's output reads the product at other elements than the one
+    it writes (graphgen seed 37379 made it the GEMM's epilogue, and graph-to-loop then
+    built a contraction its verifier refused): it starts a kernel of its own."""
+    text = f"""func @f(%a: tensor<17x1xf32>, %b: tensor<1x3xf32>, %c: tensor<3xf32>, %i: tensor<17x3xi32>, %j: tensor<17xi64>) -> tensor<17x3xf32> {{
+  %m = graph.matmul %a, %b : tensor<17x3xf32>
+  %e = graph.add %m, %c : tensor<17x3xf32>
+  %g = {indexing}
+  return %g : tensor<17x3xf32>
+}}"""
+    (report,) = fuse_module(irc.parse(text))
+    assert [g.kind for g in report.groups] == ["contraction", "pointwise"]
+    assert any("is not element-wise" in r.reason for r in report.rejected)
+    assert check_program(text, seed=2) is None
+
+
 def test_rows_kernels_reject_outputs_that_are_neither_rows_nor_elements() -> None:
     module = irc.parse(
         """func @f(%x: tensor<130x17xf32>, %s: tensor<f32>) -> (tensor<17xf32>, tensor<i1>) {
