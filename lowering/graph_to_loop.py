@@ -760,19 +760,11 @@ def returned_views(ret: func.ReturnOp) -> dict[SSAValue, tuple[SSAValue, list[Op
     }
 
 
-def row_major_strides(shape: Sequence[int]) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return strides[::-1]
-
-
 def view_strides(shape: Sequence[int], chain: Sequence[Operation]) -> tuple[list[int], int] | None:
     """The strides and offset, in elements of a row-major buffer of `shape`, of the
     view `chain` makes of it (view ops, innermost first); None where one is a reshape
     of elements not laid out row-major (not a view in torch either)."""
-    sizes, strides, offset = list(shape), row_major_strides(shape), 0
+    sizes, strides, offset = list(shape), _strides(shape), 0
     for op in chain:
         out = list(shape_of(op.results[0].type))
         if isinstance(op, graph.TransposeOp):
@@ -783,10 +775,10 @@ def view_strides(shape: Sequence[int], chain: Sequence[Operation]) -> tuple[list
             stretched = zip(sizes, strides, out[lead:], strict=True)
             strides = [0] * lead + [k if n == m else 0 for n, k, m in stretched]
         elif isinstance(op, graph.ReshapeOp):
-            dense = row_major_strides(sizes)
+            dense = _strides(sizes)
             if any(n > 1 and k != d for n, k, d in zip(sizes, strides, dense, strict=True)):
                 return None
-            strides = row_major_strides(out)
+            strides = _strides(out)
         elif isinstance(op, graph.SliceOp):
             start, _, step = op.slice_bounds()
             offset += sum(s * k for s, k in zip(start, strides, strict=True))

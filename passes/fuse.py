@@ -370,8 +370,6 @@ def _check_no_reindexing(g: FusionGraph, ops: Sequence[Operation], members: set[
                 )
 
 
-
-
 def _check_recompute(ops: Iterable[Operation], space: int) -> None:
     for op in ops:
         n = numel(shape_of(op.results[0].type))
