@@ -46,6 +46,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.analysis.dot_operands import tf32_buffers, tf32_exact
+from irc.analysis.reduction_groups import reduction_groups
 from irc.analysis.tma import tma_pitch, wide_indices
 from irc.dialects import graph, loop, tile
 from irc.dialects.attrs import MAX_GRID, MAX_GRID_Y
@@ -321,6 +322,11 @@ class KernelTranslator:
         self.shape = kernel_shape(kernel)
         self.tiling = tiling_of(kernel)
         self.streamed = streamed_buffers(kernel, self.shape)
+        self.together = {
+            op: group for group in reduction_groups(kernel) if len(group) > 1 for op in group
+        }
+        """Each reduction that one loop computes with others, to its group (whose
+        results `value` binds all at once)."""
         self.tf32 = tf32
         self.fast_ops: dict[Operation, str] = {}
         """Ops of the loop IR emitted as a faster, less accurate function (an
@@ -909,6 +915,11 @@ class KernelTranslator:
         if isinstance(op, loop.WelfordReduceOp):
             self.welford_reduce(op)  # binds all three
             return self.value(v)
+        together = self.together.get(op)
+        if together is not None:  # binds every result of the group
+            for member, result in zip(together, self.reduce_together(together), strict=True):
+                self.bind(member.result, result)
+            return self.value(v)
         result = self.translate(op)
         self.bind(v, result)
         return result
@@ -1371,37 +1382,48 @@ class KernelTranslator:
         self.pending_rivs = [index]
 
     def reduce(self, op: loop.ReduceOp) -> SSAValue:
-        kind = op.kind.data
-        element = compute_type(op.result.type)
+        (acc,) = self.reduce_together([op])
+        return acc
+
+    def reduce_together(self, ops: Sequence[loop.ReduceOp]) -> list[SSAValue]:
+        """Reductions over one space in one pass over it, an accumulator each
+        (`irc.analysis.reduction_groups`): each row's elements are loaded once
+        (tile-cse shares the loads of their bodies)."""
         xb, rb = self.tiling.block
-        neutral = identity(kind, element)
-        yielded = op.body.block.last_op.values[0]  # type: ignore[union-attr]
+        kinds = [op.kind.data for op in ops]
+        elements = [compute_type(op.result.type) for op in ops]
+        neutrals = [identity(k, e) for k, e in zip(kinds, elements, strict=True)]
+        yielded = [op.body.block.last_op.values[0] for op in ops]  # type: ignore[union-attr]
         outer_limit, self.chunk_limit = self.chunk_limit, None  # a reduction inside one
-        ragged = self.ragged_chunk(op, neutral)
-        if ragged is not None:
-            yielded, self.chunk_limit = ragged
+        if len(ops) == 1 and (ragged := self.ragged_chunk(ops[0], neutrals[0])) is not None:
+            yielded[0], self.chunk_limit = ragged
 
         def body(carried: list[SSAValue]) -> list[SSAValue]:
-            for iv, v in zip(op.body.block.args, self.pending_rivs, strict=True):
-                self.bind(iv, v)
-            v = self.value(yielded)
-            if element_of(v) != element:
-                v = self.apply("cast", [v], element)
-            mask = self.mask_for((xb, rb))
-            if mask is not None and not neutral_outside(v, mask, neutral):
-                v = self.apply("where", [mask, v, self.const_attr(neutral, element)])
-            v = self.broadcast_to(v, (xb, rb))
-            if not carried:
-                return [v]
-            return [self.apply(COMBINE[kind], [carried[0], v])]
+            new = []
+            for i, op in enumerate(ops):
+                for iv, v in zip(op.body.block.args, self.pending_rivs, strict=True):
+                    self.bind(iv, v)
+                v = self.value(yielded[i])
+                if element_of(v) != elements[i]:
+                    v = self.apply("cast", [v], elements[i])
+                mask = self.mask_for((xb, rb))
+                if mask is not None and not neutral_outside(v, mask, neutrals[i]):
+                    v = self.apply("where", [mask, v, self.const_attr(neutrals[i], elements[i])])
+                v = self.broadcast_to(v, (xb, rb))
+                new.append(self.apply(COMBINE[kinds[i]], [carried[i], v]) if carried else v)
+            return new
 
-        if rb >= numel(loop.int_list(op.bounds)) or self.tiling.unrolled:
-            (acc,) = self.reduction_chunks(loop.int_list(op.bounds), [], body)
+        bounds = loop.int_list(ops[0].bounds)
+        if rb >= numel(bounds) or self.tiling.unrolled:
+            accs = self.reduction_chunks(bounds, [], body)
         else:
-            init = self.full(neutral, element, (xb, rb))
-            (acc,) = self.reduction_chunks(loop.int_list(op.bounds), [init], body)
+            inits = [self.full(n, e, (xb, rb)) for n, e in zip(neutrals, elements, strict=True)]
+            accs = self.reduction_chunks(bounds, inits, body)
         self.chunk_limit = outer_limit
-        return self.round_to(self.across_lanes(kind, acc), op.result.type)
+        return [
+            self.round_to(self.across_lanes(kind, acc), op.result.type)
+            for kind, acc, op in zip(kinds, accs, ops, strict=True)
+        ]
 
     def ragged_chunk(self, op: loop.ReduceOp, neutral: Attribute) -> tuple[SSAValue, SSAValue] | None:
         """(value, limit) where a column reduction's `op` yields `where(start + r < n,

@@ -65,6 +65,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from irc.analysis.dot_operands import runs_in_half
+from irc.analysis.reduction_groups import reduction_groups
 from irc.analysis.tma import tma_buffer, wide_indices
 from irc.dialects import graph, loop
 from irc.dialects.attrs import MAX_BLOCK, MAX_WARPS
@@ -344,10 +345,12 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
     if kind is KernelKind.REDUCTION:
         # The longest reduced space sets the tiling (a split stage also combines
         # the few partials of another reduction).
+        # A group of reductions that one loop computes is one pass over the row.
+        joined = {op for group in reduction_groups(kernel) for op in group[1:]}
         spaces = [
             tuple(loop.int_list(op.bounds))
             for op in kernel.body.walk()
-            if isinstance(op, loop.LOOPS)
+            if isinstance(op, loop.LOOPS) and op not in joined
         ]
         if spaces:
             epilogue = any(isinstance(o, loop.ForeachOp) for o in kernel.body.walk())

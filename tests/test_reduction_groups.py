@@ -1,0 +1,126 @@
+"""Reductions over one space that do not read each other share one pass over it
+(`irc.analysis.reduction_groups`): batch-norm statistics of an NCHW tensor (the mean
+and the mean of squares of each channel) read every element once, not once a
+statistic. A reduction that reads another, or a buffer the kernel stores, keeps its
+own loop. Results are checked against torch in Triton's interpreter."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch.testing import assert_close
+
+import irc
+from irc.analysis.reduction_groups import reduction_groups
+from irc.dialects import loop, tile
+from irc.passes.tile import Tiling, kernel_shape, set_tiling
+from irc.pipeline import LOWERING
+
+DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
+
+STATISTICS = """func @f(%x: tensor<4x3x2500xf32>) -> (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) {
+  %m = graph.reduce_mean %x {dims = [0, 2]} : tensor<3xf32>
+  %sq = graph.mul %x, %x : tensor<4x3x2500xf32>
+  %q = graph.reduce_mean %sq {dims = [0, 2]} : tensor<3xf32>
+  %a = graph.abs %x : tensor<4x3x2500xf32>
+  %mx = graph.reduce_max %a {dims = [0, 2]} : tensor<3xf32>
+  return %m, %q, %mx : tensor<3xf32>, tensor<3xf32>, tensor<3xf32>
+}
+"""
+
+CENTERED = """func @f(%x: tensor<4x3x2500xf32>) -> (tensor<3xf32>, tensor<3xf32>) {
+  %m = graph.reduce_mean %x {dims = [0, 2], keepdim = true} : tensor<1x3x1xf32>
+  %c = graph.sub %x, %m : tensor<4x3x2500xf32>
+  %sq = graph.mul %c, %c : tensor<4x3x2500xf32>
+  %v = graph.reduce_sum %sq {dims = [0, 2]} : tensor<3xf32>
+  %s = graph.reduce_sum %x {dims = [0, 2]} : tensor<3xf32>
+  return %v, %s : tensor<3xf32>, tensor<3xf32>
+}
+"""
+
+
+def _loop_kernels(text: str) -> list[loop.KernelOp]:
+    module = irc.parse(text, "<test>")
+    irc.run_pipeline(module, "fuse,graph-to-loop")
+    return [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+
+
+def _tile_loops(text: str) -> list[tile.ForOp]:
+    """The loops of the tile kernel, its one kernel tiled in chunks of 1024 of each
+    channel's 10,000 elements (as autotuning may choose: no split), so that a pass over
+    them is a loop."""
+    module = irc.parse(text, "<test>")
+    tile_at = LOWERING.index("tile") + 1
+    irc.run_pipeline(module, ",".join(["fuse", *LOWERING[:tile_at]]))
+    (kernel,) = loop.kernels(module)
+    set_tiling(kernel, Tiling((1, 1024), 4))
+    irc.run_pipeline(module, ",".join(LOWERING[tile_at:]))
+    return [op for op in module.walk() if isinstance(op, tile.ForOp)]
+
+
+def test_independent_statistics_are_one_group() -> None:
+    (kernel,) = _loop_kernels(STATISTICS)
+    (group,) = reduction_groups(kernel)
+    assert [r.kind.data for r in group] == ["sum", "sum", "max"]
+    assert kernel_shape(kernel).row_reads == 1
+
+
+def test_one_loop_reads_the_row_for_every_statistic() -> None:
+    loops = _tile_loops(STATISTICS)
+    assert len(loops) == 1
+    (for_op,) = loops
+    assert len(for_op.results) == 3  # an accumulator each
+    loads = [op for op in for_op.walk() if isinstance(op, tile.LoadOp)]
+    assert len(loads) == 1  # tile-cse shared the three bodies' loads
+
+
+def test_a_reduction_that_reads_another_keeps_its_own_pass() -> None:
+    """The variance reads the mean: it waits for it. The plain sum joins the mean."""
+    (kernel,) = _loop_kernels(CENTERED)
+    groups = reduction_groups(kernel)
+    assert sorted(len(g) for g in groups) == [1, 2]
+    (pair,) = [g for g in groups if len(g) == 2]
+    assert [loop.int_list(r.bounds) for r in pair] == [[4, 2500]] * 2
+    assert kernel_shape(kernel).row_reads == 2
+
+
+def test_a_reduction_reading_a_stored_buffer_is_left_alone() -> None:
+    """Moved ahead of the store, it would read what was there before."""
+    text = """func @f(%x: memref<8x64xf32>, %y: memref<8x64xf32>) -> (memref<8xf32>, memref<8xf32>) {
+  %0 = loop.alloc : memref<8xf32>
+  %1 = loop.alloc : memref<8xf32>
+  loop.kernel {name = "red_0", bounds = [8]} (%i: index) {
+    %a = loop.reduce {kind = "sum", bounds = [64]} (%j: index) {
+      %v = loop.load %x, %i, %j : f32
+      loop.yield %v
+    } : f32
+    loop.foreach {bounds = [64]} (%k: index) {
+      %w = loop.load %x, %i, %k : f32
+      loop.store %w, %y, %i, %k
+    }
+    %b = loop.reduce {kind = "sum", bounds = [64]} (%j2: index) {
+      %u = loop.load %y, %i, %j2 : f32
+      loop.yield %u
+    } : f32
+    loop.store %a, %0, %i
+    loop.store %b, %1, %i
+  }
+  return %0, %1 : memref<8xf32>, memref<8xf32>
+}
+"""
+    module = irc.parse(text, "<test>")
+    (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    assert [len(g) for g in reduction_groups(kernel)] == [1, 1]
+
+
+def test_grouped_statistics_compute_what_torch_does() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 2500, device=DEVICE)
+    m, q, mx = irc.compile(irc.parse(STATISTICS, "<test>"), device=DEVICE).run("f", [x])
+    assert_close(m, x.mean((0, 2)))
+    assert_close(q, (x * x).mean((0, 2)))
+    assert_close(mx, x.abs().amax((0, 2)))
+    v, s = irc.compile(irc.parse(CENTERED, "<test>"), device=DEVICE).run("f", [x])
+    assert_close(v, ((x - x.mean((0, 2), keepdim=True)) ** 2).sum((0, 2)), rtol=1e-4, atol=1e-3)
+    assert_close(s, x.sum((0, 2)), rtol=1e-4, atol=1e-3)
