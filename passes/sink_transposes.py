@@ -1,4 +1,4 @@
-"""Moves a transpose past the element-wise ops that read it, to the function's return.
+"""Moves a transpose past the ops that read it, to the function's return.
 
 `x.permute(0, 2, 1, 3) * 0.125` returned: computed as written, its kernel reads `x`
 across rows (rows of 122 bf16 elements load 4 bytes a lane) and stores row-major.
@@ -6,13 +6,17 @@ Torch computes it in `x`'s order and returns a permuted view (TensorIterator kee
 its input's layout), and so does torch.compile. After this rewrite irc does too:
 `transpose(x * 0.125)` is computed in `x`'s order, a straight copy's accesses, and
 graph-to-loop returns the transpose as a view of the kernel's buffer
-(`returned_views`, `loop.view`).
+(`returned_views`, `loop.view`). Reductions that keep their dims move as well:
+`z - z.sum(1, keepdim=True)` of `z = x.permute(2, 0, 1) + w` becomes a column sum
+over `x`'s leading dim, read and written in order (torch.compile's kernel does the
+same), where the kernel as written read every element 4 bytes a sector.
 
 Only where the move reads no operand across rows in exchange: every full-size
-operand of the ops moved over is a transpose by the same permutation, and each op
-but the returned one has no other reader (nothing else sees a value change order).
-Operands that broadcast go along as views in the other order (a rank-0 one, or
-fewer dims that the permutation leaves in place, unchanged).
+operand of the ops moved over is a transpose by the same permutation or another op
+moved, and every reader of an op moved but the returned one is moved too (nothing
+else sees a value change order). Operands that broadcast go along as views in the
+other order (a rank-0 one, or fewer dims that the permutation leaves in place,
+unchanged).
 """
 
 from __future__ import annotations
@@ -39,32 +43,72 @@ def _full_size(o: SSAValue, shape: tuple[int, ...]) -> bool:
     return numel(shape_of(o.type)) == numel(shape)
 
 
-def moved_permutation(v: SSAValue, root: bool = True) -> list[int] | None:
-    """The permutation `p` such that `v` is `transpose(w, p)` for a `w` computed by
-    the same element-wise ops over the transposes' inputs, or None where `v` is not so
-    made: a transpose, or an element-wise op (with no reader but the one it is
-    reached from, unless it is the `root`) whose full-size operands all are."""
-    owner = v.owner
-    if isinstance(owner, graph.TransposeOp):
-        _, perm = graph.under_transposes(v)
-        return None if perm == sorted(perm) else perm
-    if not isinstance(owner, graph.ElementwiseOp) or (not root and v.uses.get_length() != 1):
+def _keepdim_reduction(v: SSAValue) -> bool:
+    return isinstance(v.owner, graph.ReduceOp) and v.owner.keeps_dims()
+
+
+def moved_ops(root: SSAValue) -> tuple[list[int], list[Operation]] | None:
+    """(`p`, the ops moved) such that `root` is `transpose(w, p)` for a `w` computed by
+    the same ops over the transposes' inputs, or None where it is not so made.
+
+    The ops moved are element-wise ops and reductions that keep their dims (a
+    softmax's max and sum, a mean subtracted again), each of whose full-size
+    operands is a transpose by `p` or another op moved; a reduction's operand is.
+    An operand that broadcasts is moved too where it is such a reduction, else it
+    goes along as a view. Every reader of an op moved but `root` is one too
+    (nothing else sees a value change order).
+    """
+    perms: list[list[int]] = []
+    moved: dict[Operation, None] = {}
+
+    def visit(v: SSAValue) -> bool:
+        owner = v.owner
+        if isinstance(owner, graph.TransposeOp):
+            _, perm = graph.under_transposes(v)
+            perms.append(perm)
+            return perm != sorted(perm)
+        if not isinstance(owner, Operation) or owner in moved:
+            return owner in moved
+        if _keepdim_reduction(v):
+            assert isinstance(owner, graph.ReduceOp)
+            if not visit(owner.input):
+                return False
+        elif isinstance(owner, graph.ElementwiseOp):
+            shape = shape_of(v.type)
+            full = [o for o in owner.operands if _full_size(o, shape)]
+            if not full or not all(visit(o) for o in full):
+                return False
+            for o in owner.operands:
+                if not _full_size(o, shape) and _keepdim_reduction(o):
+                    # Moved where it can be, else a broadcast view: try on a copy.
+                    kept_perms, kept_moved = list(perms), dict(moved)
+                    if not visit(o) or any(p != perms[0] for p in perms):
+                        perms[:] = kept_perms
+                        moved.clear()
+                        moved.update(kept_moved)
+        else:
+            return False
+        moved[owner] = None
+        return True
+
+    if not visit(root) or any(p != perms[0] for p in perms):
         return None
-    shape = shape_of(v.type)
-    perms = [moved_permutation(o, False) for o in owner.operands if _full_size(o, shape)]
-    if not perms or any(p is None or p != perms[0] for p in perms):
-        return None
-    return perms[0]
+    for op in moved:
+        if op is not root.owner and any(use.operation not in moved for use in op.results[0].uses):
+            return None
+    return perms[0], list(moved)
 
 
 class _Mover:
-    """Rebuilds the ops `moved_permutation` accepted in the transposes' order."""
+    """Rebuilds the ops `moved_ops` accepted in the transposes' order."""
 
-    def __init__(self, block: Block, perm: list[int], at: Operation):
+    def __init__(self, block: Block, perm: list[int], members: list[Operation], at: Operation):
         self.block, self.perm, self.at = block, perm, at
+        self.members = set(members)
         self.inverse = _inverse(perm)
+        self.built: dict[SSAValue, SSAValue] = {}
         self.moved: list[Operation] = []
-        """The element-wise ops rebuilt, each after its operands'."""
+        """The ops rebuilt, each after its operands'."""
         self.read: list[Operation] = []
         """The transposes read through, each before the one under it."""
 
@@ -100,30 +144,44 @@ class _Mover:
         )
 
     def source(self, v: SSAValue) -> SSAValue:
-        """The value `w` with `v == transpose(w, perm)`."""
+        """The value `w` with `v == transpose(w, perm)` (built once however often read)."""
+        if v in self.built:
+            return self.built[v]
         owner = v.owner
         if isinstance(owner, graph.TransposeOp):
             while isinstance(v.owner, graph.TransposeOp):  # outermost first
                 self.read.append(v.owner)
                 v = v.owner.input
             return v
-        assert isinstance(owner, graph.ElementwiseOp)
-        shape = shape_of(v.type)
-        operands = [
-            self.source(o) if _full_size(o, shape) else self.broadcast_operand(o, len(shape), owner)
-            for o in owner.operands
-        ]
         t = v.type
         assert isinstance(t, TensorType)
-        new = type(owner).make(*operands, result_type=self.source_type(t), **dict(owner.properties))
+        if isinstance(owner, graph.ReduceOp):
+            dims = sorted(self.perm[d] for d in owner.reduced_dims())
+            props = {**dict(owner.properties), "dims": int_array(dims)}
+            new = type(owner).make(
+                self.source(owner.input), result_type=self.source_type(t), **props
+            )
+        else:
+            assert isinstance(owner, graph.ElementwiseOp)
+            shape = shape_of(t)
+            operands = [
+                self.source(o)
+                if _full_size(o, shape) or o.owner in self.members
+                else self.broadcast_operand(o, len(shape), owner)
+                for o in owner.operands
+            ]
+            new = type(owner).make(
+                *operands, result_type=self.source_type(t), **dict(owner.properties)
+            )
         self.moved.append(owner)
-        return self.add(new, owner)
+        self.built[v] = self.add(new, owner)
+        return self.built[v]
 
 
 def sink_transposes(block: Block) -> list[str]:
-    """Rewrites each returned value made of element-wise ops over transposes by one
-    permutation (`moved_permutation`) into a transpose of those ops over the
-    transposes' inputs. Returns a line for the fusion report for each one moved."""
+    """Rewrites each returned value made of element-wise ops and reductions over
+    transposes by one permutation (`moved_ops`) into a transpose of those ops over
+    the transposes' inputs. Returns a line for the fusion report for each one moved."""
     ret = block.last_op
     if not isinstance(ret, func.ReturnOp):
         return []
@@ -131,10 +189,11 @@ def sink_transposes(block: Block) -> list[str]:
     for r in dict.fromkeys(ret.operands):
         if not isinstance(r.owner, graph.ElementwiseOp) or r.uses.get_length() != 1:
             continue
-        perm = moved_permutation(r)
-        if perm is None:
+        plan = moved_ops(r)
+        if plan is None:
             continue
-        mover = _Mover(block, perm, ret)
+        perm, members = plan
+        mover = _Mover(block, perm, members, ret)
         source = mover.source(r)
         view = graph.TransposeOp.make(source, result_type=r.type, perm=int_array(perm))
         mover.add(view, r.owner)
@@ -147,10 +206,14 @@ def sink_transposes(block: Block) -> list[str]:
             if op.parent is not None and not any(res.uses for res in op.results):
                 block.erase_op(op)
         label = f"%{name}" if name else "a returned value"
-        count = len(mover.moved)
+        reductions = sum(isinstance(op, graph.ReduceOp) for op in mover.moved)
+        count = len(mover.moved) - reductions
+        past = f"{count} element-wise op{'s' if count != 1 else ''}"
+        if reductions:
+            past += f" and {reductions} reduction{'s' if reductions != 1 else ''}"
         notes.append(
-            f"{label}: transpose {perm} moved past {count} element-wise "
-            f"op{'s' if count != 1 else ''} to the return, a view of its kernel's output "
-            f"(its {numel(shape_of(r.type))} elements computed in their operands' order)"
+            f"{label}: transpose {perm} moved past {past} to the return, a view of its "
+            f"kernel's output (its {numel(shape_of(r.type))} elements computed in their "
+            "operands' order)"
         )
     return notes

@@ -181,6 +181,31 @@ MOVED = {
         [(3, 4, 5)],
         1,
     ),
+    "sum_subtracted_in_another_order": (
+        """func @f(%x: tensor<6x5x4xf32>, %w: tensor<5xf32>) -> tensor<4x6x5xf32> {
+  %t = graph.transpose %x {perm = [2, 0, 1]} : tensor<4x6x5xf32>
+  %z = graph.add %t, %w : tensor<4x6x5xf32>
+  %s = graph.reduce_sum %z {dims = [1], keepdim = true} : tensor<4x1x5xf32>
+  %y = graph.sub %z, %s : tensor<4x6x5xf32>
+  return %y : tensor<4x6x5xf32>
+}""",
+        lambda x, w: (z := x.permute(2, 0, 1) + w) - z.sum(1, keepdim=True),
+        [(6, 5, 4), (5,)],
+        2,
+    ),
+    "max_and_mean_of_a_permute": (
+        """func @f(%x: tensor<3x4x7xf32>) -> tensor<7x3x4xf32> {
+  %t = graph.transpose %x {perm = [2, 0, 1]} : tensor<7x3x4xf32>
+  %m = graph.reduce_max %t {dims = [0], keepdim = true} : tensor<1x3x4xf32>
+  %a = graph.reduce_mean %t {dims = [-3], keepdim = true} : tensor<1x3x4xf32>
+  %d = graph.sub %t, %m : tensor<7x3x4xf32>
+  %y = graph.mul %d, %a : tensor<7x3x4xf32>
+  return %y : tensor<7x3x4xf32>
+}""",
+        lambda x: ((t := x.permute(2, 0, 1)) - t.amax(0, keepdim=True)) * t.mean(0, keepdim=True),
+        [(3, 4, 7)],
+        2,
+    ),
 }
 
 
@@ -231,6 +256,20 @@ KEPT = {
 }""",
         lambda x: (x.t().exp().contiguous(),) * 2,
         [(7, 5)],
+        1,
+    ),
+    "reduction_returned_too": (
+        """func @f(%x: tensor<6x5x4xf32>) -> (tensor<4x6x5xf32>, tensor<4x1x5xf32>) {
+  %t = graph.transpose %x {perm = [2, 0, 1]} : tensor<4x6x5xf32>
+  %s = graph.reduce_sum %t {dims = [1], keepdim = true} : tensor<4x1x5xf32>
+  %y = graph.sub %t, %s : tensor<4x6x5xf32>
+  return %y, %s : tensor<4x6x5xf32>, tensor<4x1x5xf32>
+}""",
+        lambda x: (
+            ((t := x.permute(2, 0, 1)) - t.sum(1, keepdim=True)).contiguous(),
+            t.sum(1, keepdim=True),
+        ),
+        [(6, 5, 4)],
         1,
     ),
     "two_permutations": (
@@ -331,10 +370,19 @@ def test_the_pytorch_frontend_gets_eager_strides() -> None:
     def exp_t(x: Any) -> Any:
         return torch.exp(x).t()
 
+    def centered(x: Any) -> Any:  # eager keeps the permuted layout: irc's view has it
+        z = x.permute(2, 0, 1) * 2
+        return z - z.sum(1, keepdim=True)
+
+    def softmax_t(x: Any) -> Any:  # eager's softmax is contiguous: irc's view is copied
+        return x.transpose(1, 2).softmax(-1)
+
     torch.manual_seed(0)
     for fn, x in (
         (heads, torch.randn(2, 5, 3, 4, device=DEVICE)),
         (exp_t, torch.randn(5, 6, device=DEVICE)),
+        (centered, torch.randn(6, 5, 4, device=DEVICE)),
+        (softmax_t, torch.randn(3, 7, 5, device=DEVICE)),
     ):
         got = irc.compile(fn, (x,))(x)
         want = fn(x)

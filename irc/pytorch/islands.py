@@ -83,11 +83,21 @@ class Island(torch.nn.Module):
     """One irc-compiled island, called where its nodes were (inputs made contiguous)."""
 
     def __init__(
-        self, fn: Callable[..., Any], tuple_out: bool, name: str, kernels: int, device: str
+        self,
+        fn: Callable[..., Any],
+        tuple_out: bool,
+        name: str,
+        kernels: int,
+        device: str,
+        contiguous: tuple[bool, ...] = (),
     ):
         super().__init__()
         self.fn = fn
         self.tuple_out = tuple_out
+        self.contiguous = contiguous
+        """Per output, whether eager's is contiguous: irc may return a permuted view
+        where eager's op (a softmax of a transposed tensor) returns a contiguous
+        tensor, which callers may `.view()`."""
         self.island_name = name
         self.kernels = kernels
         self.device = torch.device(device)
@@ -104,9 +114,22 @@ class Island(torch.nn.Module):
 
     def forward(self, *args: Any) -> Any:
         out = self.fn(*(self._argument(a) for a in args))
-        if self.tuple_out:
-            return tuple(out) if isinstance(out, tuple | list) else (out,)
+        if not self.tuple_out:
+            return self._laid_out(out, 0)
+        outs = out if isinstance(out, tuple | list) else (out,)
+        return tuple(self._laid_out(o, i) for i, o in enumerate(outs))
+
+    def _laid_out(self, out: Any, i: int) -> Any:
+        """Output `i` contiguous where eager's is (`contiguous`)."""
+        if i < len(self.contiguous) and self.contiguous[i] and isinstance(out, torch.Tensor):
+            return out.contiguous()  # itself where it already is
         return out
+
+
+def _eager_contiguous(node: Any) -> bool:
+    """Whether the traced value of an island's output is a contiguous tensor."""
+    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return isinstance(val, torch.Tensor) and val.is_contiguous()
 
 
 def symbolic_reason(gm: fx.GraphModule) -> str | None:
@@ -149,8 +172,10 @@ def partition_and_compile(
             compiled = compile_module(module, device)
             fn = next(iter(compiled.functions.values()))
             out = next(n for n in sub.graph.nodes if n.op == "output")
+            results = out.args[0] if isinstance(out.args[0], tuple | list) else [out.args[0]]
+            contiguous = tuple(_eager_contiguous(r) for r in results)
             island = Island(fn, isinstance(out.args[0], tuple | list), module.ops.first.sym_name.data,
-                            compiled.kernel_count, device)  # fmt: skip
+                            compiled.kernel_count, device, contiguous)  # fmt: skip
             setattr(fused, str(node.target), island)
             report.islands += 1
             report.kernels += compiled.kernel_count
