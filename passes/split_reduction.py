@@ -72,6 +72,7 @@ from irc.passes.options import check_option
 from irc.passes.tile import (
     COLUMN_MIN_STEPS,
     COLUMN_PROGRAMS_PER_SM,
+    L2_BYTES,
     LINE_BYTES,
     ONE_STEP_ELEMENTS,
     KernelShape,
@@ -453,6 +454,27 @@ times) took 0.72x and 0.63x the kernel time combined once; a 8192x1024 f32 colum
 softmax (34 MB, 1 time) 1.02x, and one of 8191x2047 bf16 (34 MB, 2 times) 1.0x."""
 
 
+REREAD_FILL = 4
+"""A column reduction whose rows are read again (a softmax's output, a normalization)
+stays one kernel where its unsplit programs give the SMs at least 1 / REREAD_FILL of
+the programs a column reduction wants (`COLUMN_PROGRAMS_PER_SM` each) and what the
+resident ones read fits in L2 (`L2_BYTES`): each program reads its columns' rows
+again right after it reduced them, from L2, where the kernel after a split reads
+them all from DRAM again. On an H200, a softmax over dim 1 of 16x333x4096 bf16
+(1024 programs of 64 columns, 43 KB each, for 2112 wanted) took 47.9 us unsplit
+against 81.5 in 6 chunks (torch.compile 66.3); one of 64x1024x129 f32 (320
+programs) 68.4 against 49.3, so it is split."""
+
+
+def unsplit_rereads_from_l2(shape: KernelShape, sms: int) -> bool:
+    """Whether a column reduction read again stays whole (`REREAD_FILL`)."""
+    x = choose_tiling(shape, sms=sms).block[0]
+    programs = column_programs(shape, x)
+    want = COLUMN_PROGRAMS_PER_SM * sms
+    resident = min(programs, want) * x * numel(shape.reduction) * shape.element_bytes
+    return REREAD_FILL * programs >= want and resident <= L2_BYTES
+
+
 def partial_bytes(kernel: loop.KernelOp) -> int:
     """Bytes of partials a chunk of a split of `kernel` stores a kept element: every
     result of its reductions (a mean, M2 and weight; a softmax's max and sum), half
@@ -808,6 +830,8 @@ def split_chunks(
         return 1
     if shape.columns:
         if numel(parallel) * n < threshold:
+            return 1
+        if recombines and unsplit_rereads_from_l2(shape, sms):
             return 1
         g = column_chunks(shape, n, most, min_chunk, sms)
         if combines_once(shape, n, combine_once_bytes, g, partial_bytes(kernel)):

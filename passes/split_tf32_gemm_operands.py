@@ -61,16 +61,13 @@ from irc.passes.k_major_gemm_operands import run_k_over_padding
 from irc.passes.kernel_names import kernel_names, numbered_name
 from irc.passes.options import check_option
 from irc.passes.split_k import split_choice
+from irc.passes.tile import L2_BYTES
 
 PARTS_MIN_FLOPS = 2**28
 """The smallest product (2 M N K) whose operands are split: the in-loop split ran
 the GEMMs measured at a third to four fifths of the parts' speed, and a product of
 2**28 takes it about 10 us (25 TFLOP/s), so that the parts save about what their
 copy's launch and traffic cost from there (a few us for operands of a few MB)."""
-
-L2_BYTES = 50 * 2**20
-"""The L2 cache of an H100 or H200, which holds an operand's parts between the
-programs that read them."""
 
 KERNEL_PREFIX = "tf32_parts_"
 """The copies' kernel names: `tf32_parts_0`, `tf32_parts_1`..."""

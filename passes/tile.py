@@ -541,6 +541,10 @@ SHARED_BYTES = 227 * 1024
 """Shared memory a program may use on an H100 or H200 (Triton's limit there): the
 `tile` pass's default; `irc.target` reads the GPU's own (`shared-bytes`)."""
 
+L2_BYTES = 50 * 2**20
+"""The L2 cache of an H100 or H200: what programs read again soon finds it there if
+all that the resident programs read between fits."""
+
 
 def attention_shape(kernel: loop.KernelOp, parallel: tuple[int, ...]) -> KernelShape:
     """An attention's sizes: parallel [batch, rows, value dim]; reduction (keys,

@@ -846,6 +846,30 @@ def test_a_split_softmax_takes_max_and_sum_of_exps_in_one_stage() -> None:
 
 
 @pytest.mark.parametrize(
+    ("shape", "el", "kernels"),
+    [
+        # 1024 programs of 64 columns (43 KB each): a quarter of the SMs' want at least,
+        # and their rows fit in L2 when read again: one kernel.
+        ((16, 333, 4096), "bf16", 1),
+        # 320 programs: too few; split (the split stage, then the output's kernel).
+        ((64, 1024, 129), "f32", 2),
+        # 782 programs of 128 columns of 2000 rows (500 KB each): not in L2; split (the
+        # partials combined once in a kernel of their own).
+        ((2000, 100000), "bf16", 3),
+    ],
+    ids=str,
+)
+def test_column_softmax_read_again_from_l2_stays_one_kernel(
+    shape: tuple[int, ...], el: str, kernels: int
+) -> None:
+    """`split_reduction.REREAD_FILL`: the unsplit kernel reads each program's columns
+    again from L2; after a split, the output's kernel reads them from DRAM."""
+    module = irc.parse(softmax(shape, len(shape) - 2, el), "t.ir")
+    run_pipeline(module, "fuse,graph-to-loop,one-pass-variance,split-reduction")
+    assert len(loop.kernels(module)) == kernels
+
+
+@pytest.mark.parametrize(
     ("shape", "dim"), [((12554, 1422), 0), ((37, 2053, 9), 1), ((48374, 338), 0)], ids=str
 )
 def test_the_epilogue_of_combined_statistics_is_element_wise_over_the_whole_space(
