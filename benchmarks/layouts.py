@@ -278,6 +278,69 @@ func @cos_reshape_cos(%x: {_t([n * m], d)}, %w: {_t([m], d)}) -> {_t([n, m], d)}
 """
 
 
+def _batchnorm_nchw(s: Shape) -> str:
+    n, c, h, d = s.dims["n"], s.dims["c"], s.dims["h"], s.dtype
+    x, col = _t([n, c, h], d), _t([c], d)
+    return f"""// Batch-norm statistics of an NCHW batch (H*W flattened): each channel's mean and
+// mean of squares, over the batch and the pixels (one pass over x reads it once).
+func @batchnorm_nchw(%x: {x}) -> ({col}, {col}) {{
+  %m = graph.reduce_mean %x {{dims = [0, 2]}} : {col}
+  %sq = graph.mul %x, %x : {x}
+  %q = graph.reduce_mean %sq {{dims = [0, 2]}} : {col}
+  return %m, %q : {col}, {col}
+}}
+"""
+
+
+def _permute_reduce(s: Shape) -> str:
+    a, b, c, d = s.dims["a"], s.dims["b"], s.dims["c"], s.dtype
+    src, dst = _t([a, b, c], d), _t([c, a, b], d)
+    return f"""// A permute plus a bias, centered over its middle dim: the sum and the output
+// computed in x's order, the permute returned as a view (eager's layout).
+func @permute_reduce(%x: {src}, %w: {_t([b], d)}) -> {dst} {{
+  %t = graph.transpose %x {{perm = [2, 0, 1]}} : {dst}
+  %z = graph.add %t, %w : {dst}
+  %y = graph.reduce_sum %z {{dims = [1], keepdim = true}} : {_t([c, 1, b], d)}
+  %o = graph.sub %z, %y : {dst}
+  return %o : {dst}
+}}
+"""
+
+
+def _softmax_middle(s: Shape) -> str:
+    b, n, m, d = s.dims["b"], s.dims["n"], s.dims["m"], s.dtype
+    x = _t([b, n, m], d)
+    return f"""// Softmax over the middle dim of [B,S,H]: a column softmax of each batch.
+func @softmax_middle(%x: {x}) -> {x} {{
+  %y = graph.softmax %x {{dim = 1}} : {x}
+  return %y : {x}
+}}
+"""
+
+
+def _middle_max(s: Shape) -> str:
+    a, b, c, d = s.dims["a"], s.dims["b"], s.dims["c"], s.dtype
+    return f"""// Max over the middle dim of [A,B,C] with a narrow inner dim C.
+func @middle_max(%x: {_t([a, b, c], d)}) -> {_t([a, c], d)} {{
+  %s = graph.reduce_max %x {{dims = [1]}} : {_t([a, c], d)}
+  return %s : {_t([a, c], d)}
+}}
+"""
+
+
+def _transpose_tanh(s: Shape) -> str:
+    a, b, c, d = s.dims["a"], s.dims["b"], s.dims["c"], s.dtype
+    out = _t([a, c, b], d)
+    return f"""// tanh(x.transpose(1, 2) * y): one operand of a batched product read across rows.
+func @transpose_tanh(%x: {_t([a, b, c], d)}, %y: {out}) -> {out} {{
+  %t = graph.transpose %x {{perm = [0, 2, 1]}} : {out}
+  %z = graph.mul %t, %y : {out}
+  %r = graph.tanh %z : {out}
+  return %r : {out}
+}}
+"""
+
+
 def _gemm_bias_gelu(s: Shape) -> str:
     m, k, n, d = s.dims["m"], s.dims["k"], s.dims["n"], s.dtype
     return f"""// GEMM with a bias and the exact (erf) GELU epilogue.
@@ -471,6 +534,22 @@ def _workloads() -> list[Workload]:
     def cos_reshape_cos(x: Any, w: Any) -> Any:
         return x.cos().view(-1, w.shape[0]).cos() * w
 
+    def batchnorm_nchw(x: Any) -> Any:
+        return x.mean((0, 2)), (x * x).mean((0, 2))
+
+    def permute_reduce(x: Any, w: Any) -> Any:
+        z = x.permute(2, 0, 1) + w
+        return z - z.sum(1, keepdim=True)
+
+    def softmax_middle(x: Any) -> Any:
+        return torch.softmax(x, 1)
+
+    def middle_max(x: Any) -> Any:
+        return x.amax(1)
+
+    def transpose_tanh(x: Any, y: Any) -> Any:
+        return torch.tanh(x.transpose(1, 2) * y)
+
     def gemm_bias_gelu(x: Any, w: Any, b: Any) -> Any:
         return F.gelu(x @ w + b)
 
@@ -558,6 +637,27 @@ def _workloads() -> list[Workload]:
                                                             _dims("m")),
                  [_S("f32", n=8192, m=8192), _S("bf16", n=3001, m=4097)],
                  _S("f32", n=9, m=31), irc_kernels=lambda s, library: 1),
+        Workload("batchnorm_nchw", "batch-norm statistics (NCHW: two statistics in one pass)",
+                 _batchnorm_nchw, batchnorm_nchw, _inputs(_dims("n", "c", "h")),
+                 [_S("bf16", n=64, c=256, h=3136), _S("f32", n=32, c=512, h=785),
+                  _S("f32", n=128, c=64, h=2401)],
+                 _S("f32", n=2, c=3, h=40)),
+        Workload("permute_reduce", "transposed operand (a permute read by a reduction)",
+                 _permute_reduce, permute_reduce, _inputs(_dims("a", "b", "c"), _dims("b")),
+                 [_S("f32", a=512, b=1024, c=96), _S("bf16", a=301, b=777, c=129)],
+                 _S("f32", a=5, b=3, c=4), irc_kernels=lambda s, library: 1),
+        Workload("softmax_middle", "column reduction (softmax over a middle dim)", _softmax_middle,
+                 softmax_middle, _inputs(_dims("b", "n", "m")),
+                 [_S("f32", b=64, n=1024, m=129), _S("bf16", b=16, n=333, m=4096)],
+                 _S("f32", b=2, n=9, m=5)),
+        Workload("middle_max", "column reduction (max over a middle dim, narrow inner dim)",
+                 _middle_max, middle_max, _inputs(_dims("a", "b", "c")),
+                 [_S("f32", a=4096, b=517, c=7), _S("bf16", a=999, b=2001, c=33)],
+                 _S("f32", a=3, b=20, c=3)),
+        Workload("transpose_tanh", "transposed operand (3-d, with tanh)", _transpose_tanh,
+                 transpose_tanh, _inputs(_dims("a", "b", "c"), _dims("a", "c", "b")),
+                 [_S("bf16", a=64, b=1111, c=777), _S("f32", a=5, b=3001, c=2999)],
+                 _S("f32", a=2, b=9, c=5)),
         Workload("gemm_bias_gelu", "GEMM + bias + exact GELU", _gemm_bias_gelu, gemm_bias_gelu,
                  _inputs(_dims("m", "k"), _dims("k", "n"), _dims("n")),
                  [_S("bf16", m=8192, k=4096, n=4096), _S("bf16", m=3000, k=1023, n=2049),
