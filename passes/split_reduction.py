@@ -463,7 +463,11 @@ again right after it reduced them, from L2, where the kernel after a split reads
 them all from DRAM again. On an H200, a softmax over dim 1 of 16x333x4096 bf16
 (1024 programs of 64 columns, 43 KB each, for 2112 wanted) took 47.9 us unsplit
 against 81.5 in 6 chunks (torch.compile 66.3); one of 64x1024x129 f32 (320
-programs) 68.4 against 49.3, so it is split."""
+programs) 68.4 against 49.3, so it is split. Where the resident programs read more
+than L2 holds, the split won: softmaxes over dim 0 of 2000x100000 bf16 (400 MB)
+and 3000x40000 f32 (480 MB) took 464.2 and 374.0 us unsplit, 400.1 and 351.5
+split; `z - z.sum(1, keepdim=True)` of a 413x520x145 bf16 permute (82 MB) 91.0
+against 85.4."""
 
 
 def unsplit_rereads_from_l2(shape: KernelShape, sms: int) -> bool:
