@@ -39,7 +39,8 @@ def _inverse(perm: list[int]) -> list[int]:
 
 def _full_size(o: SSAValue, shape: tuple[int, ...]) -> bool:
     """Whether operand `o` of a result of `shape` is read once an element, not broadcast
-    (then it must be a moved transpose: otherwise the move would read it across rows)."""
+    (then it must be a transpose or an op moved: otherwise the move would read it
+    across rows)."""
     return numel(shape_of(o.type)) == numel(shape)
 
 
