@@ -82,3 +82,34 @@ def test_random_permutes_read_by_reductions_move_to_the_return(seed: int) -> Non
     assert got.shape == expected.shape
     assert got.stride() == expected.stride()
     assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+HOSTILE_NAMES = """func @f(%x: tensor<6x5x4xf32>, %w: tensor<5xf32>) -> tensor<4x6x5xf32> {
+  %t = graph.transpose %x {perm = [2, 0, 1]} : tensor<4x6x5xf32>
+  %z.$-1 = graph.add %t, %w : tensor<4x6x5xf32>
+  %s$ = graph.reduce_sum %z.$-1 {dims = [1], keepdim = true} : tensor<4x1x5xf32>
+  %__import__-os.system$ = graph.sub %z.$-1, %s$ : tensor<4x6x5xf32>
+  return %__import__-os.system$ : tensor<4x6x5xf32>
+}
+"""
+
+
+def test_value_names_of_a_move_stay_out_of_the_generated_code() -> None:
+    """Names the lexer allows (`[A-Za-z0-9_.$-]+`) become the moved value's
+    `NAME_unpermuted`, in the IR and the report only: the IR prints and parses back,
+    and no name reaches the Triton module."""
+    module = irc.parse(HOSTILE_NAMES, "<test>")
+    (report,) = fuse_module(module)
+    (note,) = report.moved_transposes
+    assert note.startswith("%__import__-os.system$: transpose [2, 0, 1] moved past")
+    text = irc.print_module(module)
+    assert "%__import__-os.system$_unpermuted = graph.fused" in text
+    assert irc.print_module(irc.parse(text, "<fused>")) == text
+    compiled = irc.compile(irc.parse(HOSTILE_NAMES, "<test>"), device=DEVICE)
+    for name in ("__import__", "system", "z.$", "s$"):
+        assert name not in compiled.source
+    torch.manual_seed(0)
+    x, w = torch.randn(6, 5, 4, device=DEVICE), torch.randn(5, device=DEVICE)
+    (got,) = compiled.run("f", [x, w])
+    z = x.permute(2, 0, 1) + w
+    assert_close(got, z - z.sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
