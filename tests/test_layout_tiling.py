@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 from xdsl.dialects import func
 from xdsl.dialects.builtin import MemRefType
-from xdsl.ir import SSAValue
 
 import irc
 from irc.compiler import lower_to_tile
@@ -46,6 +45,7 @@ from irc.testing.forced_tiling import compile_with_tiling
 from irc.testing.programs import tensor_type as t
 from irc.testing.reference import functions, random_inputs
 from irc.testing.reference import run as reference_run
+from irc.testing.tile_ir import unit_stride_axes
 from irc.testing.verdict import judge, judge_outputs, yardsticks
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
@@ -151,26 +151,6 @@ def assert_grids_fill_the_gpu(module: object, per_sm: int = 4) -> None:
             assert programs >= per_sm * SMS, (
                 f"{k.kernel_name.data}: {programs} programs over {elements}"
             )
-
-
-def unit_stride_axes(v: SSAValue) -> set[int]:
-    """Block axes along which the offsets `v` step by one element: an arange that
-    reaches them unscaled (added, expanded, cast), not multiplied by a stride."""
-    op = v.owner
-    if isinstance(op, tile.ArangeOp):
-        return {0}
-    if isinstance(op, tile.ExpandDimsOp):
-        inner = unit_stride_axes(op.operands[0])
-        axis = op.axis.value.data
-        return {a + (1 if a >= axis else 0) for a in inner}
-    if isinstance(op, tile.BroadcastToOp):
-        return unit_stride_axes(op.operands[0])
-    if isinstance(op, tile.ApplyOp) and op.fn.data in ("add", "cast"):
-        out: set[int] = set()
-        for a in op.args:
-            out |= unit_stride_axes(a)
-        return out
-    return set()
 
 
 def streamed_loads(k: tile.KernelOp) -> list[tile.LoadOp]:
