@@ -670,13 +670,20 @@ class KernelTranslator:
 
     def layout_columns(self) -> None:
         """A column reduction: axis 0 runs along the innermost kept dim (contiguous in
-        memory, so loads are coalesced along it), axis 1 along the reduced dims.
+        memory, so loads are coalesced along it) and the kept dims the tile pass
+        folded in with it (`column_lanes`: one flat index, unravelled), axis 1
+        along the reduced dims.
 
-        Programs take `xb`-wide tiles of the innermost dim, in order, then the outer
+        Programs take `xb`-wide tiles of the flat index, in order, then the outer
         kept dims (a split reduction's chunk first): `pid = outer * tiles + tile`.
         """
         xb, rb = self.tiling.block
-        *outer, inner = self.shape.parallel
+        parallel = self.shape.parallel
+        folded = next(
+            k for k in range(1, len(parallel) + 1) if numel(parallel[-k:]) == self.shape.columns
+        )
+        outer, lanes = parallel[:-folded], parallel[-folded:]
+        inner = self.shape.columns
         tiles = math.ceil(inner / xb)
         self.grid = [tiles * numel(outer)]
         pid = self.program_id(0)
@@ -688,7 +695,8 @@ class KernelTranslator:
         x = self.apply("add", [self.iapply("mul", tile_id, xb), self.arange(xb)])
         x = self.expand(x, 1)
         self.scopes[-1].axis_masks = [self.mask_below(x, inner, xb), None]
-        for iv, v in zip(self.kernel.body.block.args, [*outer_ivs, x], strict=True):
+        lane_ivs = self.unravel(x, lanes)
+        for iv, v in zip(self.kernel.body.block.args, [*outer_ivs, *lane_ivs], strict=True):
             self.bind(iv, v)
         self.rbase = self.expand(self.arange(rb), 0)
 

@@ -72,6 +72,7 @@ from irc.passes.options import check_option
 from irc.passes.tile import (
     COLUMN_MIN_STEPS,
     COLUMN_PROGRAMS_PER_SM,
+    COLUMN_WARPS,
     L2_BYTES,
     LINE_BYTES,
     ONE_STEP_ELEMENTS,
@@ -83,6 +84,7 @@ from irc.passes.tile import (
     kernel_shape,
     next_pow2,
     programs,
+    resident_bytes,
 )
 
 INDEX = IndexType()
@@ -458,16 +460,18 @@ REREAD_FILL = 4
 """A column reduction whose rows are read again (a softmax's output, a normalization)
 stays one kernel where its unsplit programs give the SMs at least 1 / REREAD_FILL of
 the programs a column reduction wants (`COLUMN_PROGRAMS_PER_SM` each) and what the
-resident ones read fits in L2 (`L2_BYTES`): each program reads its columns' rows
-again right after it reduced them, from L2, where the kernel after a split reads
-them all from DRAM again. On an H200, a softmax over dim 1 of 16x333x4096 bf16
-(1024 programs of 64 columns, 43 KB each, for 2112 wanted) took 47.9 us unsplit
-against 81.5 in 6 chunks (torch.compile 66.3); one of 64x1024x129 f32 (320
-programs) 68.4 against 49.3, so it is split. Where the resident programs read more
-than L2 holds, the split won: softmaxes over dim 0 of 2000x100000 bf16 (400 MB)
-and 3000x40000 f32 (480 MB) took 464.2 and 374.0 us unsplit, 400.1 and 351.5
-split; `z - z.sum(1, keepdim=True)` of a 413x520x145 bf16 permute (82 MB) 91.0
-against 85.4."""
+resident ones read (`resident_bytes`, at `COLUMN_WARPS`) fits in L2 (`L2_BYTES`):
+each program reads its columns' rows again right after it reduced them, from L2,
+where the kernel after a split reads them all from DRAM again. On an H200, a softmax
+over dim 1 of 16x333x4096 bf16 (1024 programs of 64 columns, 43 KB each, for 2112
+wanted) took 47.9 us unsplit against 81.5 in 6 chunks (torch.compile 66.3); one of
+64x1024x129 f32 (320 programs) 68.4 against 49.3, so it is split. Where the resident
+programs read more than L2 holds, the split won: softmaxes over dim 0 of 2000x100000
+bf16 (400 MB) and 3000x40000 f32 (480 MB) took 464.2 and 374.0 us unsplit, 400.1 and
+351.5 split; `z - z.sum(1, keepdim=True)` of a 413x520x145 bf16 permute (82 MB) 91.0
+against 85.4. The split is decided at `COLUMN_WARPS` (16 resident programs an SM): a
+kernel left whole at the tile pass's `reread_warps` instead (fewer, larger programs)
+lost to its split, 79.5 us against 68.3 for a softmax over dim 1 of 12x308x5154 f32."""
 
 
 def unsplit_rereads_from_l2(shape: KernelShape, sms: int) -> bool:
@@ -475,7 +479,7 @@ def unsplit_rereads_from_l2(shape: KernelShape, sms: int) -> bool:
     x = choose_tiling(shape, sms=sms).block[0]
     programs = column_programs(shape, x)
     want = COLUMN_PROGRAMS_PER_SM * sms
-    resident = min(programs, want) * x * numel(shape.reduction) * shape.element_bytes
+    resident = resident_bytes(shape, x, programs, COLUMN_WARPS, sms)
     return REREAD_FILL * programs >= want and resident <= L2_BYTES
 
 
@@ -887,6 +891,7 @@ def column_chunks(
     step (8192 rows in 18 chunks: 456 rows, 28.5 steps of 16). Which lengths
     made ptxas issue a step's loads one at a time is in docs/benchmarks.md,
     session 18."""
+    shape = replace(shape, epilogue=False)  # counted at `COLUMN_WARPS`, as `REREAD_FILL`
     unsplit = choose_tiling(shape, sms=sms)
     want = COLUMN_PROGRAMS_PER_SM * sms
     if column_programs(shape, unsplit.block[0]) >= want:
