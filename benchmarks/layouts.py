@@ -645,7 +645,7 @@ def _workloads() -> list[Workload]:
         Workload("permute_reduce", "transposed operand (a permute read by a reduction)",
                  _permute_reduce, permute_reduce, _inputs(_dims("a", "b", "c"), _dims("b")),
                  [_S("f32", a=512, b=1024, c=96), _S("bf16", a=301, b=777, c=129)],
-                 _S("f32", a=5, b=3, c=4), irc_kernels=lambda s, library: 1),
+                 _S("f32", a=5, b=3, c=4)),
         Workload("softmax_middle", "column reduction (softmax over a middle dim)", _softmax_middle,
                  softmax_middle, _inputs(_dims("b", "n", "m")),
                  [_S("f32", b=64, n=1024, m=129), _S("bf16", b=16, n=333, m=4096)],

@@ -76,10 +76,12 @@ from irc.passes.tile import (
     L2_BYTES,
     LINE_BYTES,
     ONE_STEP_ELEMENTS,
+    REREAD_MOST_WARPS,
     KernelShape,
     choose_tiling,
     column_programs,
     column_step_rows,
+    column_width,
     column_widths,
     kernel_shape,
     next_pow2,
@@ -475,12 +477,26 @@ lost to its split, 79.5 us against 68.3 for a softmax over dim 1 of 12x308x5154 
 
 
 def unsplit_rereads_from_l2(shape: KernelShape, sms: int) -> bool:
-    """Whether a column reduction read again stays whole (`REREAD_FILL`)."""
-    x = choose_tiling(shape, sms=sms).block[0]
+    """Whether a column reduction read again stays whole (`REREAD_FILL`), at the
+    tiles of its rows read in steps (`column_width`: not `held_column_lanes`'s,
+    which a kernel left whole may then take)."""
+    x = column_width(shape, sms)
     programs = column_programs(shape, x)
     want = COLUMN_PROGRAMS_PER_SM * sms
     resident = resident_bytes(shape, x, programs, COLUMN_WARPS, sms)
     return REREAD_FILL * programs >= want and resident <= L2_BYTES
+
+
+def rereads_from_dram(shape: KernelShape, sms: int) -> bool:
+    """Whether a column reduction whose rows are read again, left whole, would read
+    them again from DRAM: what its resident programs read passes L2 even at the
+    most warps `tile`'s `reread_warps` gives them. Its second pass then reads
+    the rows in the order of the first, a few hundred bytes of each of many rows a
+    step, where a split that combines its partials once (`combines_once`) ends in
+    an element-wise kernel that reads and writes the tensor flat."""
+    x = column_width(shape, sms)
+    resident = resident_bytes(shape, x, column_programs(shape, x), REREAD_MOST_WARPS, sms)
+    return resident > L2_BYTES
 
 
 def partial_bytes(kernel: loop.KernelOp) -> int:
@@ -844,6 +860,9 @@ def split_chunks(
         g = column_chunks(shape, n, most, min_chunk, sms)
         if combines_once(shape, n, combine_once_bytes, g, partial_bytes(kernel)):
             g = column_chunks(shape, n, n, min_chunk, sms)  # no program reads all partials
+        if g == 1 and recombines and combines_once(shape, n, combine_once_bytes):
+            if rereads_from_dram(shape, sms):
+                return 2  # the epilogue becomes an element-wise kernel of its own
         return g
     if recombines and not shape.columns:
         # Rows with an epilogue or dependent statistics (softmax, layer norm) keep

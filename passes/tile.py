@@ -229,9 +229,10 @@ def column_lanes(kernel: loop.KernelOp, loads: list[loop.LoadOp], widest: int) -
     an odd `c` no longer pads every row's tiles or breaks its 16-byte vectors), and
     then, where the extent is odd (its rows load no vector wider than an element
     either way), while it would leave idle, in tiles of one 128-byte line, more than
-    a quarter of its lanes (`x.amax(1)` of `[A, B, 33]`: 64 lanes, 31 of them idle,
-    where the lanes of `(a, c)` pairs all work, an address computed once a program
-    each). On an H200 the second fold ran a bf16 999 x 2001 x 33 max 1.5x as fast,
+    a quarter of its lanes and every streamed load indexes the dim before it
+    (`x.amax(1)` of `[A, B, 33]`: 64 lanes, 31 of them idle, where the lanes of
+    `(a, c)` pairs all work, an address computed once a program each; not a
+    split's chunk, whose lanes would each start their own rows). On an H200 the second fold ran a bf16 999 x 2001 x 33 max 1.5x as fast,
     f32 ones of 35 and 7 columns 1.31x and 1.07x, but a split's 129 f32 and 109
     bf16 columns (a fifth idle) 4-8% slower, hence the quarter, and bf16 ones of 4,
     6, 8 and 28 columns (rows of 8-56 bytes, loaded in vectors unfolded) 1.25-2x
@@ -254,6 +255,8 @@ def column_lanes(kernel: loop.KernelOp, loads: list[loop.LoadOp], widest: int) -
         flat *= bounds[d]
     line = max(1, LINE_BYTES // widest)
     while d > 0 and flat % 2 and 3 * _cdiv(flat, line) * line > 4 * flat:
+        if not all(any(i is ivs[d - 1] for i in load.indices) for load in loads):
+            break  # a split's chunk, whose lanes would start rows of their own
         d -= 1
         flat *= bounds[d]
     return flat
@@ -1483,10 +1486,46 @@ def column_tiling(shape: KernelShape, sms: int = 132) -> Tiling:
     r = column_step_rows(x, shape.element_bytes, warps)
     if rows <= r or (x * rows <= ONE_STEP_ELEMENTS and 2 * programs < want):
         return Tiling((x, rows), _warps(x * rows, 8))
+    held = held_column_lanes(shape, sms)
+    if held:
+        return Tiling((held, rows), _warps(held * rows, 8))
     if shape.epilogue:
         warps = reread_warps(shape, x, programs, warps, sms)
         r = min(rows, column_step_rows(x, shape.element_bytes, warps))
     return Tiling((x, r), warps)
+
+
+SECTOR_BYTES = 32
+"""The unit DRAM and L2 move: a narrower run of a row would waste part of each."""
+
+
+def held_column_lanes(shape: KernelShape, sms: int) -> int:
+    """Kept elements side by side of a column reduction whose epilogue reads its rows
+    again (`row_reads`: not a split's final kernel, whose rows are not the ones
+    it reduced) and whose whole reduced dim fits in one program's registers: at
+    most `ONE_STEP_ELEMENTS` with a run of at least one `SECTOR_BYTES` sector a
+    row, as wide as that allows up to `column_width`, where the programs still
+    give every SM `HELD_COLUMN_PROGRAMS_PER_SM` of them (0 otherwise). The rows
+    are read once, held, and the epilogue stores from registers: no second pass
+    over them. Inductor's persistent reductions do the same. On an H200, kernels
+    left whole: `z - z.sum(1, keepdim=True)` of permutes of 512 x 1024 x 96 and 365
+    x 559 x 168 f32 131.4 -> 127.2 and 107.3 -> 83.7 us, softmaxes over dim 1 of 16
+    x 333 x 4096 bf16 48.7 -> 40.2 and over dim 0 of 33 x 100003 f32 23.4 -> 14.8.
+    The split decides first (`split-reduction` reads `column_width`, not this):
+    held in place of a split, four of six shapes were 12-44% slower (the permute
+    of 301 x 777 x 129 bf16, 512 rows for 301, 72.2 -> 104.2)."""
+    if not shape.epilogue or shape.row_reads < 2:
+        return 0  # (a split's final kernel loops over rows it reduced none of)
+    rows = next_pow2(numel(shape.reduction))
+    sector = max(1, SECTOR_BYTES // shape.element_bytes)
+    x = min(column_width(shape, sms), ONE_STEP_ELEMENTS // rows)
+    if x < sector or column_programs(shape, x) < HELD_COLUMN_PROGRAMS_PER_SM * sms:
+        return 0
+    return x
+
+
+HELD_COLUMN_PROGRAMS_PER_SM = 4
+"""Programs an SM should get from a column reduction that holds its rows."""
 
 
 SM_WARPS = 64
@@ -1510,8 +1549,9 @@ def reread_warps(shape: KernelShape, x: int, programs: int, warps: int, sms: int
     same bytes in flight in fewer, larger programs. A permute centered over its
     leading dim (512 x 1024 x 96 f32: 64 KB a program, 138 MB resident at 4 warps)
     took 131 us at 16 warps on an H200 against 155 at 4 (144.5 at 8; torch.compile
-    123); where the rows fit at the warps taken, more were slower (a bf16 softmax
-    over dim 1 of 16 x 333 x 4096, 8 warps: 59.7 us at 16 against 48.0)."""
+    123), before `held_column_lanes` held those rows; where the rows fit at the
+    warps taken, more were slower (a bf16 softmax over dim 1 of 16 x 333 x 4096, 8
+    warps: 59.7 us at 16 against 48.0)."""
     w = warps
     while w <= REREAD_MOST_WARPS:
         if resident_bytes(shape, x, programs, w, sms) <= L2_BYTES:

@@ -19,7 +19,8 @@ def unit_stride_axes(v: SSAValue) -> set[int]:
         return {a + (1 if a >= axis else 0) for a in inner}
     if isinstance(op, tile.BroadcastToOp):
         return unit_stride_axes(op.operands[0])
-    if isinstance(op, tile.ApplyOp) and op.fn.data in ("add", "cast"):
+    # tile.apply functions (not graph ops): a sum or a conversion keeps the step
+    if isinstance(op, tile.ApplyOp) and (op.fn.data == "add" or op.fn.data == "cast"):
         out: set[int] = set()
         for a in op.args:
             out |= unit_stride_axes(a)
