@@ -231,12 +231,12 @@ def column_lanes(kernel: loop.KernelOp, loads: list[loop.LoadOp], widest: int) -
     either way), while it would leave idle, in tiles of one 128-byte line, more than
     a quarter of its lanes and every streamed load indexes the dim before it
     (`x.amax(1)` of `[A, B, 33]`: 64 lanes, 31 of them idle, where the lanes of
-    `(a, c)` pairs all work, an address computed once a program each; not a
-    split's chunk, whose lanes would each start their own rows). On an H200 the second fold ran a bf16 999 x 2001 x 33 max 1.5x as fast,
-    f32 ones of 35 and 7 columns 1.31x and 1.07x, but a split's 129 f32 and 109
-    bf16 columns (a fifth idle) 4-8% slower, hence the quarter, and bf16 ones of 4,
-    6, 8 and 28 columns (rows of 8-56 bytes, loaded in vectors unfolded) 1.25-2x
-    slower, hence odd extents only.
+    `(a, c)` pairs all work, an address computed once a program each; not a split's
+    chunk, whose lanes would each start their own rows). On an H200 the second fold
+    ran a bf16 999 x 2001 x 33 max 1.5x as fast, f32 ones of 35 and 7 columns 1.31x
+    and 1.07x, but a split's 129 f32 and 109 bf16 columns (a fifth idle) 4-8%
+    slower, hence the quarter, and bf16 ones of 4, 6, 8 and 28 columns (rows of 8-56
+    bytes, loaded in vectors unfolded) 1.25-2x slower, hence odd extents only.
     loop-to-tile's `layout_columns` unravels the flat index into those dims."""
     bounds = kernel.parallel_bounds()
     ivs = list(kernel.body.block.args)
