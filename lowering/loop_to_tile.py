@@ -1408,8 +1408,9 @@ class KernelTranslator:
 
         def body(carried: list[SSAValue]) -> list[SSAValue]:
             new = []
+            rivs = list(self.pending_rivs)  # a reduction nested in a member sets its own
             for i, op in enumerate(ops):
-                for iv, v in zip(op.body.block.args, self.pending_rivs, strict=True):
+                for iv, v in zip(op.body.block.args, rivs, strict=True):
                     self.bind(iv, v)
                 v = self.value(yielded[i])
                 if element_of(v) != elements[i]:
