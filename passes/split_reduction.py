@@ -860,9 +860,9 @@ def split_chunks(
         g = column_chunks(shape, n, most, min_chunk, sms)
         if combines_once(shape, n, combine_once_bytes, g, partial_bytes(kernel)):
             g = column_chunks(shape, n, n, min_chunk, sms)  # no program reads all partials
-        if g == 1 and recombines and combines_once(shape, n, combine_once_bytes):
-            if rereads_from_dram(shape, sms):
-                return 2  # the epilogue becomes an element-wise kernel of its own
+        once = recombines and combines_once(shape, n, combine_once_bytes)
+        if g == 1 and once and rereads_from_dram(shape, sms):
+            return 2  # the epilogue becomes an element-wise kernel of its own
         return g
     if recombines and not shape.columns:
         # Rows with an epilogue or dependent statistics (softmax, layer norm) keep
