@@ -280,3 +280,36 @@ def test_small_shapes_fold_as_the_large_ones() -> None:
     (k,) = loop_kernels(permute_reduce(9, 7, 5, "f32"))
     assert kernel_shape(k).columns == 35
     assert next_pow2(35) == 64
+
+
+PADDED_ROWS = """func @f(%x: memref<7x40x34xf32>) -> memref<7x33xf32> {
+  %0 = loop.alloc : memref<7x33xf32>
+  loop.kernel {name = "red_0", bounds = [7, 33]} (%i: index, %j: index) {
+    %a = loop.reduce {kind = "max", bounds = [40]} (%r: index) {
+      %v = loop.load %x, IDX : f32
+      loop.yield %v
+    } : f32
+    loop.store %a, %0, %i, %j
+  }
+  return %0 : memref<7x33xf32>
+}
+"""
+
+
+def test_hand_written_kernels_fold_only_what_their_loads_index() -> None:
+    """Loop-level input written by hand: a buffer wider than the kept dim (34
+    columns, 33 read) is not adjacent, but 33 is odd and idle, so the (i, j) pairs
+    fold and each lane's address still uses the buffer's own strides; loads that
+    index the kept dims out of order or one twice are row reductions, not folded."""
+    import torch
+
+    module = irc.parse(PADDED_ROWS.replace("IDX", "%i, %r, %j"), "t.ir")
+    (kernel,) = loop.kernels(module)
+    assert kernel_shape(kernel).columns == 7 * 33
+    x = torch.randn(7, 40, 34, device=DEVICE)
+    (got,) = irc.compile(module, device=DEVICE).run("f", [x])
+    torch.testing.assert_close(got, x[:, :, :33].amax(1))
+    for idx in ("%j, %r, %i", "%i, %r, %i"):
+        text = PADDED_ROWS.replace("IDX", idx).replace("7x40x34", "33x40x34")
+        (kernel,) = loop.kernels(irc.parse(text, "t.ir"))
+        assert kernel_shape(kernel).columns == 0
