@@ -108,6 +108,10 @@ class KernelShape:
     across: int = -1
     """Element-wise kernels: the parallel dim that an access is contiguous along
     when it is not the last one (a transposed operand: `x.T + y`), else -1."""
+    access_vectors: tuple[int, ...] = ()
+    """Element-wise kernels with a transposed access: for each full-size access, the
+    elements one vector of it loads or stores (`access_vectors`): 16 bytes' worth
+    where its rows start 16 bytes apart, 1 where each element has an address."""
     banded: bool = False
     """An attention whose iota mask bounds each row's keys (causal): the work of its
     programs differs by their rows."""
@@ -420,8 +424,10 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
     loaded, widest = streams(kernel)
     heavy = heavy_ops(kernel.body.walk())
     streamed = streamed_values(kernel)
+    across = transposed_dim(kernel)
     return KernelShape(
-        kind, parallel, (), element_bytes=widest, across=transposed_dim(kernel),
+        kind, parallel, (), element_bytes=widest, across=across,
+        access_vectors=access_vectors(kernel) if across >= 0 else (),
         loaded_bytes=loaded, transcendentals=len(heavy),
         streamed_transcendentals=sum(op.result in streamed for op in heavy),
     )  # fmt: skip
@@ -581,6 +587,28 @@ def transposed_dim(kernel: loop.KernelOp) -> int:
                 d = args.index(arg)
                 votes[d] = votes.get(d, 0) + element_bytes(buffer.element_type)
     return max(votes, key=lambda d: votes[d]) if votes else -1
+
+
+def access_vectors(kernel: loop.KernelOp) -> tuple[int, ...]:
+    """`KernelShape.access_vectors`: the elements of the widest vector, up to 16
+    bytes, dividing each full-size access's rows (the largest power of two dividing
+    a row's bytes); 1 where the last index is not a loop index itself (a slice's
+    offset, a stride), which no vector can load."""
+    args = set(kernel.body.block.args)
+    space = numel(kernel.parallel_bounds())
+    out: list[int] = []
+    for op in kernel.body.walk():
+        if not isinstance(op, loop.LoadOp | loop.StoreOp) or not op.indices:
+            continue
+        buffer = op.buffer.type
+        assert isinstance(buffer, MemRefType)
+        if not full_size(buffer, space):
+            continue
+        size = element_bytes(buffer.element_type)
+        row = buffer.get_shape()[-1] * size
+        plain = op.indices[-1] in args
+        out.append(math.gcd(row, VECTOR_BYTES) // size if plain and size < VECTOR_BYTES else 1)
+    return tuple(out)
 
 
 SHARED_BYTES = 227 * 1024
@@ -1302,14 +1330,39 @@ access's contiguous dim, 256 bytes of f32 (two full 128-byte lines), whatever
 the dim it runs along."""
 
 
+TRANSPOSE_THREAD_ELEMENTS = 16
+"""Elements a thread of a transposing program takes: two 16-byte vectors of bf16
+an access, four of f32."""
+
+TRANSCENDENTAL_THREAD_ADDRESSES = 24
+"""Addresses a thread of a transposing program holds at most, over its full-size
+accesses (one a vector, `access_vectors`), where its elements compute transcendental
+functions: with more, half the elements a thread (twice the warps). An access whose
+rows do not start 16 bytes apart takes an address an element, each a 64-bit
+register pair; at 16 elements a thread, three such accesses took 66-76 registers, so
+an SM held 24-32 warps, too few to hide the function's latency (a plain product
+held 32 and ran as fast at either count). H200, `tanh(x.transpose(1, 2) * y)`,
+16 elements and 8 warps against 8 and 16 on 64x64 tiles: bf16 64x1111x777 172.9 ->
+132.4 us (torch.compile 121.8), 7x2049x4097 184.6 -> 138.5; f32 5x3001x2999 150.8
+-> 145.2, 66x1041x536 (two such accesses) 124.1 -> 119.2. With 16-byte vectors the
+16 elements stay: bf16 64x1024x768 77.0 against 95.9 at 8, 3x4096x3001 (one
+access of odd rows: 20 addresses) 62.1 against 78.3."""
+
+
 def transpose_tiling(shape: KernelShape) -> Tiling:
     """An element-wise kernel with a transposed access: a 2-d tile over the dim
     that access is contiguous along (block axis 0) and the last dim (axis 1).
     Each load is then vectorized along its own contiguous axis (Triton gives each
-    its layout and converts through shared memory), and stores along the last."""
+    its layout and converts through shared memory), and stores along the last.
+    A thread takes `TRANSPOSE_THREAD_ELEMENTS`, or half as many where they would
+    hold more addresses than `TRANSCENDENTAL_THREAD_ADDRESSES` for the functions."""
     a = min(TRANSPOSE_TILE, next_pow2(shape.parallel[shape.across]))
     b = min(TRANSPOSE_TILE, next_pow2(shape.parallel[-1]))
-    return Tiling((a, b), max(1, min(8, a * b // 512)))
+    e = TRANSPOSE_THREAD_ELEMENTS
+    addresses = sum(max(1, e // v) for v in shape.access_vectors)
+    if shape.transcendentals and addresses > TRANSCENDENTAL_THREAD_ADDRESSES:
+        e //= 2
+    return Tiling((a, b), max(1, a * b // (32 * e)))
 
 
 

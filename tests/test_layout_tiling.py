@@ -36,9 +36,13 @@ from irc.passes.tile import (
     COLUMN_THREAD_BYTES,
     IN_FLIGHT_BYTES,
     LINE_BYTES,
+    TRANSCENDENTAL_THREAD_ADDRESSES,
+    TRANSPOSE_THREAD_ELEMENTS,
     KernelShape,
+    Tiling,
     kernel_shape,
     next_pow2,
+    tiling_of,
 )
 from irc.pipeline import run_pipeline
 from irc.testing.forced_tiling import compile_with_tiling
@@ -722,6 +726,72 @@ def test_broadcast_column_does_not_make_a_2d_tile() -> None:
     run_pipeline(module, "fuse,graph-to-loop,tile")
     (k,) = loop.kernels(module)
     assert len(loop.int_list(k.block)) == 1
+
+
+def transpose_tanh(shape: tuple[int, int, int], el: str, fn: str = "tanh") -> str:
+    """`tanh(x.transpose(1, 2) * y)` (`fn = "none"`: the product alone)."""
+    a, b, c = shape
+    out = t((a, c, b), el)
+    last = "%z" if fn == "none" else "%r"
+    apply = "" if fn == "none" else f"  %r = graph.{fn} %z : {out}\n"
+    return f"""func @f(%x: {t((a, b, c), el)}, %y: {out}) -> {out} {{
+  %t = graph.transpose %x {{perm = [0, 2, 1]}} : {out}
+  %z = graph.mul %t, %y : {out}
+{apply}  return {last} : {out}
+}}
+"""
+
+
+def transpose_kernel(text: str) -> tuple[KernelShape, Tiling]:
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, "fuse,decompose,graph-to-loop,tile")
+    (k,) = loop.kernels(module)
+    return kernel_shape(k), tiling_of(k)
+
+
+@pytest.mark.parametrize(
+    ("shape", "el", "fn", "vectors", "warps"),
+    [
+        ((2, 65, 67), "bf16", "tanh", (1, 1, 1), 16),  # every access an address an element
+        ((2, 65, 67), "bf16", "none", (1, 1, 1), 8),  # no function: the registers suffice
+        ((2, 64, 72), "bf16", "tanh", (8, 8, 8), 8),  # 16-byte vectors everywhere
+        ((2, 72, 67), "bf16", "tanh", (1, 8, 8), 8),  # 16 + 2 + 2 addresses
+        ((2, 67, 72), "f32", "tanh", (4, 1, 1), 16),  # 4 + 16 + 16
+        ((2, 65, 66), "f32", "exp", (2, 1, 1), 16),  # 264-byte rows: 8-byte vectors
+    ],
+)
+def test_transposing_functions_take_fewer_elements_a_thread_where_addresses_pile_up(
+    shape: tuple[int, int, int], el: str, fn: str, vectors: tuple[int, ...], warps: int
+) -> None:
+    """A thread keeps an address an element of rows not 16 bytes apart; with a
+    transcendental function to hide as well, more than TRANSCENDENTAL_THREAD_ADDRESSES
+    of them halve its elements (twice the warps on the same 64x64 tile)."""
+    got, tiling = transpose_kernel(transpose_tanh(shape, el, fn))
+    assert got.access_vectors == vectors
+    assert tiling.block == (64, 64)
+    assert tiling.warps == warps
+    addresses = sum(max(1, TRANSPOSE_THREAD_ELEMENTS // v) for v in vectors)
+    assert (warps == 16) == (fn != "none" and addresses > TRANSCENDENTAL_THREAD_ADDRESSES)
+
+
+def test_a_sliced_access_takes_an_address_an_element() -> None:
+    """A last index offset by a slice is not a loop index: no vector loads it."""
+    text = f"""func @f(%x: {t((2, 72, 66), "f32")}, %y: {t((2, 64, 72), "f32")}) -> {t((2, 64, 72), "f32")} {{
+  %s = graph.slice %x {{start = [0, 0, 2], end = [2, 72, 66], step = [1, 1, 1]}} : {t((2, 72, 64), "f32")}
+  %t = graph.transpose %s {{perm = [0, 2, 1]}} : {t((2, 64, 72), "f32")}
+  %z = graph.add %t, %y : {t((2, 64, 72), "f32")}
+  return %z : {t((2, 64, 72), "f32")}
+}}
+"""
+    got, _ = transpose_kernel(text)
+    assert got.access_vectors == (1, 4, 4)
+
+
+@pytest.mark.parametrize("el", ["f32", "bf16"])
+def test_transposing_functions_at_twice_the_warps_match_torch(el: str) -> None:
+    text = transpose_tanh((3, 65, 67), el)
+    assert transpose_kernel(text)[1].warps == 16
+    check(text, expect_kernels=1)
 
 
 @pytest.mark.parametrize("el", ["f32", "bf16"])
