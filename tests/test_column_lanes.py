@@ -17,8 +17,10 @@ import irc
 from irc.compiler import lower_to_tile
 from irc.dialects import loop, tile
 from irc.ir.types import numel
-from irc.passes.split_reduction import rereads_from_dram
+from irc.passes.split_reduction import holds_rows, rereads_from_dram, unsplit_rereads_from_l2
 from irc.passes.tile import (
+    HELD_MOST_WARPS,
+    HELD_THREAD_BYTES,
     L2_BYTES,
     LINE_BYTES,
     SM_WARPS,
@@ -155,40 +157,49 @@ def test_the_fold_rule_reads_lanes_not_shapes() -> None:
             assert kernel_shape(kernel).columns == (40 * c if idle else c), (dtype, c)
 
 
+def softmax_middle(b: int, n: int, m: int, dtype: str) -> str:
+    ty = t([b, n, m], dtype)
+    return f"""func @f(%x: {ty}) -> {ty} {{
+  %y = graph.softmax %x {{dim = 1}} : {ty}
+  return %y : {ty}
+}}
+"""
+
+
 def test_a_reread_column_program_takes_the_warps_its_rows_fit_l2_with() -> None:
-    """600 x 1024 x 160 bf16, centered over the leading dim: 600 rows (more than a
-    program holds), 77 KB of them a 64-lane program; at 16 warps (4 programs an
-    SM) the resident programs read 40 MB, which fit in L2, at 8 they would not.
-    One kernel still."""
-    text = permute_reduce(600, 1024, 160, "bf16")
+    """A softmax over the middle dim of 3000 x 600 x 32 bf16: 600 rows (1024 padded,
+    more than a program holds with their exponentials), 38 KB of them a 32-lane
+    program; at 8 warps (8 programs an SM) the resident programs read 40 MB,
+    which fit in L2, at 4 they would not. One kernel still."""
+    text = softmax_middle(3000, 600, 32, "bf16")
     (kernel,) = tile_kernels(text)
-    assert kernel.warps.value.data == 16  # type: ignore[union-attr]
+    assert kernel.warps.value.data == 8  # type: ignore[union-attr]
     (shape,) = [kernel_shape(k) for k in loop_kernels(text)]
+    assert held_column_lanes(shape, SMS) == 0
     x = lanes(kernel)
-    assert resident_bytes(shape, x, programs(kernel), 16, SMS) <= L2_BYTES
-    assert resident_bytes(shape, x, programs(kernel), 8, SMS) > L2_BYTES
-    assert SM_WARPS // 16 * SMS < programs(kernel)
+    assert resident_bytes(shape, x, programs(kernel), 8, SMS) <= L2_BYTES
+    assert resident_bytes(shape, x, programs(kernel), 4, SMS) > L2_BYTES
+    assert SM_WARPS // 8 * SMS < programs(kernel)
 
 
 @pytest.mark.parametrize(
-    ("text", "rows"),
+    ("text", "tile_shape", "warps"),
     [
-        (permute_reduce(512, 1024, 96, "f32"), 512),
-        (permute_reduce(365, 559, 168, "f32"), 512),
-        (
-            f"""func @f(%x: {t([16, 333, 4096], "bf16")}) -> {t([16, 333, 4096], "bf16")} {{
-  %y = graph.softmax %x {{dim = 1}} : {t([16, 333, 4096], "bf16")}
-  return %y : {t([16, 333, 4096], "bf16")}
-}}
-""",
-            512,
-        ),
+        # A centered sum holds its rows alone: 16384 f32, a 128-byte line over 512 rows.
+        (permute_reduce(512, 1024, 96, "f32"), (32, 512), 16),
+        (permute_reduce(365, 559, 168, "f32"), (32, 512), 16),
+        # A softmax holds its rows and their exponentials: 8192 elements; bf16 at
+        # 8 warps, 64 bytes a thread.
+        (softmax_middle(16, 333, 4096, "bf16"), (16, 512), 8),
+        (softmax_middle(45, 721, 199, "f32"), (8, 1024), 16),
     ],
 )
-def test_a_kernel_left_whole_holds_rows_that_fit_a_program(text: str, rows: int) -> None:
-    """Rows of at most 512 (8192 elements over 16 lanes, a 32-byte sector of bf16 or
-    two of f32) are loaded once, in one step, and the epilogue stores from
-    registers: one load of the input, no loop (4-37% faster on an H200)."""
+def test_a_kernel_left_whole_holds_rows_that_fit_a_program(
+    text: str, tile_shape: tuple[int, int], warps: int
+) -> None:
+    """Rows that fit `HELD_VALUES` (over the values each keeps) are loaded once, in
+    one step, and the epilogue stores from registers: one load of the input, no
+    loop; `HELD_THREAD_BYTES` a thread."""
     (kernel,) = tile_kernels(text)
     assert not any(isinstance(op, tile.ForOp) for op in kernel.walk())
     x_loads = [
@@ -199,16 +210,36 @@ def test_a_kernel_left_whole_holds_rows_that_fit_a_program(text: str, rows: int)
         and shape[1] > 1
     ]
     assert len(x_loads) == 1
-    assert x_loads[0].result.type.get_shape() == (16, rows)  # type: ignore[attr-defined]
+    assert x_loads[0].result.type.get_shape() == tile_shape  # type: ignore[attr-defined]
+    assert kernel.warps.value.data == warps  # type: ignore[union-attr]
+    element = 2 if "bf16" in text else 4
+    assert warps == min(HELD_MOST_WARPS, numel(tile_shape) * element // (32 * HELD_THREAD_BYTES))
 
 
-def test_a_split_comes_first() -> None:
-    """301 x 777 x 129 bf16 is split (its rows, read again, pass L2 at 4 warps):
-    held in place of the split it ran 1.44x slower on an H200."""
-    text = permute_reduce(301, 777, 129, "bf16")
+def test_a_split_comes_first_where_held_rows_would_read_a_sector_from_dram() -> None:
+    """813 x 1206 x 148 bf16 would hold 16 lanes (one 32-byte sector a row) of a
+    tensor past L2: held it ran 1.27x slower than its split on an H200."""
+    text = permute_reduce(813, 1206, 148, "bf16")
     assert len(tile_kernels(text)) == 3
     (shape,) = [kernel_shape(k) for k in loop_kernels(text)]
     assert held_column_lanes(shape, SMS) == 16  # what it would hold, left whole
+    assert not holds_rows(shape, SMS)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        permute_reduce(413, 520, 145, "bf16"),  # 32 lanes, two sectors a row (84.6 -> 52.8 us)
+        permute_reduce(301, 777, 129, "bf16"),
+    ],
+)
+def test_held_rows_of_two_sectors_displace_a_split(text: str) -> None:
+    """Read again in steps, the rows would pass L2 (`unsplit_rereads_from_l2` does
+    not keep them whole): held two sectors a row, one kernel, no split."""
+    (shape,) = [kernel_shape(k) for k in loop_kernels(text)]
+    assert not unsplit_rereads_from_l2(shape, SMS) and holds_rows(shape, SMS)
+    (kernel,) = tile_kernels(text)
+    assert lanes(kernel) == 32
 
 
 def test_a_split_final_kernel_holds_nothing() -> None:
