@@ -77,7 +77,6 @@ from irc.passes.tile import (
     LINE_BYTES,
     ONE_STEP_ELEMENTS,
     REREAD_MOST_WARPS,
-    SECTOR_BYTES,
     KernelShape,
     choose_tiling,
     column_programs,
@@ -489,19 +488,6 @@ def unsplit_rereads_from_l2(shape: KernelShape, sms: int) -> bool:
     return REREAD_FILL * programs >= want and resident <= L2_BYTES
 
 
-def holds_rows(shape: KernelShape, sms: int) -> bool:
-    """Whether a column reduction read again stays whole, its rows held in registers
-    (`tile.held_column_lanes`), rather than split: where each program's run of a row
-    is at least two `SECTOR_BYTES` sectors, or the tensor fits in L2. One sector a
-    row read from DRAM lost to the split (permute 813 x 1206 x 148 bf16, 16 lanes:
-    323.7 against 255.5 us on an H200); otherwise holding won (413 x 520 x 145
-    bf16, 32 lanes: 84.6 -> 52.8; softmax over the middle dim of 45 x 721 x 199
-    f32, 8 lanes in L2: 42.8 -> 34.2) or tied (301 x 777 x 129 bf16)."""
-    held = held_column_lanes(shape, sms)
-    tensor = numel(shape.parallel) * numel(shape.reduction) * shape.element_bytes
-    return held > 0 and (held * shape.element_bytes >= 2 * SECTOR_BYTES or tensor <= L2_BYTES)
-
-
 def rereads_from_dram(shape: KernelShape, sms: int) -> bool:
     """Whether a column reduction whose rows are read again, left whole, would read
     them again from DRAM: what its resident programs read passes L2 even at the
@@ -870,8 +856,8 @@ def split_chunks(
     if shape.columns:
         if numel(parallel) * n < threshold:
             return 1
-        if recombines and (unsplit_rereads_from_l2(shape, sms) or holds_rows(shape, sms)):
-            return 1
+        if recombines and (unsplit_rereads_from_l2(shape, sms) or held_column_lanes(shape, sms)):
+            return 1  # read again from L2, or held in registers (tile)
         g = column_chunks(shape, n, most, min_chunk, sms)
         if combines_once(shape, n, combine_once_bytes, g, partial_bytes(kernel)):
             g = column_chunks(shape, n, n, min_chunk, sms)  # no program reads all partials

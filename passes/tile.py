@@ -1554,25 +1554,29 @@ SECTOR_BYTES = 32
 
 def held_column_lanes(shape: KernelShape, sms: int) -> int:
     """Kept elements side by side of a column reduction whose epilogue reads its rows
-    again (`row_reads`: not a split's final kernel, whose rows are not the ones
-    it reduced) and whose whole reduced dim fits in one program's registers: at
-    most `ONE_STEP_ELEMENTS` with a run of at least one `SECTOR_BYTES` sector a
-    row, as wide as that allows up to `column_width`, where the programs still
-    give every SM `HELD_COLUMN_PROGRAMS_PER_SM` of them (0 otherwise). The rows
-    are read once, held, and the epilogue stores from registers: no second pass
-    over them. Inductor's persistent reductions do the same. On an H200, kernels
-    left whole: `z - z.sum(1, keepdim=True)` of permutes of 512 x 1024 x 96 and 365
-    x 559 x 168 f32 131.4 -> 127.2 and 107.3 -> 83.7 us, softmaxes over dim 1 of 16
-    x 333 x 4096 bf16 48.7 -> 40.2 and over dim 0 of 33 x 100003 f32 23.4 -> 14.8.
-    The split decides first (`split-reduction` reads `column_width`, not this):
-    held in place of a split, four of six shapes were 12-44% slower (the permute
-    of 301 x 777 x 129 bf16, 512 rows for 301, 72.2 -> 104.2)."""
+    again (`row_reads`: not a split's final kernel, whose rows are not the ones it
+    reduced) and whose whole reduced dim fits in one program's registers
+    (`held_elements`): as wide as that allows up to `column_width`, where the
+    programs still give every SM `HELD_COLUMN_PROGRAMS_PER_SM` of them and a row's
+    run is at least two `SECTOR_BYTES` sectors, or one where the tensor fits in L2
+    (0 otherwise). The rows are read once, held, and the epilogue stores from
+    registers: no second pass over them, as Inductor's persistent reductions.
+    `split-reduction` leaves such a kernel whole. On an H200: permutes centered
+    over their leading dim, 512 x 1024 x 96 and 427 x 763 x 125 f32 (32 lanes)
+    129.2 -> 112.0 and 199.6 -> 151.2 us held, against 16 lanes at 8 warps; 413 x
+    520 x 145 bf16 52.8 held, 84.6 split; softmax over the middle dim of 45 x 721 x
+    199 f32 (8 lanes of 1024 rows, in L2) 34.2 held, 42.8 split. One sector a row of
+    a tensor past L2 lost: to the split (813 x 1206 x 148 bf16, 323.7 against
+    255.5) and to reading the rows again in steps (600 x 1024 x 160 bf16, 142.3
+    against 121.9)."""
     if not shape.epilogue or shape.row_reads < 2:
         return 0  # (a split's final kernel loops over rows it reduced none of)
     rows = next_pow2(numel(shape.reduction))
-    sector = max(1, SECTOR_BYTES // shape.element_bytes)
+    tensor = numel(shape.parallel) * numel(shape.reduction) * shape.element_bytes
+    sectors = 1 if tensor <= L2_BYTES else 2
+    run = max(1, sectors * SECTOR_BYTES // shape.element_bytes)
     x = min(column_width(shape, sms), held_elements(shape) // rows)
-    if x < sector or column_programs(shape, x) < HELD_COLUMN_PROGRAMS_PER_SM * sms:
+    if x < run or column_programs(shape, x) < HELD_COLUMN_PROGRAMS_PER_SM * sms:
         return 0
     return x
 

@@ -10,6 +10,7 @@ torch (Triton's interpreter on the CPU)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -17,7 +18,7 @@ import irc
 from irc.compiler import lower_to_tile
 from irc.dialects import loop, tile
 from irc.ir.types import numel
-from irc.passes.split_reduction import holds_rows, rereads_from_dram, unsplit_rereads_from_l2
+from irc.passes.split_reduction import rereads_from_dram, unsplit_rereads_from_l2
 from irc.passes.tile import (
     HELD_MOST_WARPS,
     HELD_THREAD_BYTES,
@@ -216,14 +217,20 @@ def test_a_kernel_left_whole_holds_rows_that_fit_a_program(
     assert warps == min(HELD_MOST_WARPS, numel(tile_shape) * element // (32 * HELD_THREAD_BYTES))
 
 
-def test_a_split_comes_first_where_held_rows_would_read_a_sector_from_dram() -> None:
-    """813 x 1206 x 148 bf16 would hold 16 lanes (one 32-byte sector a row) of a
-    tensor past L2: held it ran 1.27x slower than its split on an H200."""
-    text = permute_reduce(813, 1206, 148, "bf16")
-    assert len(tile_kernels(text)) == 3
+@pytest.mark.parametrize(
+    ("text", "kernels"),
+    [
+        (permute_reduce(813, 1206, 148, "bf16"), 3),  # split: 1.27x faster than held
+        (permute_reduce(600, 1024, 160, "bf16"), 1),  # read again in steps: 1.17x
+    ],
+)
+def test_one_sector_a_row_of_a_tensor_past_l2_is_not_held(text: str, kernels: int) -> None:
+    """16 bf16 lanes of 1024 rows fit a program, but each row's run is one 32-byte
+    sector of a tensor past L2 (196-290 MB): not held, on an H200 slower so."""
+    assert len(tile_kernels(text)) == kernels
     (shape,) = [kernel_shape(k) for k in loop_kernels(text)]
-    assert held_column_lanes(shape, SMS) == 16  # what it would hold, left whole
-    assert not holds_rows(shape, SMS)
+    assert held_column_lanes(shape, SMS) == 0
+    assert held_column_lanes(replace(shape, element_bytes=4), SMS) == 16  # f32: 2 sectors
 
 
 @pytest.mark.parametrize(
@@ -237,7 +244,7 @@ def test_held_rows_of_two_sectors_displace_a_split(text: str) -> None:
     """Read again in steps, the rows would pass L2 (`unsplit_rereads_from_l2` does
     not keep them whole): held two sectors a row, one kernel, no split."""
     (shape,) = [kernel_shape(k) for k in loop_kernels(text)]
-    assert not unsplit_rereads_from_l2(shape, SMS) and holds_rows(shape, SMS)
+    assert not unsplit_rereads_from_l2(shape, SMS) and held_column_lanes(shape, SMS) == 32
     (kernel,) = tile_kernels(text)
     assert lanes(kernel) == 32
 

@@ -911,7 +911,7 @@ def test_a_split_softmax_takes_max_and_sum_of_exps_in_one_stage() -> None:
         ((16, 333, 4096), "bf16", 1),
         # 320 programs of 32 columns: too few to read them again in steps, but 8
         # columns of 1024 rows fit a program's registers, in 1125 programs, and the
-        # tensor fits in L2: held, one kernel (`split_reduction.holds_rows`).
+        # tensor fits in L2: held, one kernel (`tile.held_column_lanes`).
         ((64, 1024, 129), "f32", 1),
         # 3 chunks of 2048 rows would be too few to fill the GPU, held or not: split.
         ((4, 6000, 129), "f32", 2),
