@@ -25,10 +25,13 @@ from irc.passes.tile import (
     L2_BYTES,
     LINE_BYTES,
     SM_WARPS,
+    Tiling,
     held_column_lanes,
+    held_warps,
     kernel_shape,
     next_pow2,
     resident_bytes,
+    tiling_of,
 )
 from irc.pipeline import run_pipeline
 from irc.testing.programs import tensor_type as t
@@ -307,6 +310,38 @@ def test_folded_column_reductions_compute_what_torch_does(text: str) -> None:
     (fn,) = functions(irc.parse(text, "t.ir")).values()
     inputs = random_inputs(fn, seed=3, device=DEVICE)
     got = irc.compile(irc.parse(text, "t.ir"), device=DEVICE).run("f", inputs)
+    for verdict in judge_outputs(fn, inputs, got):
+        assert verdict.ok, verdict
+
+
+@pytest.mark.parametrize(
+    ("text", "held", "warps"),
+    [
+        (permute_reduce(37, 40, 33, "f32"), (32, 64), 4),  # rows 37 of 64, odd lanes
+        (permute_reduce(37, 48, 31, "bf16"), (64, 64), 4),
+        (softmax_middle(3, 300, 70, "f32"), (16, 512), 16),  # rows and exponentials
+        (softmax_middle(3, 300, 70, "bf16"), (16, 512), 8),
+    ],
+)
+def test_held_programs_compute_what_torch_does(
+    text: str, held: tuple[int, int], warps: int
+) -> None:
+    """Held tiles at a GPU of 2 SMs, so that small programs hold their rows: the
+    padded rows and lanes of one held load, the epilogue from registers. Run as a
+    loop-level module, which keeps the tiling it is given."""
+    module = irc.parse(text, "t.ir")
+    run_pipeline(
+        module, "fuse,decompose,graph-to-loop,one-pass-variance,split-reduction{sms=2},tile{sms=2}"
+    )
+    (kernel,) = loop.kernels(module)
+    shape = kernel_shape(kernel)
+    assert tiling_of(kernel) == Tiling(held, warps)
+    assert held_column_lanes(shape, 2) == held[0]
+    assert warps == held_warps(numel(held) * shape.element_bytes)
+    (fn,) = functions(irc.parse(text, "t.ir")).values()
+    inputs = random_inputs(fn, seed=4, device=DEVICE)
+    lowered = irc.parse(irc.print_module(module), "t.loop.ir")
+    got = irc.compile(lowered, device=DEVICE).run("f", inputs)
     for verdict in judge_outputs(fn, inputs, got):
         assert verdict.ok, verdict
 
