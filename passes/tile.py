@@ -1569,7 +1569,7 @@ def held_column_lanes(shape: KernelShape, sms: int) -> int:
     a tensor past L2 lost: to the split (813 x 1206 x 148 bf16, 323.7 against
     255.5) and to reading the rows again in steps (600 x 1024 x 160 bf16, 142.3
     against 121.9)."""
-    if not shape.epilogue or shape.row_reads < 2:
+    if not shape.columns or not shape.epilogue or shape.row_reads < 2:
         return 0  # (a split's final kernel loops over rows it reduced none of)
     rows = next_pow2(numel(shape.reduction))
     tensor = numel(shape.parallel) * numel(shape.reduction) * shape.element_bytes
@@ -1595,6 +1595,7 @@ def held_elements(shape: KernelShape) -> int:
     """Elements of rows a column program may hold (`HELD_VALUES` over the values
     each keeps)."""
     return HELD_VALUES // max(1, shape.row_reads - 1)
+
 
 HELD_THREAD_BYTES = 64
 """Bytes of rows a thread of a held column program loads: four 16-byte vectors."""
