@@ -252,6 +252,20 @@ def test_held_rows_of_two_sectors_displace_a_split(text: str) -> None:
     assert lanes(kernel) == 32
 
 
+def test_a_row_reduction_holds_no_column_lanes() -> None:
+    """`held_column_lanes` of a row softmax (no column extent) is 0, not a division by
+    zero: callers outside the tile pass may ask it of any reduction."""
+    text = f"""func @f(%x: {t([64, 300], "f32")}) -> {t([64, 300], "f32")} {{
+  %y = graph.softmax %x {{dim = 1}} : {t([64, 300], "f32")}
+  return %y : {t([64, 300], "f32")}
+}}
+"""
+    (kernel,) = loop_kernels(text)
+    shape = kernel_shape(kernel)
+    assert shape.columns == 0 and shape.epilogue
+    assert held_column_lanes(shape, SMS) == 0
+
+
 def test_a_split_final_kernel_holds_nothing() -> None:
     """A column softmax of 2049 x 4097 bf16 splits in 17 chunks; its final kernel
     reduces the 17 partials and loops over a chunk's 121 rows, which it did not
