@@ -1609,7 +1609,7 @@ def held_warps(held_bytes: int) -> int:
     8192 elements: f32 16 x 512 tiles 75.2 -> 62.6 us at 16 warps rather than 8
     (12 x 308 x 5154), 8 x 1024 41.6 -> 34.2 (45 x 721 x 199); bf16 16 x 512 at 8
     warps 40.1 against 64.1 at 16 (16 x 333 x 4096): the same vectors a thread."""
-    return max(1, min(HELD_MOST_WARPS, held_bytes // (32 * HELD_THREAD_BYTES)))
+    return _warps(held_bytes, HELD_THREAD_BYTES, most=HELD_MOST_WARPS)
 
 
 SM_WARPS = 64
