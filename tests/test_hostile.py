@@ -415,6 +415,14 @@ OPT_ARGS: dict[str, tuple[list[str], str]] = {
     ),
     "k-major-on-graph": (["-p", "k-major-gemm-operands"], "graph level"),
     "split-k-sms-code": (["-p", 'graph-to-loop,split-k{sms="1);import os#"}'], "sms"),
+    # The SM count steers held column programs and column splits (tile, split-reduction).
+    "tile-sms-code": (["-p", 'graph-to-loop,tile{sms="1);import os#"}'], "sms"),
+    "tile-sms-zero": (["-p", "graph-to-loop,tile{sms=0}"], "sms"),
+    "split-reduction-sms-code": (
+        ["-p", 'graph-to-loop,split-reduction{sms="x\');import os#"}'],
+        "sms",
+    ),
+    "split-reduction-sms-zero": (["-p", "graph-to-loop,split-reduction{sms=0}"], "sms"),
     "split-k-sms-zero": (["-p", "graph-to-loop,split-k{sms=0}"], "sms"),
     "split-k-on-graph": (["-p", "split-k"], "graph level"),
 }

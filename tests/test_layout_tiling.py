@@ -787,7 +787,42 @@ def test_a_sliced_access_takes_an_address_an_element() -> None:
     assert got.access_vectors == (1, 4, 4)
 
 
-@pytest.mark.parametrize("el", ["f32", "bf16"])
+PADDED_TRANSPOSE = """func @f(%x: memref<2x65x72xbf16>, %y: memref<2x66x65xbf16>) -> memref<2x66x65xbf16> {
+  %0 = loop.alloc : memref<2x66x65xbf16>
+  loop.kernel {name = "NAME", bounds = [2, 66, 65]} (%1: index, %2: index, %3: index) {
+    %4 = loop.load %x, %1, %3, %2 : bf16
+    %5 = loop.load %y, %1, %2, %3 : bf16
+    %6 = loop.apply %4, %5 {fn = "mul"} : bf16
+    %7 = loop.apply %6 {fn = "tanh"} : bf16
+    loop.store %7, %0, %1, %2, %3
+  }
+  return %0 : memref<2x66x65xbf16>
+}
+"""
+
+
+def test_hand_written_transposes_count_vectors_by_their_buffers_rows() -> None:
+    """Loop-level input written by hand: x's buffer is wider than what the kernel
+    reads (72 columns, 66 read), so its rows start 144 bytes apart (8-element
+    vectors) though 66 is read; y's and the output's 65-element rows take an address
+    an element: 2 + 16 + 16 addresses, 16 warps, and the values torch gives. A
+    kernel name carrying Python is refused before any tiling."""
+    module = irc.parse(PADDED_TRANSPOSE.replace("NAME", "poi_0"), "t.ir")
+    run_pipeline(module, "tile")
+    (kernel,) = loop.kernels(module)
+    assert kernel_shape(kernel).access_vectors == (8, 1, 1)
+    assert tiling_of(kernel) == Tiling((64, 64), 16)
+    x = torch.randn(2, 65, 72, dtype=torch.bfloat16, device=DEVICE)
+    y = torch.randn(2, 66, 65, dtype=torch.bfloat16, device=DEVICE)
+    text = PADDED_TRANSPOSE.replace("NAME", "poi_0")
+    (got,) = irc.compile(irc.parse(text, "t.ir"), device=DEVICE).run("f", [x, y])
+    assert_close(got, torch.tanh(x[:, :, :66].transpose(1, 2) * y))
+    hostile = PADDED_TRANSPOSE.replace("NAME", "poi');import os;os.system('id')#")
+    with pytest.raises(Exception, match="is not an identifier"):
+        irc.compile(irc.parse(hostile, "t.ir"), device=DEVICE)
+
+
+@pytest.mark.parametrize("el", ["f32", "bf16", "f16"])
 def test_transposing_functions_at_twice_the_warps_match_torch(el: str) -> None:
     text = transpose_tanh((3, 65, 67), el)
     assert transpose_kernel(text)[1].warps == 16
