@@ -23,7 +23,10 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   and so is a row past 16384 whose reductions compute transcendental functions
   (`UNROLLED_TRANSCENDENTAL_ROWS`); otherwise one row a program, looped in chunks
   of 32 warps (16 where every chunk loads 16-byte vectors of half precision), at
-  most `rblock` (default 8192) elements (`long_row_tiling`). Rows that are
+  most `rblock` (default 8192) elements (`long_row_tiling`); a row only reduced
+  whose loads are no whole rows of a buffer (a batch norm's over N and H*W) has an
+  address an element: 8 elements a thread of 16 warps (`ADDRESSED_ROW_WARPS`).
+  Rows that are
   only reduced give a thread 128 bytes of their loads (8 to 64 elements,
   `reduced_row_elements`): more programs an SM overlap one another's
   cross-warp reductions (a bf16 logsumexp row of 4258: 4 warps, 2.7x faster
@@ -775,6 +778,26 @@ an H200 (softmax, kernel time, us; chunks of 4096 at 32 warps against 8192 at 32
 840.9 / 991.3, 4096 x 100,003 bf16 (logsumexp) 341.7 / 448.1."""
 
 
+ADDRESSED_ROW_THREAD_ELEMENTS = 8
+ADDRESSED_ROW_WARPS = 16
+"""Looped rows only reduced whose loads are not whole rows of a buffer (no
+`row_vector_bytes`: a reduction over several dims, such as a batch norm's over N
+and H*W of NCHW, whose flat index is divided back into them; a split's chunk of a
+row) take 8 elements a thread of 16 warps (chunks of 4096), not 32 warps of 8 f32
+or 4 half elements: such loads have an address an element (or vectors Triton must
+prove from a flat index), so elements, not bytes, make a thread's share, and
+programs of half the warps let 4 share an SM. Measured on an H200 (kernel time,
+us, the old tiling / this; 8 warps of 8 in brackets): batch-norm mean and mean of
+squares over dims 0 and 2, 89 x 349 x 1728 f32 71.8 / 63.5 (63.6; torch.compile
+61.2), 48 x 300 x 2304 f32 49.6 / 45.6 (44.0), 64 x 256 x 3136 bf16 40.8 / 39.1
+(38.0), 16 x 64 x 50,176 f16 47.0 / 38.9 (38.0), 250 x 96 x 196 f32 15.2 / 13.1
+(14.3); a sum of exp over dims 1 and 2, 300 x 129 x 1001 bf16 54.3 / 51.0 (57.3);
+split row sums 100 x 500,001 f16 47.8 / 43.6, 64 x 1,000,000 f32 73.6 / 74.1 (77.8),
+24 x 2,000,000 bf16 33.2 / 33.9 (34.8). Rows read whole, in vectors, keep their
+tiling: 16 warps of 8 was mixed there (logsumexp, us: 4096 x 50,257 bf16 182.6 /
+175.0, 1024 x 65,536 f32 73.9 / 75.5, 2000 x 75,001 f32 156.3 / 166.0)."""
+
+
 def long_row_tiling(shape: KernelShape, rblock: int = LONG_ROW_CHUNK) -> Tiling:
     """A row too long for registers: one row a program, looped in chunks.
 
@@ -791,6 +814,11 @@ def long_row_tiling(shape: KernelShape, rblock: int = LONG_ROW_CHUNK) -> Tiling:
     `READ_AGAIN_ROW_VECTORS` of them a thread (it says why); peeled rows
     (`row_granule`) `PEELED_ROW_THREAD_ELEMENTS`.
     """
+    if not shape.epilogue and not shape.row_vector_bytes:
+        # `ADDRESSED_ROW_WARPS` says why.
+        e = ADDRESSED_ROW_THREAD_ELEMENTS
+        chunk = min(rblock, ADDRESSED_ROW_WARPS * 32 * e, next_pow2(numel(shape.reduction)))
+        return Tiling((1, chunk), max(1, chunk // (32 * e)))
     e = min(8, 2 * shape.element_bytes)
     vector = shape.row_vector_bytes
     if shape.row_granule:

@@ -17,8 +17,11 @@ from irc.autotune import candidates
 from irc.compiler import triton_source
 from irc.dialects import loop
 from irc.ir.kernel_kind import KernelKind
+from irc.ir.types import numel
 from irc.passes.tile import KernelShape, Tiling, choose_tiling, kernel_shape, set_tiling, tiling_of
 from irc.pipeline import LOWERING
+from irc.testing.reference import functions, random_inputs
+from irc.testing.verdict import judge_outputs
 
 DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -449,3 +452,79 @@ def test_unrolled_layer_norm_rows_match_torch(cols: int, dtype: str) -> None:
     want = torch.nn.functional.layer_norm(x.float(), (cols,), w.float(), b.float()).to(dt)
     tol = 1e-4 if dtype == "f32" else 3e-2
     torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+
+
+def batchnorm_nchw(n: int, c: int, hw: int, dtype: str) -> str:
+    """Each channel's mean and mean of squares over N and H*W of an NCHW batch: a
+    reduction over dims 0 and 2, whose flat index is divided back into them."""
+    x, col = f"tensor<{n}x{c}x{hw}x{dtype}>", f"tensor<{c}x{dtype}>"
+    return f"""func @f(%x: {x}) -> ({col}, {col}) {{
+  %m = graph.reduce_mean %x {{dims = [0, 2]}} : {col}
+  %sq = graph.mul %x, %x : {x}
+  %q = graph.reduce_mean %sq {{dims = [0, 2]}} : {col}
+  return %m, %q : {col}, {col}
+}}
+"""
+
+
+def loop_kernels_of(text: str, pipeline: str) -> list[loop.KernelOp]:
+    module = irc.parse(text, "t.ir")
+    irc.run_pipeline(module, pipeline)
+    return list(loop.kernels(module))
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "hw", "dtype"),
+    [
+        (89, 349, 1728, "f32"),
+        (48, 300, 2304, "f32"),
+        (16, 64, 50176, "f16"),
+        (64, 256, 3136, "bf16"),
+    ],
+)
+def test_rows_of_an_address_an_element_take_8_a_thread_of_16_warps(
+    n: int, c: int, hw: int, dtype: str
+) -> None:
+    """`ADDRESSED_ROW_WARPS`: a looped row only reduced whose loads are no whole
+    rows of a buffer (a batch norm's over dims 0 and 2, and its split chunks) takes
+    chunks of 4096 at 16 warps, whatever the element type: 8 elements a thread."""
+    pipeline = "fuse,decompose,graph-to-loop,one-pass-variance,split-reduction,tile"
+    looped = [
+        k for k in loop_kernels_of(batchnorm_nchw(n, c, hw, dtype), pipeline)
+        if numel(kernel_shape(k).reduction) > 32768
+    ]  # fmt: skip
+    assert looped, "the statistics stream their rows"
+    for kernel in looped:
+        shape = kernel_shape(kernel)
+        assert shape.row_vector_bytes == 0 and not shape.epilogue
+        assert tiling_of(kernel) == Tiling((1, 4096), 16)
+
+
+def test_rows_read_whole_in_vectors_keep_their_tiling() -> None:
+    """Only rows without vectors change: a logsumexp's rows keep 32 warps."""
+    for element_bytes, chunk in ((2, 4096), (4, 8192)):
+        shape = vocab_softmax(4096, 50257, element_bytes, reads=1, aligned=True)
+        assert choose_tiling(shape) == Tiling((1, chunk), 32)
+    shape = replace(vocab_softmax(4096, 50257, 4, reads=1), row_vector_bytes=0)
+    assert choose_tiling(shape) == Tiling((1, 4096), 16)
+    assert choose_tiling(shape, rblock=1024) == Tiling((1, 1024), 4)  # rblock still caps
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_rows_of_an_address_an_element_match_torch(dtype: str) -> None:
+    """At a GPU of 1 SM (`sms=1`), so that a small batch streams its rows: 80,000
+    elements a channel in two chunks of 40,000, each looped 4096 at a time, the
+    last step ragged and the flat index crossing the batch dim inside a step."""
+    text = batchnorm_nchw(2, 3, 40000, dtype)
+    pipeline = "fuse,decompose,graph-to-loop,one-pass-variance,split-reduction{sms=1},tile{sms=1}"
+    module = irc.parse(text, "t.ir")
+    irc.run_pipeline(module, pipeline)
+    tilings = [tiling_of(k) for k in loop.kernels(module)]
+    assert Tiling((1, 4096), 16) in tilings, tilings
+    (fn,) = functions(irc.parse(text, "t.ir")).values()
+    inputs = random_inputs(fn, seed=41, device=DEVICE)
+    got = irc.compile(irc.parse(irc.print_module(module), "t.loop.ir"), device=DEVICE).run(
+        "f", inputs
+    )
+    for verdict in judge_outputs(fn, inputs, got):
+        assert verdict.ok, verdict
