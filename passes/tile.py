@@ -513,11 +513,17 @@ def row_granule(rows: list[tuple[int, int]] | None, epilogue: bool) -> int:
     return VECTOR_BYTES // min(b for _, b in rows)  # a row's 16-byte vectors
 
 
+def vector_bytes(row_bytes: int) -> int:
+    """The widest vector, up to `VECTOR_BYTES`, that rows `row_bytes` long load or
+    store from each start: the largest power of two dividing the row's bytes."""
+    return math.gcd(row_bytes, VECTOR_BYTES)
+
+
 def row_vector_bytes(rows: list[tuple[int, int]] | None) -> int:
     """`KernelShape.row_vector_bytes` of a reduction kernel's `whole_rows`."""
     if not rows:
         return 0
-    return min(math.gcd(length * b, VECTOR_BYTES) for length, b in rows)
+    return min(vector_bytes(length * b) for length, b in rows)
 
 
 HEAVY = frozenset(
@@ -610,7 +616,7 @@ def access_vectors(kernel: loop.KernelOp) -> tuple[int, ...]:
         size = element_bytes(buffer.element_type)
         row = buffer.get_shape()[-1] * size
         plain = op.indices[-1] in args
-        out.append(math.gcd(row, VECTOR_BYTES) // size if plain and size < VECTOR_BYTES else 1)
+        out.append(vector_bytes(row) // size if plain and size < VECTOR_BYTES else 1)
     return tuple(out)
 
 

@@ -28,6 +28,7 @@ from irc.compiler import lower_to_tile
 from irc.dialects import loop, tile
 from irc.ir.kernel_kind import KernelKind
 from irc.ir.types import element_bytes, numel
+from irc.passes.sink_transposes import ROW_MAJOR_RESULTS
 from irc.passes.split_reduction import chunk_length, ragged_count
 from irc.passes.tile import (
     COLUMN_PROGRAMS_PER_SM,
@@ -743,8 +744,15 @@ def transpose_tanh(shape: tuple[int, int, int], el: str, fn: str = "tanh") -> st
 
 
 def transpose_kernel(text: str) -> tuple[KernelShape, Tiling]:
+    """The kernel's shape and tiling, its output held row-major as the caller wants
+    (`ROW_MAJOR_RESULTS`: otherwise x's rows, where better aligned, would be the
+    output's, `exchange_pays`)."""
     module = irc.parse(text, "t.ir")
-    run_pipeline(module, "fuse,decompose,graph-to-loop,tile")
+    row_major = ROW_MAJOR_RESULTS.set(frozenset({0}))
+    try:
+        run_pipeline(module, "fuse,decompose,graph-to-loop,tile")
+    finally:
+        ROW_MAJOR_RESULTS.reset(row_major)
     (k,) = loop.kernels(module)
     return kernel_shape(k), tiling_of(k)
 

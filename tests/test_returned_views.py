@@ -6,8 +6,9 @@ returned, is a `loop.view` (`as_strided`) of its kernel's buffer; a transpose
 read by element-wise ops whose value is returned (`x.permute(0, 2, 1, 3) * 0.125`,
 splitting attention heads) moves past them to the return (`sink_transposes`), so the
 kernel reads and writes in `x`'s order, a straight copy's accesses. Outputs have
-eager's strides. Where a move would read another operand across rows, or a view
-would alias an input or another output, nothing moves and a kernel writes the value.
+eager's strides. A move reads another operand across rows only where the output's
+rows then store wider vectors (`exchange_pays`); where a view would alias an input
+or another output, nothing moves and a kernel writes the value.
 Results are checked against torch on random inputs in Triton's interpreter.
 """
 
@@ -478,3 +479,158 @@ def test_a_reshape_of_a_transposed_value_is_written_by_a_kernel() -> None:
     (got,) = irc.compile(irc.parse(text, "<test>"), device=DEVICE).run("f", [x])
     assert got.is_contiguous()
     assert_close(got, x.exp().t().reshape(60))
+
+
+def transposed_product(shape: tuple[int, int, int], dtype: str, x_first: bool = True) -> str:
+    """`tanh(x.transpose(1, 2) * y)` (`x_first` False: `y * x.transpose(1, 2)`)."""
+    a, b, c = shape
+    xs, out = f"tensor<{a}x{b}x{c}x{dtype}>", f"tensor<{a}x{c}x{b}x{dtype}>"
+    operands = "%t, %y" if x_first else "%y, %t"
+    return f"""func @f(%x: {xs}, %y: {out}) -> {out} {{
+  %t = graph.transpose %x {{perm = [0, 2, 1]}} : {out}
+  %z = graph.mul {operands} : {out}
+  %r = graph.tanh %z : {out}
+  return %r : {out}
+}}
+"""
+
+
+TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "note"),
+    [
+        (
+            (3, 33, 24),
+            "bf16",
+            "rows of 24 elements store 16-byte vectors where rows of 33 stored 2",
+        ),
+        ((2, 13, 8), "f32", "rows of 8 elements store 16-byte vectors where rows of 13 stored 4"),
+        ((2, 21, 12), "f16", "rows of 12 elements store 8-byte vectors where rows of 21 stored 2"),
+    ],
+)
+def test_an_operand_is_read_across_rows_where_the_output_then_stores_wider_vectors(
+    shape: tuple[int, int, int], dtype: str, note: str
+) -> None:
+    """`exchange_pays`: the product is computed in x's order, y read across its rows,
+    and the output returned as a view with x's strides (eager's, too)."""
+    text = transposed_product(shape, dtype)
+    (report,) = fuse_module(irc.parse(text, "<test>"))
+    (moved,) = report.moved_transposes
+    assert moved.startswith("%r: transpose [0, 2, 1] moved past 2 element-wise ops")
+    assert f"%y read across rows instead: its {note}-byte ones" in moved
+    fn = _loop_function(text)
+    (kernel,) = _kernels(fn)
+    a, b, c = shape
+    assert loop.int_list(kernel.bounds) == [a, b, c]
+    assert _views(fn) == [([b * c, 1, c], 0)]
+    got = _check(
+        text, lambda x, y: torch.tanh(x.transpose(1, 2) * y), shape, (a, c, b),
+        dtype=TORCH_DTYPES[dtype],
+    )  # fmt: skip
+    assert not got[0].is_contiguous()
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [
+        ((3, 24, 33), "bf16"),  # the output's rows already store 16-byte vectors
+        ((3, 33, 35), "bf16"),  # both rows 2-byte vectors: nothing to gain
+        ((2, 5, 7), "f32"),  # 28 and 20 bytes: 4-byte vectors either way
+        ((2, 13, 10), "f32"),  # 8-byte vectors for 4-byte ones: not EXCHANGE_VECTOR_GAIN
+    ],
+)
+def test_no_operand_is_exchanged_where_the_output_stores_no_wider_vectors(
+    shape: tuple[int, int, int], dtype: str
+) -> None:
+    text = transposed_product(shape, dtype)
+    (report,) = fuse_module(irc.parse(text, "<test>"))
+    assert report.moved_transposes == []
+    fn = _loop_function(text)
+    assert len(_kernels(fn)) == 1 and _views(fn) == []
+    a, b, c = shape
+    _check(
+        text, lambda x, y: torch.tanh(x.transpose(1, 2) * y).contiguous(), shape, (a, c, b),
+        dtype=TORCH_DTYPES[dtype],
+    )  # fmt: skip
+
+
+def test_exchange_pays_by_the_rows_bytes_alone() -> None:
+    from xdsl.dialects.builtin import TensorType, bf16, f32
+
+    from irc.passes.sink_transposes import exchange_pays
+
+    assert exchange_pays(TensorType(bf16, [78, 268, 1635]), [0, 2, 1])[0]
+    assert not exchange_pays(TensorType(bf16, [78, 1635, 268]), [0, 2, 1])[0]
+    assert not exchange_pays(TensorType(bf16, [64, 777, 1111]), [0, 2, 1])[0]
+    assert exchange_pays(TensorType(f32, [4096, 4097]), [1, 0])[0]
+    assert not exchange_pays(TensorType(f32, [4097, 4096]), [1, 0])[0]
+    assert not exchange_pays(TensorType(f32, [40, 1002, 1001]), [0, 2, 1])[0]  # 4 to 8 bytes
+    # A permutation that keeps the last dim leaves the rows as they are.
+    assert not exchange_pays(TensorType(f32, [7, 5, 3]), [1, 0, 2])[0]
+
+
+def test_two_operands_exchanged_and_another_op_moved_match_torch() -> None:
+    """`tanh(x.T * y + exp(z))`: y and z read across their rows, exp moved with the
+    product and the sum."""
+    text = """func @f(%x: tensor<3x11x16xf32>, %y: tensor<3x16x11xf32>, %z: tensor<3x16x11xf32>) -> tensor<3x16x11xf32> {
+  %t = graph.transpose %x {perm = [0, 2, 1]} : tensor<3x16x11xf32>
+  %p = graph.mul %t, %y : tensor<3x16x11xf32>
+  %e = graph.exp %z : tensor<3x16x11xf32>
+  %s = graph.add %p, %e : tensor<3x16x11xf32>
+  %r = graph.tanh %s : tensor<3x16x11xf32>
+  return %r : tensor<3x16x11xf32>
+}
+"""
+    (report,) = fuse_module(irc.parse(text, "<test>"))
+    (moved,) = report.moved_transposes
+    assert "moved past 4 element-wise ops" in moved and "%y, %z read across rows" in moved
+    want = lambda x, y, z: torch.tanh(x.transpose(1, 2) * y + z.exp())  # noqa: E731
+    _check(text, want, (3, 11, 16), (3, 16, 11), (3, 16, 11))
+
+
+def test_no_exchange_where_an_op_moved_is_read_otherwise() -> None:
+    """The product is returned too: moving it would change what that output sees."""
+    text = """func @f(%x: tensor<3x11x16xf32>, %y: tensor<3x16x11xf32>) -> (tensor<3x16x11xf32>, tensor<3x16x11xf32>) {
+  %t = graph.transpose %x {perm = [0, 2, 1]} : tensor<3x16x11xf32>
+  %p = graph.mul %t, %y : tensor<3x16x11xf32>
+  %r = graph.tanh %p : tensor<3x16x11xf32>
+  return %r, %p : tensor<3x16x11xf32>, tensor<3x16x11xf32>
+}
+"""
+    (report,) = fuse_module(irc.parse(text, "<test>"))
+    assert report.moved_transposes == []
+    want = lambda x, y: (  # noqa: E731
+        torch.tanh(x.transpose(1, 2) * y).contiguous(),
+        (x.transpose(1, 2) * y).contiguous(),
+    )
+    _check(text, want, (3, 11, 16), (3, 16, 11))
+
+
+def test_the_frontend_exchanges_only_where_eagers_output_is_not_contiguous() -> None:
+    """Eager writes `x.T * y` in x's order and `y * x.T` in y's (TensorIterator follows
+    its first operand): irc's island returns the first as x's view, with eager's
+    strides, and computes the second row-major (`ROW_MAJOR_RESULTS`), so that no copy
+    follows its kernel."""
+    from irc.pytorch.islands import Island
+
+    def x_first(x: Any, y: Any) -> Any:
+        return torch.tanh(x.transpose(1, 2) * y)
+
+    def y_first(x: Any, y: Any) -> Any:
+        return torch.tanh(y * x.transpose(1, 2))
+
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 13, 8, device=DEVICE), torch.randn(2, 8, 13, device=DEVICE)
+    for fn, contiguous in ((x_first, False), (y_first, True)):
+        compiled = irc.compile(fn, (x, y))
+        (island,) = [m for m in compiled.graph_module.modules() if isinstance(m, Island)]
+        raw = island.fn(x, y)
+        raw = raw[0] if isinstance(raw, tuple | list) else raw
+        want = fn(x, y)
+        assert want.is_contiguous() == contiguous
+        assert raw.stride() == want.stride()  # as the island's kernel wrote it
+        got = compiled(x, y)
+        assert got.stride() == want.stride()
+        assert_close(got, want)

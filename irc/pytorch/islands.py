@@ -22,6 +22,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from xdsl.dialects.builtin import ModuleOp
 
+from irc.passes.sink_transposes import ROW_MAJOR_RESULTS
 from irc.pytorch.importer import IGNORED, Support, import_graph, op_name
 from irc.pytorch.types import fake_of, is_static
 
@@ -169,11 +170,15 @@ def partition_and_compile(
             sub = fused.get_submodule(str(node.target))
             _fill_placeholder_meta(sub, node)
             module = import_graph(sub.graph, f"{name}_{report.islands}")
-            compiled = compile_module(module, device)
-            fn = next(iter(compiled.functions.values()))
             out = next(n for n in sub.graph.nodes if n.op == "output")
             results = out.args[0] if isinstance(out.args[0], tuple | list) else [out.args[0]]
             contiguous = tuple(_eager_contiguous(r) for r in results)
+            row_major = ROW_MAJOR_RESULTS.set(frozenset(i for i, c in enumerate(contiguous) if c))
+            try:
+                compiled = compile_module(module, device)
+            finally:
+                ROW_MAJOR_RESULTS.reset(row_major)
+            fn = next(iter(compiled.functions.values()))
             island = Island(fn, isinstance(out.args[0], tuple | list), module.ops.first.sym_name.data,
                             compiled.kernel_count, device, contiguous)  # fmt: skip
             setattr(fused, str(node.target), island)
