@@ -61,7 +61,8 @@ def moved_ops(
     `transpose(w, p)` for a `w` computed by the same ops over the transposes'
     inputs, or None where it is not so made. With `exchange`, a full-size operand
     that is neither (a function's argument, an op not moved) is exchanged: read
-    through a transpose by the inverse of `p` (`exchange_pays` says when).
+    through a transpose by the inverse of `p` (`exchange_pays` says when), as long
+    as no reduction moves (a sum would change the dim it runs along).
 
     The ops moved are element-wise ops and reductions that keep their dims (a
     softmax's max and sum, a mean subtracted again), each of whose full-size
@@ -73,6 +74,17 @@ def moved_ops(
     perms: list[list[int]] = []
     moved: dict[Operation, None] = {}
     exchanged: dict[SSAValue, None] = {}
+
+    def restore(
+        kept_perms: list[list[int]],
+        kept_moved: dict[Operation, None],
+        kept_exchanged: dict[SSAValue, None],
+    ) -> None:
+        perms[:] = kept_perms
+        moved.clear()
+        moved.update(kept_moved)
+        exchanged.clear()
+        exchanged.update(kept_exchanged)
 
     def visit(v: SSAValue) -> bool:
         owner = v.owner
@@ -92,23 +104,19 @@ def moved_ops(
             if not full:
                 return False
             for o in full:
-                kept_perms, kept_moved = list(perms), dict(moved)
+                kept = list(perms), dict(moved), dict(exchanged)
                 if visit(o):
                     continue
                 if not exchange:
                     return False
-                perms[:] = kept_perms  # a failed visit leaves nothing behind
-                moved.clear()
-                moved.update(kept_moved)
+                restore(*kept)  # a failed visit leaves nothing behind
                 exchanged[o] = None
             for o in owner.operands:
                 if not _full_size(o, shape) and _keepdim_reduction(o):
                     # Moved where it can be, else a broadcast view: try on a copy.
-                    kept_perms, kept_moved = list(perms), dict(moved)
+                    kept = list(perms), dict(moved), dict(exchanged)
                     if not visit(o) or any(p != perms[0] for p in perms):
-                        perms[:] = kept_perms
-                        moved.clear()
-                        moved.update(kept_moved)
+                        restore(*kept)
         else:
             return False
         moved[owner] = None
@@ -118,6 +126,8 @@ def moved_ops(
         return None
     if any(o.owner in moved for o in exchanged):
         return None  # read in both orders
+    if exchanged and any(isinstance(op, graph.ReduceOp) for op in moved):
+        return None  # `exchange_pays` weighs element-wise kernels' accesses, not reductions'
     for op in moved:
         if op is not root.owner and any(use.operation not in moved for use in op.results[0].uses):
             return None

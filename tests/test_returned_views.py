@@ -634,3 +634,25 @@ def test_the_frontend_exchanges_only_where_eagers_output_is_not_contiguous() -> 
         got = compiled(x, y)
         assert got.stride() == want.stride()
         assert_close(got, want)
+
+
+def test_no_exchange_where_a_reduction_would_move() -> None:
+    """`z - z.sum(2, keepdim=True)` of `z = x.T * y`: the rows' vectors would widen, but
+    the sum would run along x's rows instead (`exchange_pays` weighs element-wise
+    kernels only), so nothing moves."""
+    text = """func @f(%x: tensor<3x11x16xf32>, %y: tensor<3x16x11xf32>) -> tensor<3x16x11xf32> {
+  %t = graph.transpose %x {perm = [0, 2, 1]} : tensor<3x16x11xf32>
+  %z = graph.mul %t, %y : tensor<3x16x11xf32>
+  %s = graph.reduce_sum %z {dims = [2], keepdim = true} : tensor<3x16x1xf32>
+  %o = graph.sub %z, %s : tensor<3x16x11xf32>
+  return %o : tensor<3x16x11xf32>
+}
+"""
+    (report,) = fuse_module(irc.parse(text, "<test>"))
+    assert report.moved_transposes == []
+
+    def want(x: Any, y: Any) -> Any:
+        z = x.transpose(1, 2) * y
+        return (z - z.sum(2, keepdim=True)).contiguous()
+
+    _check(text, want, (3, 11, 16), (3, 16, 11))
