@@ -17,8 +17,8 @@ one is moved too (nothing else sees a value change order). Operands that broadca
 go along as views in the other order (a rank-0 one, or fewer dims that the
 permutation leaves in place, unchanged). A full-size operand that is neither (the
 `y` of `tanh(x.T * y)`) is read across its rows in exchange only where the output
-then stores wider vectors (`exchange_pays`), and not for results a caller wants
-row-major (`ROW_MAJOR_RESULTS`).
+then stores vectors at least 4 times as wide (`exchange_pays`), where no reduction
+moves, and not for results a caller wants row-major (`ROW_MAJOR_RESULTS`).
 """
 
 from __future__ import annotations
