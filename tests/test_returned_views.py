@@ -25,7 +25,9 @@ from xdsl.dialects import func
 
 import irc
 from irc.dialects import loop
+from irc.ir.types import ELEMENT_TYPES
 from irc.passes.fuse import fuse_module
+from irc.testing.reference import torch_dtype
 
 DEVICE = "cuda" if os.environ.get("IRC_TEST_DEVICE") == "cuda" else "cpu"
 
@@ -495,9 +497,6 @@ def transposed_product(shape: tuple[int, int, int], dtype: str, x_first: bool = 
 """
 
 
-TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-
-
 @pytest.mark.parametrize(
     ("shape", "dtype", "note"),
     [
@@ -527,7 +526,7 @@ def test_an_operand_is_read_across_rows_where_the_output_then_stores_wider_vecto
     assert _views(fn) == [([b * c, 1, c], 0)]
     got = _check(
         text, lambda x, y: torch.tanh(x.transpose(1, 2) * y), shape, (a, c, b),
-        dtype=TORCH_DTYPES[dtype],
+        dtype=torch_dtype(ELEMENT_TYPES[dtype]),
     )  # fmt: skip
     assert not got[0].is_contiguous()
 
@@ -552,7 +551,7 @@ def test_no_operand_is_exchanged_where_the_output_stores_no_wider_vectors(
     a, b, c = shape
     _check(
         text, lambda x, y: torch.tanh(x.transpose(1, 2) * y).contiguous(), shape, (a, c, b),
-        dtype=TORCH_DTYPES[dtype],
+        dtype=torch_dtype(ELEMENT_TYPES[dtype]),
     )  # fmt: skip
 
 
