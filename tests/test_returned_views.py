@@ -14,8 +14,11 @@ Results are checked against torch on random inputs in Triton's interpreter.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -655,3 +658,48 @@ def test_no_exchange_where_a_reduction_would_move() -> None:
         return (z - z.sum(2, keepdim=True)).contiguous()
 
     _check(text, want, (3, 11, 16), (3, 16, 11))
+
+
+def test_an_exchange_under_a_4d_permutation_matches_torch() -> None:
+    """Another permutation than a swap of the last two dims: the output's rows
+    become x's last dim (12 f32, 16-byte vectors, where rows of 7 stored 4 bytes)."""
+    text = """func @f(%x: tensor<2x5x7x12xf32>, %y: tensor<2x12x5x7xf32>) -> tensor<2x12x5x7xf32> {
+  %t = graph.transpose %x {perm = [0, 3, 1, 2]} : tensor<2x12x5x7xf32>
+  %z = graph.mul %t, %y : tensor<2x12x5x7xf32>
+  %r = graph.tanh %z : tensor<2x12x5x7xf32>
+  return %r : tensor<2x12x5x7xf32>
+}
+"""
+    (report,) = fuse_module(irc.parse(text, "<test>"))
+    (moved,) = report.moved_transposes
+    assert "%y read across rows instead: its rows of 12 elements store 16-byte" in moved
+    fn = _loop_function(text)
+    assert _views(fn) == [([420, 1, 84, 12], 0)]
+    want = lambda x, y: torch.tanh(x.permute(0, 3, 1, 2) * y)  # noqa: E731
+    _check(text, want, (2, 5, 7, 12), (2, 12, 5, 7))
+
+
+def test_odd_value_names_of_an_exchange_stay_quoted(tmp_path: Path) -> None:
+    """Value names with `.`, `$` and `-` (legal in .ir) reach the report as written and
+    the generated module only as quoted strings; irc-opt exits 0 and the module runs."""
+    text = """func @f(%x: tensor<2x13x8xf32>, %y.$-1: tensor<2x8x13xf32>) -> tensor<2x8x13xf32> {
+  %t = graph.transpose %x {perm = [0, 2, 1]} : tensor<2x8x13xf32>
+  %z = graph.mul %t, %y.$-1 : tensor<2x8x13xf32>
+  %r$.-x = graph.tanh %z : tensor<2x8x13xf32>
+  return %r$.-x : tensor<2x8x13xf32>
+}
+"""
+    from irc.tools.opt import run
+
+    path = tmp_path / "names.ir"
+    path.write_text(text)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = run([str(path), "--fuse", "--fusion-report", "text", "--emit", "triton"], out)
+    assert status == 0, err.getvalue()
+    assert "%r$.-x: transpose [0, 2, 1] moved past 2 element-wise ops" in err.getvalue()
+    assert "%y.$-1 read across rows instead" in err.getvalue()
+    source = out.getvalue()
+    assert source.count("y.$-1") == source.count("'y.$-1'") + source.count("'%y.$-1'")
+    assert "r$.-x" not in source
+    _check(text, lambda x, y: torch.tanh(x.transpose(1, 2) * y), (2, 13, 8), (2, 8, 13))
