@@ -468,6 +468,10 @@ class KernelOp(IRDLOperation):
     unrolled = opt_prop_def(IntegerAttr)
     """Reductions: 1 when the loop over a row's chunks of `block[1]` is unrolled, so
     that the row stays in registers between the passes that read it."""
+    nested = opt_prop_def(IntegerAttr)
+    """Reductions: 1 when a loop over several reduced dims runs over the leading ones
+    an index at a time, around chunks of `block[1]` of the last, rather than over a
+    flat index divided back into them (`tile.nested_run_tiling`)."""
     tail = opt_prop_def(ArrayAttr)
     """Persistent contractions: [T, S] where the last T output tiles (a last round
     that would leave SMs idle) are not the persistent programs' but split into S
@@ -563,6 +567,9 @@ class KernelOp(IRDLOperation):
         check_flag(self, "unrolled", self.unrolled)
         if self.unrolled is not None:  # a flag: `unrolled = 1` or `unrolled = true`
             self._check_unrolled()
+        check_flag(self, "nested", self.nested)
+        if self.nested is not None:
+            self._check_nested()
         if self.tail is not None:
             self._check_tail()
 
@@ -598,6 +605,20 @@ class KernelOp(IRDLOperation):
             raise VerifyException(
                 f"loop.kernel: tail = [{tiles}, {splits}] splits K = {k} into {splits} chunks "
                 f"of whole steps of {bk}; from 2 to {-(-k // bk)}"
+            )
+
+    def _check_nested(self) -> None:
+        """Nested loops are a reduction's streamed chunks: not unrolled ones."""
+        if kernel_kind(self) != KernelKind.REDUCTION:
+            raise VerifyException(
+                f"loop.kernel: nested = 1 nests a reduction's loops; this is a "
+                f'"{kernel_kind(self)}" kernel'
+            )
+        if self.block is None:
+            raise VerifyException("loop.kernel: nested = 1 needs a block = [X, R]")
+        if self.unrolled is not None:
+            raise VerifyException(
+                "loop.kernel: nested = 1 streams the chunks that unrolled = 1 holds; not both"
             )
 
     def _check_unrolled(self) -> None:

@@ -45,7 +45,7 @@ from irc.passes.tile import (
 FINALISTS = 3  # re-timed in turns after the first pass, with the default
 FINAL_ROUNDS = 4  # even: a steady drift falls equally on every finalist
 MIN_GAIN = 0.005  # another tiling must be at least 0.5% faster to replace the default
-SELECTION = 6  # in the cache key: winners picked by an older rule are picked again
+SELECTION = 7  # in the cache key: winners picked by an older rule are picked again
 
 Timer = Callable[[loop.KernelOp, Tiling, str], float]
 T = TypeVar("T", bound=Hashable)
@@ -148,6 +148,11 @@ def candidates(shape: KernelShape, default: Tiling | None = None) -> list[Tiling
                         out.append(Tiling((1, rb), w))
                         if shape.row_reads > 1 and rows > 1:  # one program an SM walks them
                             out.append(Tiling((1, rb), w, persistent=True))
+        if shape.run > 1024 and not shape.epilogue:  # runs of the last dims, nested loops
+            for rb in (1024, 2048, 4096):
+                for w in (4, 8, 16):
+                    if rb <= 2 * next_pow2(shape.run) and 2 * 32 * w <= rb <= 16 * 32 * w:
+                        out.append(Tiling((1, rb), w, nested=True))
         for rb in (1024, 2048, 4096):  # rows read twice, held in registers as chunks
             held = -(-r // rb) * rb
             if shape.row_reads > 1 and rb < r and held <= UNROLLED_ROW_ELEMENTS:
@@ -187,7 +192,7 @@ def kernel_key(kernel: loop.KernelOp, device_name: str, triton_version: str) -> 
     from irc.syntax.printer import print_module
 
     clone = clone_keeping_names(kernel)
-    for prop in ("block", "warps", "stages", "persistent", "unrolled", "tail"):
+    for prop in ("block", "warps", "stages", "persistent", "unrolled", "nested", "tail"):
         clone.properties.pop(prop, None)
     clone.kernel_name = StringAttr("kernel")  # an identical kernel elsewhere reuses the winner
     text = print_module(clone)
@@ -364,6 +369,7 @@ def autotune_module(
                 "stages": best.stages,
                 "persistent": best.persistent,
                 "unrolled": best.unrolled,
+                "nested": best.nested,
                 "tail": list(best.tail) if best.tail else None,
                 "ms": ms,
             }
@@ -371,7 +377,8 @@ def autotune_module(
         block, warps, stages = tuple(hit["block"]), hit["warps"], hit["stages"]
         flags = hit.get("persistent", False), hit.get("unrolled", False)
         tail = tuple(hit["tail"]) if hit.get("tail") else None
-        set_tiling(k, Tiling(block, warps, stages, *flags, tail=tail))  # type: ignore[arg-type]
+        nested = hit.get("nested", False)
+        set_tiling(k, Tiling(block, warps, stages, *flags, tail=tail, nested=nested))  # type: ignore[arg-type]
         results[k.kernel_name.data] = hit
     try:
         path.write_text(json.dumps(cache, indent=1))

@@ -69,6 +69,7 @@ from irc.passes.tile import (
     Tiling,
     epilogue_parts,
     kernel_shape,
+    run_dims,
     tiling_of,
 )
 from irc.syntax.diagnostics import IrcError, op_location
@@ -1220,12 +1221,14 @@ class KernelTranslator:
         carried: Sequence[SSAValue],
         body: object,
         backwards: bool = False,
+        nestable: bool = False,
     ) -> list[SSAValue]:
         """Runs `body(results_so_far)` over the reduction space, persistently or in a loop.
 
         `body` gets the carried values and returns their new values; the
         reduction indices are bound in the scope it runs in. A loop `backwards`
-        visits the chunks last to first.
+        visits the chunks last to first. A `nestable` one (plain reductions'
+        accumulators) nests its loops where the kernel's tiling says so.
         """
         _, rb = self.tiling.block
         r = numel(bounds)
@@ -1254,6 +1257,8 @@ class KernelTranslator:
             return results
         if self.peel is not None:
             return self.peeled_loop(r, carried, body, backwards)
+        if nestable and self.tiling.nested and len(bounds) > 1 and self.chunk_limit is None:
+            return self.nested_loop(bounds, carried, body)
         block = self.loop_block(r, rb, [c.type for c in carried])
         with self.scope(block=block):
             roff = self.loop_index(block)
@@ -1265,6 +1270,33 @@ class KernelTranslator:
             new = body(region_args)
             self.add(tile.YieldOp.create(operands=new))
         return self.for_loop(block, carried, r, rb)
+
+    def nested_loop(
+        self, bounds: Sequence[int], carried: Sequence[SSAValue], body: object
+    ) -> list[SSAValue]:
+        """`body` over a reduction space looped an index of its leading dims at a time
+        (a scalar, unravelled once a step), around chunks of its last dim (`nested`
+        kernels: `tile.nested_run_tiling`), so that no lane divides a flat index."""
+        _, rb = self.tiling.block
+        k = run_dims(bounds, self.shape.run)
+        outer, inner, run = bounds[:-k], bounds[-k:], numel(bounds[-k:])
+        types = [c.type for c in carried]
+        xmask = self.scopes[-1].axis_masks[0]
+        rows = self.loop_block(numel(outer), 1, types)
+        with self.scope(block=rows):
+            outer_ivs = self.unravel(self.loop_index(rows), outer)
+            chunks = self.loop_block(run, rb, types)
+            with self.scope(block=chunks):
+                roff = self.loop_index(chunks)
+                rrun = self.apply("add", [self.rbase, roff])
+                rmask = self.mask_below(rrun, run, rb)
+                self.scopes[-1].axis_masks = [xmask, rmask]
+                self.pending_rivs = [*outer_ivs, *self.unravel(rrun, inner)]
+                new = body(list(chunks.args[1:]))  # type: ignore[operator]
+                self.add(tile.YieldOp.create(operands=new))
+            inner = self.for_loop(chunks, list(rows.args[1:]), run, rb)
+            self.add(tile.YieldOp.create(operands=inner))
+        return self.for_loop(rows, carried, numel(outer), 1)
 
     def peeled_loop(
         self, r: int, carried: Sequence[SSAValue], body: object, backwards: bool
@@ -1427,7 +1459,7 @@ class KernelTranslator:
             accs = self.reduction_chunks(bounds, [], body)
         else:
             inits = [self.full(n, e, (xb, rb)) for n, e in zip(neutrals, elements, strict=True)]
-            accs = self.reduction_chunks(bounds, inits, body)
+            accs = self.reduction_chunks(bounds, inits, body, nestable=True)
         self.chunk_limit = outer_limit
         return [
             self.round_to(self.across_lanes(kind, acc), op.result.type)

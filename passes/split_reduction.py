@@ -88,6 +88,7 @@ from irc.passes.tile import (
     next_pow2,
     programs,
     resident_bytes,
+    run_dims,
 )
 
 INDEX = IndexType()
@@ -176,10 +177,17 @@ def _identity(kind: str, element: Attribute) -> Attribute:
 
 
 def _chunk_region(
-    block: Block, g: SSAValue, chunk: int, bounds: list[int], kind: str | None = None
+    block: Block,
+    g: SSAValue,
+    chunk: int,
+    bounds: list[int],
+    kind: str | None = None,
+    run: int = 0,
 ) -> None:
     """Re-indexes a region over `bounds` as chunk `g` of `chunk` flat elements:
     its argument becomes the offset in the chunk and the old indices are computed.
+    With a `run` (the last dim's length; `chunk` a multiple of it), chunks are whole
+    runs: the region keeps its last index, and its first becomes the run in the chunk.
 
     Where chunks are ragged (the last one runs past the end), indices are clamped
     to the last element, and a reduction (`kind`) yields its identity there; a
@@ -190,8 +198,12 @@ def _chunk_region(
     and a dot's product stays a product (loop.ReduceOp's contract)."""
     first = block.first_op
     assert first is not None
-    n = numel(bounds)
     old_args = list(block.args)
+    if run:
+        k = run_dims(bounds, run)
+        assert chunk % run == 0 and k < len(bounds)
+        bounds, chunk, old_args = bounds[:-k], chunk // run, old_args[:-k]
+    n = numel(bounds)
     rr = block.insert_arg(INDEX, 0)
     start = _apply(block, "mul", [g, _index_const(block, chunk, first)], first)
     flat = _apply(block, "add", [start, rr], first)
@@ -252,9 +264,11 @@ def chunked_kernel(
     chunk: int,
     name: str,
     stage_kind: KernelKind = KernelKind.REDUCTION,
+    run: int = 0,
 ) -> tuple[loop.KernelOp, dict[Operation, Operation]]:
     """A copy of `kernel` over `[g, *parallel]` holding what `keep` needs, whose
-    loops `chunked` (over the split space) run over one chunk each; a kernel of
+    loops `chunked` (over the split space) run over one chunk each, of whole runs of
+    the last dim where `run` is its length (`_chunk_region`); a kernel of
     `stage_kind` (a contraction's chunks make one: `split-k`).
 
     Returns the copy and the map from the original's top-level ops to the copy's."""
@@ -283,8 +297,11 @@ def chunked_kernel(
             kind = "welford"
         elif isinstance(c, loop.SoftmaxReduceOp):
             kind = "max"  # -inf: a max it does not raise, and exp(-inf - m) = 0 to the sum
-        _chunk_region(c.body.block, gi, chunk, loop.int_list(c.bounds), kind)
-        c.bounds = int_array([chunk])
+        _chunk_region(c.body.block, gi, chunk, loop.int_list(c.bounds), kind, run)
+        bounds = loop.int_list(c.bounds)
+        c.bounds = int_array(
+            [chunk // run, *bounds[len(bounds) - run_dims(bounds, run) :]] if run else [chunk]
+        )
     stage = loop.KernelOp.create(
         properties={
             "name": StringAttr(name),
@@ -685,7 +702,8 @@ def split_kernel(
     parallel = kernel.parallel_bounds()
     levels = _levels(kernel)
     n = numel(loop.int_list(levels[0][0].bounds))
-    chunk = chunk_length(n, g, full=not parallel)
+    run = split_runs(kernel_shape(kernel)) if parallel else 0  # a full one splits flat
+    chunk = run_chunk(n, g, run) if run else chunk_length(n, g, full=not parallel)
     assert -(-n // chunk) == g, "no chunk is empty"
     base = kernel.kernel_name.data
     once = bool(parallel) and combines_once(
@@ -702,7 +720,7 @@ def split_kernel(
                 if isinstance(op, loop.ForeachOp) and not (_slice(ops, [op]) & reds)
             ]
         name = unique_name(base + "_split" + (str(depth) if depth else ""), taken)
-        stage, mapping = chunked_kernel(kernel, keep, keep, g, chunk, name)
+        stage, mapping = chunked_kernel(kernel, keep, keep, g, chunk, name, run=run)
         body = stage.body.block
         g_index, *p_index = body.args
         combined: list[SSAValue] = []
@@ -874,21 +892,35 @@ def split_chunks(
     want = PROGRAMS_PER_SM * sms
     if now >= want or numel(parallel) * n < threshold:
         return 1
+    run = split_runs(shape)
     best = 1
     g = 2
     while g <= min(splits, most):
-        chunk = -(-n // g)
+        chunk = run_chunk(n, g, run) if run else -(-n // g)
         count = -(-n // chunk)  # ragged: no chunk left empty
-        split = replace(shape, parallel=(count, *parallel), reduction=(chunk,))
+        reduced = (chunk // run, run) if run else (chunk,)
+        split = replace(shape, parallel=(count, *parallel), reduction=reduced)
         t = choose_tiling(split, sms=sms)
         kept = t.block[0] if not shape.columns else min(t.block[0], parallel[-1])
-        if chunk * kept < min_chunk or chunk < unsplit.block[1]:
-            break
+        if chunk * kept < min_chunk or chunk < unsplit.block[1] or run and not t.nested:
+            break  # (a chunk of runs too short to loop them would divide a flat index)
         best = count
         if programs(split, t) >= want:
             break
         g *= 2
     return best if best > 1 else 1
+
+
+def split_runs(shape: KernelShape) -> int:
+    """The run of a reduction whose tiling loops its leading dims around chunks of the
+    last (`tile.nested_run_tiling`): its split's chunks are whole runs, which that
+    tiling keeps. 0 for any other reduction (chunks of a flat index)."""
+    return shape.run if choose_tiling(shape).nested else 0
+
+
+def run_chunk(n: int, g: int, run: int) -> int:
+    """The flat elements of each of `g` chunks of whole runs of `n // run` runs."""
+    return -(-(n // run) // g) * run
 
 
 def column_chunks(

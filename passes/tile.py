@@ -59,7 +59,7 @@ Warps grow with the elements a program holds: in reductions one per 256 or
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from xdsl.context import Context
@@ -164,6 +164,14 @@ class KernelShape:
     buffer (as for `row_granule`): the widest vector, up to 16 bytes, that every
     chunk of a row read as it starts can load (the largest power of two dividing
     each row's bytes: 16 where the rows start 16 bytes apart). 0 otherwise."""
+    run: int = 0
+    """Reductions over several dims with no epilogue (`reduced_runs`), whose every load
+    that moves with the reduced indices reads along the last of them as its own last
+    index, unit-stride: that dim's length, the run each load reads (a batch norm's
+    H*W). 0 otherwise."""
+    run_vector_bytes: int = 0
+    """With `run`: the widest vector, up to 16 bytes, at which every such load's rows
+    start (`vector_bytes` of the rows' bytes)."""
 
 
 def index_args(v: SSAValue) -> set[BlockArgument]:
@@ -294,6 +302,57 @@ def shared_bytes(kernel: loop.KernelOp) -> int:
     return sum(element_bytes(op.buffer.type.element_type) for op in shared)  # type: ignore[attr-defined]
 
 
+def reduced_runs(kernel: loop.KernelOp) -> tuple[int, int]:
+    """(`KernelShape.run`, `KernelShape.run_vector_bytes`) of a reduction kernel:
+    its loops are reductions of its body (no epilogue, no Welford or softmax pair)
+    over one space of several dims, and every load that moves with their indices
+    reads its last dims at the last reduced ones, in order, each whole but the first
+    (so contiguous: a batch norm's H and W of NCHW), and no other index reads them.
+    The run is those dims' elements, over as many dims as every load allows, short
+    of all of them; else (0, 0)."""
+    reds = [op for op in kernel.body.walk() if isinstance(op, loop.LOOPS)]
+    if not reds or any(
+        not isinstance(op, loop.ReduceOp) or loop.is_contraction(op) or op.parent_op() is not kernel
+        for op in reds
+    ):
+        return 0, 0
+    bounds = loop.int_list(reds[0].bounds)
+    if len(bounds) < 2 or any(loop.int_list(op.bounds) != bounds for op in reds):
+        return 0, 0
+    loads = [load for load, _ in reduced_loads(kernel)]
+    vector = VECTOR_BYTES
+    k = len(bounds) - 1
+    for load in loads:
+        red = load.parent_op()
+        while not isinstance(red, loop.ReduceOp):
+            red = red.parent_op()  # type: ignore[union-attr]
+        args, indices = list(red.body.block.args), list(load.indices)
+        shape = load.buffer.type.get_shape()  # type: ignore[attr-defined]
+        while k and not (
+            len(indices) >= k
+            and indices[-k:] == args[-k:]
+            and list(shape[len(shape) - k + 1 :]) == bounds[len(bounds) - k + 1 :]
+            and not any(set(args[-k:]) & index_args(i) for i in indices[:-k])
+        ):
+            k -= 1
+        if not k:
+            return 0, 0
+    for load in loads:
+        shape = load.buffer.type.get_shape()  # type: ignore[attr-defined]
+        row = numel(shape[len(shape) - k :]) * element_bytes(load.buffer.type.element_type)  # type: ignore[attr-defined]
+        vector = min(vector, vector_bytes(row))
+    return numel(bounds[len(bounds) - k :]), vector
+
+
+def run_dims(bounds: Sequence[int], run: int) -> int:
+    """How many of a reduction's last dims make up its `KernelShape.run` (the last
+    one where they make none: a hand-written `nested = 1` nests any loop)."""
+    for k in range(1, len(bounds)):
+        if numel(bounds[len(bounds) - k :]) == run:
+            return k
+    return 1
+
+
 def reduced_bytes(kernel: loop.KernelOp) -> int:
     """Bytes a reduced element of the distinct buffers a reduction kernel's reducing
     loops load at indices that move with the reduced ones (a row held in registers
@@ -411,6 +470,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
             longest = max(spaces, key=numel)
             reads = sum(numel(s) == numel(longest) for s in spaces)
             rows = None if columns else whole_rows(kernel)
+            run, run_vector = (0, 0) if columns or epilogue else reduced_runs(kernel)
             reduced = {
                 e
                 for red in kernel.body.walk()
@@ -422,6 +482,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                 shared_bytes=shared_bytes(kernel), row_reads=reads,
                 row_granule=row_granule(rows, epilogue), row_vector_bytes=row_vector_bytes(rows),
                 transcendentals=len(heavy_ops(reduced)), loaded_bytes=reduced_bytes(kernel),
+                run=run, run_vector_bytes=run_vector,
             )  # fmt: skip
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
     loaded, widest = streams(kernel)
@@ -752,6 +813,9 @@ class Tiling:
     tail: tuple[int, int] | None = None
     """Persistent contractions: (T, S), the last T tiles split into S chunks of K
     (`tail_split`)."""
+    nested: bool = False
+    """Reductions over several dims: the leading reduced dims are looped an index at a
+    time around chunks of the last (`nested_run_tiling`)."""
 
 
 LONG_ROW_CHUNK = 8192
@@ -802,6 +866,51 @@ split row sums 100 x 500,001 f16 47.8 / 43.6, 64 x 1,000,000 f32 73.6 / 74.1 (77
 24 x 2,000,000 bf16 33.2 / 33.9 (34.8). Rows read whole, in vectors, keep their
 tiling: 16 warps of 8 was mixed there (logsumexp, us: 4096 x 50,257 bf16 182.6 /
 175.0, 1024 x 65,536 f32 73.9 / 75.5, 2000 x 75,001 f32 156.3 / 166.0)."""
+
+
+NESTED_RUN_CHUNKS = (4096, 2048)
+NESTED_RUN_WARPS = 8
+NESTED_RUN_BUSY = 0.8
+"""Reductions over several dims whose loads read half-precision runs of the last
+ones (`KernelShape.run`) that do not start 16 bytes apart, too long to hold in a
+program's rows (a batch norm's over N and H*W of NCHW, H*W = 2898): a flat index
+over the reduced dims, divided back into them, costs a division and a remainder an
+element and loads an element at a time. Looped an index of the leading dims at a
+time, around steps along the run, each load is a run's vector at no division. The
+steps are of the chunk that pads the run least (4096 on a tie), at 8 warps; nested
+where one step holds the run (over 2048 elements: at least half its lanes busy) or
+its steps keep `NESTED_RUN_BUSY` of their lanes busy: a run of several steps whose
+last one is mostly idle pays a step's round trip for it, once a run.
+
+Measured on an H200 (CUDA-graph time of the compiled function, us, the flat index /
+nested, torch.compile in brackets): mean and mean of squares over N and H*W, 55 x
+267 x 2898 bf16 52.1 / 31.8 (40.5), 40 x 300 x 2900 bf16 27.8 / 22.2 (28.3), 32 x
+1024 x 2898 bf16 67.0 / 54.6 (66.6), 43 x 250 x 4020 bf16 44.3 / 26.7 (53.8), 16 x
+128 x 53 x 55 bf16 6.7 / 5.9 (11.6), 30 x 200 x 6001 bf16 47.7 / 27.2 (steps of
+2048; 45.2 in 4096; 42.5), 20 x 300 x 8500 bf16 47.0 / 29.9 (steps of 2048; 40.0), 64
+x 96 x 2100 bf16 8.9 / 8.8 (9.8); a max over them of 100 x 200 x 3001 f16 54.3 /
+36.8 (81.4). Not 72 x 275 x 4449 bf16 (72% busy in steps of 2048): 102.7 / 118.4
+(144.0 in two steps of 4096; 99.2). Not f32, whose elements are half as many a
+byte: 55 x 267 x 2898 53.3 / 65.6, 32 x 256 x 45 x 67 27.8 / 27.8, 8 x 128 x 10,001
+11.1 / 12.1. Nor where the runs start 16 bytes apart, so that Triton proves the flat
+index's vectors and its full chunks beat the nested loop's padded ones (kernels
+written by hand, us, flat / nested): 64 x 256 x 3136 bf16 26.7 / 29.6, 64 x 384 x
+1024 bf16 13.4 / 14.8. Steps of 1024 (2 or 4 warps) were slower than these
+everywhere but 64 x 96 x 2100 (8.5)."""
+
+
+def nested_run_tiling(shape: KernelShape) -> Tiling | None:
+    """Runs of a reduction over several dims looped an index of its leading dims at
+    a time (`NESTED_RUN_BUSY` says where and why), or None."""
+    if shape.epilogue or shape.element_bytes > 2 or shape.run_vector_bytes >= VECTOR_BYTES:
+        return None
+    run = shape.run
+    if run <= NESTED_RUN_CHUNKS[-1]:
+        return None  # (unmeasured: the tiling of short rows holds or packs them)
+    chunk = min(NESTED_RUN_CHUNKS, key=lambda c: (-(-run // c) * c, -c))
+    if run > chunk and run < NESTED_RUN_BUSY * -(-run // chunk) * chunk:
+        return None
+    return Tiling((1, chunk), NESTED_RUN_WARPS, nested=True)
 
 
 def long_row_tiling(shape: KernelShape, rblock: int = LONG_ROW_CHUNK) -> Tiling:
@@ -979,6 +1088,9 @@ def choose_tiling(
             if shape.epilogue:  # the rows stay in registers until the epilogue's store
                 return Tiling((x, full), _warps(x * full, 16, most=epilogue_warps))
             return Tiling((x, full), _warps(x * full, reduced_row_elements(shape), most=32))
+        nested = nested_run_tiling(shape)
+        if nested is not None:
+            return nested
         unrolled = unrolled_row_tiling(shape, unrolled_rblock)
         if full <= persistent_rblock:
             if unrolled and shape.transcendentals and full > UNROLLED_TRANSCENDENTAL_ROWS:
@@ -1734,7 +1846,8 @@ def tiling_of(kernel: loop.KernelOp) -> Tiling:
         if kernel.tail is not None:
             tiles, splits = loop.int_list(kernel.tail)
             tail = (tiles, splits)
-        return Tiling(block, warps, stages, persistent, unrolled, tail)
+        nested = kernel.nested is not None
+        return Tiling(block, warps, stages, persistent, unrolled, tail, nested)
     return choose_tiling(kernel_shape(kernel))
 
 
@@ -1802,4 +1915,5 @@ def set_tiling(kernel: loop.KernelOp, t: Tiling) -> None:
     kernel.stages = IntegerAttr(t.stages, i64)
     kernel.persistent = IntegerAttr(1, i64) if t.persistent else None
     kernel.unrolled = IntegerAttr(1, i64) if t.unrolled else None
+    kernel.nested = IntegerAttr(1, i64) if t.nested else None
     kernel.tail = int_array(t.tail) if t.tail is not None and t.persistent else None

@@ -343,7 +343,8 @@ STRINGS = [
 
 ELEMENTS = ["f32", "f16", "bf16", "f64", "i64", "i32", "i1", "index"]
 KEYS = [
-    "name", "bounds", "block", "warps", "stages", "persistent", "unrolled", "tail", "pdl",
+    "name", "bounds", "block", "warps", "stages", "persistent", "unrolled", "nested", "tail",
+    "pdl",
     "kind", "contract", "fn",
     "value", "axis", "size", "other", "evict", "precision", "lb", "ub", "step", "count", "shape",
     "grid", "kernel", "dims", "x",

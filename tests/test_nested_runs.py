@@ -1,0 +1,262 @@
+"""Reductions over several dims whose loads read half-precision runs of the last
+ones (a batch norm's N and H*W of NCHW): the leading dims looped an index at a time
+around chunks of the run (`tile.nested_run_tiling`, loop.kernel's `nested = 1`), and
+a split's chunks made of whole runs, compute what torch does with no division of a
+flat index."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+
+import pytest
+import torch
+from xdsl.dialects.builtin import ModuleOp
+
+import irc
+from irc.autotune import candidates
+from irc.compiler import triton_source
+from irc.dialects import loop
+from irc.ir.kernel_kind import KernelKind
+from irc.passes.tile import (
+    KernelShape,
+    Tiling,
+    choose_tiling,
+    kernel_shape,
+    nested_run_tiling,
+    tiling_of,
+)
+from irc.testing.reference import functions, random_inputs
+from irc.testing.verdict import judge_outputs
+
+DEVICE = os.environ.get("IRC_TEST_DEVICE", "cpu")
+
+
+def ty(dims: list[int], dtype: str) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in dims) + f"{dtype}>"
+
+
+def statistics(dims: list[int], reduced: list[int], dtype: str) -> str:
+    """A batch norm's mean and mean of squares over `reduced`."""
+    x = ty(dims, dtype)
+    col = ty([s for i, s in enumerate(dims) if i not in reduced], dtype)
+    return f"""func @f(%x: {x}) -> ({col}, {col}) {{
+  %m = graph.reduce_mean %x {{dims = {reduced}}} : {col}
+  %sq = graph.mul %x, %x : {x}
+  %q = graph.reduce_mean %sq {{dims = {reduced}}} : {col}
+  return %m, %q : {col}, {col}
+}}
+"""
+
+
+def one_reduction(op: str, dims: list[int], reduced: list[int], dtype: str) -> str:
+    x = ty(dims, dtype)
+    col = ty([s for i, s in enumerate(dims) if i not in reduced], dtype)
+    return f"""func @f(%x: {x}) -> {col} {{
+  %m = graph.{op} %x {{dims = {reduced}}} : {col}
+  return %m : {col}
+}}
+"""
+
+
+def tiled_module(text: str, sms: int) -> ModuleOp:
+    """`text` through the tile pass, for a GPU of `sms` SMs."""
+    module = irc.parse(text, "t.ir")
+    irc.run_pipeline(
+        module, f"fuse,decompose,graph-to-loop,one-pass-variance,split-reduction{{sms={sms}}},"
+        f"tile{{sms={sms}}}",
+    )  # fmt: skip
+    return module
+
+
+def tiled(text: str, sms: int) -> list[loop.KernelOp]:
+    return list(loop.kernels(tiled_module(text, sms)))
+
+
+def half_runs(run: int, vector: int = 4, element_bytes: int = 2) -> KernelShape:
+    return KernelShape(
+        KernelKind.REDUCTION, (267,), (55, run), element_bytes=element_bytes,
+        run=run, run_vector_bytes=vector,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("run", "chunk"),
+    [(2049, 4096), (2898, 4096), (4020, 4096), (6001, 2048), (8500, 2048), (10001, 2048)],
+)
+def test_half_runs_not_16_bytes_apart_nest_in_the_chunk_that_pads_them_least(
+    run: int, chunk: int
+) -> None:
+    """`NESTED_RUN_BUSY`: one step of 4096 holds a run of 2049 to 4096; longer runs
+    take the chunk that pads them least (2048: 6144 for 6001, not 8192), at 8 warps."""
+    t = choose_tiling(half_runs(run, vector=2 if run % 2 else 4))
+    assert t == Tiling((1, chunk), 8, nested=True), run
+
+
+@pytest.mark.parametrize(
+    ("why", "shape"),
+    [
+        ("f32 runs", half_runs(2898, vector=8, element_bytes=4)),
+        ("runs 16 bytes apart", half_runs(3136, vector=16)),
+        ("a run of 2048 or less", half_runs(2047, vector=2)),
+        ("a run whose steps leave 28% of lanes idle", half_runs(4449, vector=2)),
+        ("a run of a step and a sliver", half_runs(4097, vector=2)),
+        ("an epilogue", replace(half_runs(2898), epilogue=True)),
+        ("no runs", replace(half_runs(2898), run=0, run_vector_bytes=0)),
+    ],
+)
+def test_other_reductions_keep_a_flat_index(why: str, shape: KernelShape) -> None:
+    assert nested_run_tiling(shape) is None, why
+    assert not choose_tiling(shape).nested, why
+
+
+@pytest.mark.parametrize(
+    ("dims", "reduced", "run", "vector"),
+    [
+        ([55, 267, 2898], [0, 2], 2898, 4),
+        ([16, 64, 53, 55], [0, 2, 3], 53 * 55, 2),  # H and W together: one run
+        ([4, 3, 56, 56], [0, 2, 3], 3136, 16),
+        ([5, 7, 9, 3001], [0, 3], 3001, 2),  # N and W: runs of W alone
+        ([6, 5, 2898], [0, 1, 2], 5 * 2898, 4),  # a full reduction: runs of C and H*W
+    ],
+)
+def test_the_run_is_the_last_dims_every_load_reads_contiguously(
+    dims: list[int], reduced: list[int], run: int, vector: int
+) -> None:
+    module = irc.parse(statistics(dims, reduced, "bf16"), "t.ir")
+    irc.run_pipeline(module, "fuse,decompose,graph-to-loop")
+    (kernel,) = loop.kernels(module)
+    shape = kernel_shape(kernel)
+    assert (shape.run, shape.run_vector_bytes) == (run, vector)
+
+
+def test_no_run_where_a_load_reads_the_reduced_dims_across() -> None:
+    """`x.T` summed over both of its dims of three: the load's last index is not the
+    last reduced one, so a flat index it is."""
+    text = """func @f(%x: tensor<3x2900x7xbf16>) -> tensor<7xbf16> {
+  %t = graph.transpose %x {perm = [1, 0, 2]} : tensor<2900x3x7xbf16>
+  %p = graph.transpose %t {perm = [2, 0, 1]} : tensor<7x2900x3xbf16>
+  %s = graph.reduce_sum %p {dims = [1, 2]} : tensor<7xbf16>
+  return %s : tensor<7xbf16>
+}
+"""
+    for kernel in tiled(text, sms=1):
+        assert kernel_shape(kernel).run == 0, kernel_shape(kernel)
+        assert not tiling_of(kernel).nested
+
+
+def split_stage(kernels: list[loop.KernelOp]) -> loop.KernelOp:
+    (stage,) = [k for k in kernels if k.kernel_name.data.endswith("_split")]
+    return stage
+
+
+def test_a_split_of_runs_chunks_whole_runs_and_nests_them() -> None:
+    """55 x 267 x 2898 bf16 on 132 SMs: two chunks of 28 runs (the last one 27, the
+    28th clamped and masked), each nested; no division of a flat index is left in
+    the stage's loops."""
+    module = tiled_module(statistics([55, 267, 2898], [0, 2], "bf16"), sms=132)
+    stage = split_stage(list(loop.kernels(module)))
+    assert loop.int_list(stage.bounds) == [2, 267]
+    assert tiling_of(stage) == Tiling((1, 4096), 8, nested=True)
+    reds = [op for op in stage.body.walk() if isinstance(op, loop.ReduceOp)]
+    assert reds and all(loop.int_list(r.bounds) == [28, 2898] for r in reds)
+    source = triton_source(module)
+    kernel = source[source.index("def triton_red_fused_mean_mul_0_split") :]
+    kernel = kernel[: kernel.index("\n\n\n")]
+    loops = kernel[kernel.index("    for ") :]
+    assert re.search(
+        r"for \w+ in range\(0, 28, 1\):\n\s+.*\n\s+.*\n\s+for \w+ in range\(0, 2898, 4096\)", loops
+    )
+    assert "//" not in loops and "%" not in loops
+
+
+def test_a_split_keeps_its_chunks_long_enough_to_nest() -> None:
+    """Two channels of 40 runs on 64 SMs: chunks of 3 runs (8694 elements), not the 2
+    (5796) that a flat chunk's count would allow, which a program would hold whole
+    and divide a flat index of."""
+    stage = split_stage(tiled(statistics([40, 2, 2898], [0, 2], "bf16"), sms=64))
+    assert tiling_of(stage).nested
+    reds = [op for op in stage.body.walk() if isinstance(op, loop.ReduceOp)]
+    assert all(loop.int_list(r.bounds) == [3, 2898] for r in reds)
+
+
+def run_against_torch(text: str, sms: int, seed: int) -> list[loop.KernelOp]:
+    """Compiles `text` tiled for `sms` SMs (the tilings written, so that the
+    interpreter keeps them) and judges its outputs against torch's."""
+    module = tiled_module(text, sms)
+    kernels = list(loop.kernels(module))
+    (fn,) = functions(irc.parse(text, "t.ir")).values()
+    inputs = random_inputs(fn, seed=seed, device=DEVICE)
+    got = irc.compile(irc.parse(irc.print_module(module), "t.loop.ir"), device=DEVICE).run(
+        "f", inputs
+    )
+    for verdict in judge_outputs(fn, inputs, got):
+        assert verdict.ok, verdict
+    return kernels
+
+
+@pytest.mark.parametrize(
+    ("text", "sms"),
+    [
+        (statistics([3, 5, 2899], [0, 2], "bf16"), 1),
+        (statistics([40, 2, 2898], [0, 2], "bf16"), 64),  # 14 chunks, the last of 1 run
+        (statistics([7, 3, 2, 3001], [0, 2, 3], "f16"), 64),  # runs of H*W = 6002
+        (statistics([3, 3, 45, 67], [0, 2, 3], "bf16"), 1),
+        (one_reduction("reduce_max", [4, 3, 5001], [0, 2], "f16"), 1),  # 3 steps a run
+        (one_reduction("reduce_min", [23, 3, 3001], [0, 2], "bf16"), 16),
+        (one_reduction("reduce_sum", [5, 4, 2, 2100], [0, 1, 3], "bf16"), 1),
+    ],
+)
+def test_nested_runs_match_torch(text: str, sms: int) -> None:
+    kernels = run_against_torch(text, sms, seed=42)
+    assert any(tiling_of(k).nested for k in kernels), [tiling_of(k) for k in kernels]
+
+
+def test_f32_runs_keep_their_flat_index_and_match_torch() -> None:
+    kernels = run_against_torch(statistics([3, 5, 2899], [0, 2], "f32"), 1, seed=7)
+    assert not any(tiling_of(k).nested for k in kernels)
+
+
+def test_a_hand_written_nested_flag_nests_any_reduction() -> None:
+    """`nested = 1` written on a reduction with no runs (its loads read x across)
+    and on a one-dim one: the loops nest over the leading dims (or stay one loop),
+    and the values are torch's."""
+    text = """func @f(%x: memref<6x5x37xf32>, %w: memref<37x6xf32>) -> memref<5xf32> {
+  %y = loop.alloc : memref<5xf32>
+  loop.kernel {name = "k", bounds = [5], block = [1, 16], warps = 1, nested = 1} (%i: index) {
+    %s = loop.reduce {kind = "sum", bounds = [6, 37]} (%n: index, %j: index) {
+      %v = loop.load %x, %n, %i, %j : f32
+      %u = loop.load %w, %j, %n : f32
+      %p = loop.apply %v, %u {fn = "mul"} : f32
+      loop.yield %p
+    } : f32
+    loop.store %s, %y, %i
+  }
+  return %y : memref<5xf32>
+}
+"""
+    module = irc.parse(text, "t.loop.ir")
+    source = triton_source(module)
+    assert re.search(r"for \w+ in range\(0, 6, 1\):", source)
+    x = torch.randn(6, 5, 37, device=DEVICE)
+    w = torch.randn(37, 6, device=DEVICE)
+    got = irc.compile(irc.parse(text, "t.loop.ir"), device=DEVICE).f(x, w)
+    want = torch.einsum("nij,jn->i", x.double(), w.double())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_flag_prints_and_parses_back() -> None:
+    text = irc.print_module(tiled_module(statistics([3, 5, 2899], [0, 2], "bf16"), sms=1))
+    assert "nested = 1" in text
+    again = irc.print_module(irc.parse(text, "t.loop.ir"))
+    assert again == text
+
+
+def test_autotuning_tries_nested_and_flat_tilings() -> None:
+    shape = half_runs(2898)
+    options = candidates(shape)
+    assert options[0] == choose_tiling(shape)
+    nested = [t for t in options if t.nested]
+    assert {t.block[1] for t in nested} == {1024, 2048, 4096}
+    assert any(not t.nested and t.block[0] == 1 for t in options[1:])
