@@ -871,6 +871,7 @@ tiling: 16 warps of 8 was mixed there (logsumexp, us: 4096 x 50,257 bf16 182.6 /
 NESTED_RUN_CHUNKS = (4096, 2048)
 NESTED_RUN_WARPS = 8
 NESTED_RUN_BUSY = 0.8
+NESTED_RUN_ONE_STEP_BUSY = 0.53
 """Reductions over several dims whose loads read half-precision runs of the last
 ones (`KernelShape.run`) that do not start 16 bytes apart, too long to hold in a
 program's rows (a batch norm's over N and H*W of NCHW, H*W = 2898): a flat index
@@ -878,21 +879,24 @@ over the reduced dims, divided back into them, costs a division and a remainder 
 element and loads an element at a time. Looped an index of the leading dims at a
 time, around steps along the run, each load is a run's vector at no division. The
 steps are of the chunk that pads the run least (4096 on a tie), at 8 warps; nested
-where one step holds the run (over 2048 elements: at least half its lanes busy) or
-its steps keep `NESTED_RUN_BUSY` of their lanes busy: a run of several steps whose
-last one is mostly idle pays a step's round trip for it, once a run.
+where one step holds the run with `NESTED_RUN_ONE_STEP_BUSY` of its lanes busy, or
+its steps keep `NESTED_RUN_BUSY` of theirs: a run of several steps whose last one is
+mostly idle pays a step's round trip for it, once a run.
 
 Measured on an H200 (CUDA-graph time of the compiled function, us, the flat index /
 nested, torch.compile in brackets): mean and mean of squares over N and H*W, 55 x
 267 x 2898 bf16 52.1 / 31.8 (40.5), 40 x 300 x 2900 bf16 27.8 / 22.2 (28.3), 32 x
 1024 x 2898 bf16 67.0 / 54.6 (66.6), 43 x 250 x 4020 bf16 44.3 / 26.7 (53.8), 16 x
 128 x 53 x 55 bf16 6.7 / 5.9 (11.6), 30 x 200 x 6001 bf16 47.7 / 27.2 (steps of
-2048; 45.2 in 4096; 42.5), 20 x 300 x 8500 bf16 47.0 / 29.9 (steps of 2048; 40.0), 64
-x 96 x 2100 bf16 8.9 / 8.8 (9.8); a max over them of 100 x 200 x 3001 f16 54.3 /
-36.8 (81.4). Not 72 x 275 x 4449 bf16 (72% busy in steps of 2048): 102.7 / 118.4
-(144.0 in two steps of 4096; 99.2). Not f32, whose elements are half as many a
-byte: 55 x 267 x 2898 53.3 / 65.6, 32 x 256 x 45 x 67 27.8 / 27.8, 8 x 128 x 10,001
-11.1 / 12.1. Nor where the runs start 16 bytes apart, so that Triton proves the flat
+2048; 45.2 in 4096; 42.5), 20 x 300 x 8500 bf16 47.0 / 29.9 (steps of 2048; 40.0), 40
+x 300 x 2250 bf16 (55% busy) 22.6 / 19.9 (23.6); a max over them of 100 x 200 x 3001
+f16 54.3 / 36.8 (81.4). Not 72 x 275 x 4449 bf16 (72% busy in steps of 2048): 102.7 /
+118.4 (144.0 in two steps of 4096; 99.2); nor runs of 2100 (51%): 48 x 384 x 2100
+bf16 26.5 / 33.8 (26.0), 64 x 96 x 2100 8.9 / 8.8 (9.8). Not f32, whose elements
+are half as many a byte: at this tiling 55 x 267 x 2898 53.3 / 65.6, 32 x 256 x 45 x
+67 27.8 / 27.8, 8 x 128 x 10,001 11.1 / 12.1 (steps of 2048 at 8 warps were faster on
+two rows, 46.2 and 24.9 against 53.4 and 30.6 at 55 x 267 x 2898 and 30 x 316 x
+2271, and slower at 32 x 256 x 45 x 67, 29.2: too few rows for a rule). Nor where the runs start 16 bytes apart, so that Triton proves the flat
 index's vectors and its full chunks beat the nested loop's padded ones (kernels
 written by hand, us, flat / nested): 64 x 256 x 3136 bf16 26.7 / 29.6, 64 x 384 x
 1024 bf16 13.4 / 14.8. Steps of 1024 (2 or 4 warps) were slower than these
@@ -908,7 +912,8 @@ def nested_run_tiling(shape: KernelShape) -> Tiling | None:
     if run <= NESTED_RUN_CHUNKS[-1]:
         return None  # (unmeasured: the tiling of short rows holds or packs them)
     chunk = min(NESTED_RUN_CHUNKS, key=lambda c: (-(-run // c) * c, -c))
-    if run > chunk and run < NESTED_RUN_BUSY * -(-run // chunk) * chunk:
+    busy = NESTED_RUN_BUSY if run > chunk else NESTED_RUN_ONE_STEP_BUSY
+    if run < busy * -(-run // chunk) * chunk:
         return None
     return Tiling((1, chunk), NESTED_RUN_WARPS, nested=True)
 
