@@ -25,7 +25,10 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   of 32 warps (16 where every chunk loads 16-byte vectors of half precision), at
   most `rblock` (default 8192) elements (`long_row_tiling`); a row only reduced
   whose loads are no whole rows of a buffer (a batch norm's over N and H*W) has an
-  address an element: 8 elements a thread of 16 warps (`ADDRESSED_ROW_WARPS`).
+  address an element: 8 elements a thread of 16 warps (`ADDRESSED_ROW_WARPS`);
+  where its loads read half-precision runs of its last dims (H*W) not 16 bytes
+  apart, its leading dims are looped an index at a time around steps of the run
+  instead (`nested = 1`, `nested_run_tiling`), so that no lane divides a flat index.
   Rows that are
   only reduced give a thread 128 bytes of their loads (8 to 64 elements,
   `reduced_row_elements`): more programs an SM overlap one another's
