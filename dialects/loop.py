@@ -607,15 +607,19 @@ class KernelOp(IRDLOperation):
                 f"of whole steps of {bk}; from 2 to {-(-k // bk)}"
             )
 
-    def _check_nested(self) -> None:
-        """Nested loops are a reduction's streamed chunks: not unrolled ones."""
+    def _check_reduction_flag(self, flag: str, does: str) -> None:
+        """A flag that `does` something to a reduction's loops, which says their
+        chunk in `block`."""
         if kernel_kind(self) != KernelKind.REDUCTION:
             raise VerifyException(
-                f"loop.kernel: nested = 1 nests a reduction's loops; this is a "
-                f'"{kernel_kind(self)}" kernel'
+                f'loop.kernel: {flag} = 1 {does}; this is a "{kernel_kind(self)}" kernel'
             )
         if self.block is None:
-            raise VerifyException("loop.kernel: nested = 1 needs a block = [X, R]")
+            raise VerifyException(f"loop.kernel: {flag} = 1 needs a block = [X, R]")
+
+    def _check_nested(self) -> None:
+        """Nested loops are a reduction's streamed chunks: not unrolled ones."""
+        self._check_reduction_flag("nested", "nests a reduction's loops")
         if self.unrolled is not None:
             raise VerifyException(
                 "loop.kernel: nested = 1 streams the chunks that unrolled = 1 holds; not both"
@@ -623,13 +627,7 @@ class KernelOp(IRDLOperation):
 
     def _check_unrolled(self) -> None:
         """Unrolled chunks are a reduction's, and few enough to write out."""
-        if kernel_kind(self) != KernelKind.REDUCTION:
-            raise VerifyException(
-                f"loop.kernel: unrolled = 1 unrolls a reduction's chunks; this is a "
-                f'"{kernel_kind(self)}" kernel'
-            )
-        if self.block is None:
-            raise VerifyException("loop.kernel: unrolled = 1 needs a block = [X, R]")
+        self._check_reduction_flag("unrolled", "unrolls a reduction's chunks")
         chunk = int_list(self.block)[1]
         longest = max(
             (
