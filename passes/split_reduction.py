@@ -183,11 +183,12 @@ def _chunk_region(
     bounds: list[int],
     kind: str | None = None,
     run: int = 0,
-) -> None:
+) -> list[int]:
     """Re-indexes a region over `bounds` as chunk `g` of `chunk` flat elements:
-    its argument becomes the offset in the chunk and the old indices are computed.
-    With a `run` (the last dim's length; `chunk` a multiple of it), chunks are whole
-    runs: the region keeps its last index, and its first becomes the run in the chunk.
+    its argument becomes the offset in the chunk and the old indices are computed;
+    returns the region's new bounds. With a `run` (the elements of the last dims,
+    `run_dims`; `chunk` a multiple of it), chunks are whole runs: the region keeps
+    those dims' indices, and its first becomes the run in the chunk.
 
     Where chunks are ragged (the last one runs past the end), indices are clamped
     to the last element, and a reduction (`kind`) yields its identity there; a
@@ -199,10 +200,11 @@ def _chunk_region(
     first = block.first_op
     assert first is not None
     old_args = list(block.args)
+    kept: list[int] = []
     if run:
         k = run_dims(bounds, run)
         assert chunk % run == 0 and k < len(bounds)
-        bounds, chunk, old_args = bounds[:-k], chunk // run, old_args[:-k]
+        bounds, kept, chunk, old_args = bounds[:-k], bounds[-k:], chunk // run, old_args[:-k]
     n = numel(bounds)
     rr = block.insert_arg(INDEX, 0)
     start = _apply(block, "mul", [g, _index_const(block, chunk, first)], first)
@@ -254,6 +256,7 @@ def _chunk_region(
             v = _apply(block, "mod", [v, _index_const(block, size, first)], first)
         old.replace_all_uses_with(v)
         block.erase_arg(old)
+    return [chunk, *kept]
 
 
 def chunked_kernel(
@@ -297,10 +300,8 @@ def chunked_kernel(
             kind = "welford"
         elif isinstance(c, loop.SoftmaxReduceOp):
             kind = "max"  # -inf: a max it does not raise, and exp(-inf - m) = 0 to the sum
-        _chunk_region(c.body.block, gi, chunk, loop.int_list(c.bounds), kind, run)
-        bounds = loop.int_list(c.bounds)
         c.bounds = int_array(
-            [chunk // run, *bounds[len(bounds) - run_dims(bounds, run) :]] if run else [chunk]
+            _chunk_region(c.body.block, gi, chunk, loop.int_list(c.bounds), kind, run)
         )
     stage = loop.KernelOp.create(
         properties={
@@ -702,13 +703,12 @@ def split_kernel(
     parallel = kernel.parallel_bounds()
     levels = _levels(kernel)
     n = numel(loop.int_list(levels[0][0].bounds))
-    run = split_runs(kernel_shape(kernel)) if parallel else 0  # a full one splits flat
+    shape = kernel_shape(kernel)
+    run = split_runs(shape) if parallel else 0  # a full one splits flat
     chunk = run_chunk(n, g, run) if run else chunk_length(n, g, full=not parallel)
     assert -(-n // chunk) == g, "no chunk is empty"
     base = kernel.kernel_name.data
-    once = bool(parallel) and combines_once(
-        kernel_shape(kernel), n, combine_once_bytes, g, partial_bytes(kernel)
-    )
+    once = bool(parallel) and combines_once(shape, n, combine_once_bytes, g, partial_bytes(kernel))
     for depth, level in enumerate(levels):
         keep: list[Operation] = list(level)
         if depth == 0:

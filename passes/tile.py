@@ -169,9 +169,9 @@ class KernelShape:
     each row's bytes: 16 where the rows start 16 bytes apart). 0 otherwise."""
     run: int = 0
     """Reductions over several dims with no epilogue (`reduced_runs`), whose every load
-    that moves with the reduced indices reads along the last of them as its own last
-    index, unit-stride: that dim's length, the run each load reads (a batch norm's
-    H*W). 0 otherwise."""
+    that moves with the reduced indices reads its last dims at the last reduced ones,
+    unit-stride: the elements of those dims, the run each load reads (a batch norm's
+    H*W, one dim or two). 0 otherwise."""
     run_vector_bytes: int = 0
     """With `run`: the widest vector, up to 16 bytes, at which every such load's rows
     start (`vector_bytes` of the rows' bytes)."""
@@ -899,11 +899,12 @@ bf16 26.5 / 33.8 (26.0), 64 x 96 x 2100 8.9 / 8.8 (9.8). Not f32, whose elements
 are half as many a byte: at this tiling 55 x 267 x 2898 53.3 / 65.6, 32 x 256 x 45 x
 67 27.8 / 27.8, 8 x 128 x 10,001 11.1 / 12.1 (steps of 2048 at 8 warps were faster on
 two rows, 46.2 and 24.9 against 53.4 and 30.6 at 55 x 267 x 2898 and 30 x 316 x
-2271, and slower at 32 x 256 x 45 x 67, 29.2: too few rows for a rule). Nor where the runs start 16 bytes apart, so that Triton proves the flat
-index's vectors and its full chunks beat the nested loop's padded ones (kernels
-written by hand, us, flat / nested): 64 x 256 x 3136 bf16 26.7 / 29.6, 64 x 384 x
-1024 bf16 13.4 / 14.8. Steps of 1024 (2 or 4 warps) were slower than these
-everywhere but 64 x 96 x 2100 (8.5)."""
+2271, and slower at 32 x 256 x 45 x 67, 29.2: too few rows for a rule). Nor where
+the runs start 16 bytes apart, so that Triton proves the flat index's vectors and
+its full chunks beat the nested loop's padded ones (kernels written by hand, us,
+flat / nested): 64 x 256 x 3136 bf16 26.7 / 29.6, 64 x 384 x 1024 bf16 13.4 /
+14.8. Steps of 1024 (2 or 4 warps) were slower than these everywhere but 64 x 96 x
+2100 (8.5)."""
 
 
 def nested_run_tiling(shape: KernelShape) -> Tiling | None:

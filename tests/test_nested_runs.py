@@ -208,6 +208,8 @@ def run_against_torch(text: str, sms: int, seed: int) -> list[loop.KernelOp]:
         (one_reduction("reduce_max", [4, 3, 5001], [0, 2], "f16"), 1),  # 3 steps a run
         (one_reduction("reduce_min", [23, 3, 3001], [0, 2], "bf16"), 16),
         (one_reduction("reduce_sum", [5, 4, 2, 2300], [0, 1, 3], "bf16"), 1),
+        (statistics([7, 6, 47, 61], [0, 2, 3], "bf16"), 8),  # a split of runs over H and W
+        (statistics([9, 2, 1, 2300], [0, 2, 3], "bf16"), 4),  # H = 1 inside the run
     ],
 )
 def test_nested_runs_match_torch(text: str, sms: int) -> None:
