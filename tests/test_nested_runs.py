@@ -264,3 +264,26 @@ def test_autotuning_tries_nested_and_flat_tilings() -> None:
     nested = [t for t in options if t.nested]
     assert {t.block[1] for t in nested} == {1024, 2048, 4096}
     assert any(not t.nested and t.block[0] == 1 for t in options[1:])
+
+
+def test_a_nested_loop_past_i32_counts_in_i64() -> None:
+    """3e9 images a channel, written by hand: the loop over them starts at an i64 0,
+    so that Triton counts it in i64 and it stops (an i32 one would wrap)."""
+    text = """func @f(%x: memref<3000000000x2x3001xbf16>) -> memref<2xf32> {
+  %y = loop.alloc : memref<2xf32>
+  loop.kernel {name = "k", bounds = [2], block = [1, 4096], warps = 8, nested = 1} (%i: index) {
+    %s = loop.reduce {kind = "sum", bounds = [3000000000, 3001]} (%n: index, %j: index) {
+      %v = loop.load %x, %n, %i, %j : bf16
+      %w = loop.apply %v {fn = "cast"} : f32
+      loop.yield %w
+    } : f32
+    loop.store %s, %y, %i
+  }
+  return %y : memref<2xf32>
+}
+"""
+    module = irc.parse(text, "t.loop.ir")
+    irc.run_pipeline(module, "loop-to-tile,tile-cse,dce")
+    source = triton_source(module)
+    assert re.search(r"for \w+ in range\(tl\.full\(\[\], 0, tl\.int64\), 3000000000, 1\):", source)
+    assert re.search(r"for \w+ in range\(0, 3001, 4096\):", source)
