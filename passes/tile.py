@@ -26,8 +26,8 @@ shows in the IR and can be overridden by hand. Heuristics, per kernel kind:
   most `rblock` (default 8192) elements (`long_row_tiling`); a row only reduced
   whose loads are no whole rows of a buffer (a batch norm's over N and H*W) has an
   address an element: 8 elements a thread of 16 warps (`ADDRESSED_ROW_WARPS`);
-  where its loads read half-precision runs of its last dims (H*W) not 16 bytes
-  apart, its leading dims are looped an index at a time around steps of the run
+  where its loads read runs of its last dims (H*W) not 16 bytes apart, its
+  leading dims are looped an index at a time around steps of the run
   instead (`nested = 1`, `nested_run_tiling`), so that no lane divides a flat index.
   Rows that are
   only reduced give a thread 128 bytes of their loads (8 to 64 elements,
@@ -175,6 +175,10 @@ class KernelShape:
     run_vector_bytes: int = 0
     """With `run`: the widest vector, up to 16 bytes, at which every such load's rows
     start (`vector_bytes` of the rows' bytes)."""
+    run_contiguous: bool = False
+    """With `run`: every such load reads all the reduced dims as one contiguous span
+    (`x.exp().sum((1, 2))`), so that a flat index over them is an offset, which no
+    lane divides."""
 
 
 def index_args(v: SSAValue) -> set[BlockArgument]:
@@ -305,26 +309,27 @@ def shared_bytes(kernel: loop.KernelOp) -> int:
     return sum(element_bytes(op.buffer.type.element_type) for op in shared)  # type: ignore[attr-defined]
 
 
-def reduced_runs(kernel: loop.KernelOp) -> tuple[int, int]:
-    """(`KernelShape.run`, `KernelShape.run_vector_bytes`) of a reduction kernel:
+def reduced_runs(kernel: loop.KernelOp) -> tuple[int, int, bool]:
+    """(`KernelShape.run`, `KernelShape.run_vector_bytes`, `KernelShape.run_contiguous`)
+    of a reduction kernel:
     its loops are reductions of its body (no epilogue, no Welford or softmax pair)
     over one space of several dims, and every load that moves with their indices
     reads its last dims at the last reduced ones, in order, each whole but the first
     (so contiguous: a batch norm's H and W of NCHW), and no other index reads them.
     The run is those dims' elements, over as many dims as every load allows, short
-    of all of them; else (0, 0)."""
+    of all of them; else (0, 0, False)."""
     reds = [op for op in kernel.body.walk() if isinstance(op, loop.LOOPS)]
     if not reds or any(
         not isinstance(op, loop.ReduceOp) or loop.is_contraction(op) or op.parent_op() is not kernel
         for op in reds
     ):
-        return 0, 0
+        return 0, 0, False
     bounds = loop.int_list(reds[0].bounds)
     if len(bounds) < 2 or any(loop.int_list(op.bounds) != bounds for op in reds):
-        return 0, 0
+        return 0, 0, False
     loads = [load for load, _ in reduced_loads(kernel)]
     vector = VECTOR_BYTES
-    k = len(bounds) - 1
+    k = len(bounds)
     for load in loads:
         red = load.parent_op()
         while not isinstance(red, loop.ReduceOp):
@@ -339,12 +344,14 @@ def reduced_runs(kernel: loop.KernelOp) -> tuple[int, int]:
         ):
             k -= 1
         if not k:
-            return 0, 0
+            return 0, 0, False
+    contiguous = k == len(bounds)
+    k = min(k, len(bounds) - 1)
     for load in loads:
         shape = load.buffer.type.get_shape()  # type: ignore[attr-defined]
         row = numel(shape[len(shape) - k :]) * element_bytes(load.buffer.type.element_type)  # type: ignore[attr-defined]
         vector = min(vector, vector_bytes(row))
-    return numel(bounds[len(bounds) - k :]), vector
+    return numel(bounds[len(bounds) - k :]), vector, contiguous
 
 
 def run_dims(bounds: Sequence[int], run: int) -> int:
@@ -473,7 +480,9 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
             longest = max(spaces, key=numel)
             reads = sum(numel(s) == numel(longest) for s in spaces)
             rows = None if columns else whole_rows(kernel)
-            run, run_vector = (0, 0) if columns or epilogue else reduced_runs(kernel)
+            run, run_vector, contiguous = (
+                (0, 0, False) if columns or epilogue else reduced_runs(kernel)
+            )
             reduced = {
                 e
                 for red in kernel.body.walk()
@@ -485,7 +494,7 @@ def kernel_shape(kernel: loop.KernelOp) -> KernelShape:
                 shared_bytes=shared_bytes(kernel), row_reads=reads,
                 row_granule=row_granule(rows, epilogue), row_vector_bytes=row_vector_bytes(rows),
                 transcendentals=len(heavy_ops(reduced)), loaded_bytes=reduced_bytes(kernel),
-                run=run, run_vector_bytes=run_vector,
+                run=run, run_vector_bytes=run_vector, run_contiguous=contiguous,
             )  # fmt: skip
     assert kind is KernelKind.POINTWISE, "the verifier holds a kernel's kind to its body"
     loaded, widest = streams(kernel)
@@ -871,55 +880,99 @@ tiling: 16 warps of 8 was mixed there (logsumexp, us: 4096 x 50,257 bf16 182.6 /
 175.0, 1024 x 65,536 f32 73.9 / 75.5, 2000 x 75,001 f32 156.3 / 166.0)."""
 
 
+NESTED_SHORT_RUN_CHUNK = 2048
+NESTED_SHORT_RUN_WARPS = 4
+NESTED_RUN_F32_CHUNK = 2048
 NESTED_RUN_CHUNKS = (4096, 2048)
 NESTED_RUN_WARPS = 8
 NESTED_RUN_BUSY = 0.8
 NESTED_RUN_ONE_STEP_BUSY = 0.53
-"""Reductions over several dims whose loads read half-precision runs of the last
-ones (`KernelShape.run`) that do not start 16 bytes apart, too long to hold in a
+"""Reductions over several dims whose loads read runs of the last ones
+(`KernelShape.run`) that do not start 16 bytes apart, too long to hold in a
 program's rows (a batch norm's over N and H*W of NCHW, H*W = 2898): a flat index
 over the reduced dims, divided back into them, costs a division and a remainder an
 element and loads an element at a time. Looped an index of the leading dims at a
-time, around steps along the run, each load is a run's vector at no division. The
-steps are of the chunk that pads the run least (4096 on a tie), at 8 warps; nested
-where one step holds the run with `NESTED_RUN_ONE_STEP_BUSY` of its lanes busy, or
-its steps keep `NESTED_RUN_BUSY` of theirs: a run of several steps whose last one is
-mostly idle pays a step's round trip for it, once a run.
+time, around steps along the run, each load is a run's vector at no division.
+
+The steps, by the run's length and its elements' bytes:
+- a run of up to `NESTED_SHORT_RUN_CHUNK` elements: one step of that, at 4 warps
+  (16 elements a thread), where the run keeps `NESTED_RUN_ONE_STEP_BUSY` of its
+  lanes busy (1086 elements or more);
+- longer half-precision runs: the chunk of `NESTED_RUN_CHUNKS` that pads the run
+  least (4096 on a tie), at 8 warps, where one step holds the run with
+  `NESTED_RUN_ONE_STEP_BUSY` of its lanes busy, or its steps keep `NESTED_RUN_BUSY`
+  of theirs (a run of several steps whose last one is mostly idle pays a step's
+  round trip for it, once a run);
+- longer f32 runs: steps of `NESTED_RUN_F32_CHUNK` (8 KB, the bytes of a bf16 step
+  of 4096) at 8 warps, where they keep `NESTED_RUN_ONE_STEP_BUSY` of their lanes
+  busy: unlike half precision, f32 won at every busy fraction measured (55-98%);
+  not where the loads read all the reduced dims as one span
+  (`KernelShape.run_contiguous`, `x.exp().sum((1, 2))`), whose flat index no lane
+  divides: f32 40 x 500 x 2501 71.1 flat / 86.8 nested (torch.compile 69.6), where
+  bf16 19 x 700 x 3001 was 58.0 / 44.4 (49.1).
 
 Measured on an H200 (CUDA-graph time of the compiled function, us, the flat index /
-nested, torch.compile in brackets): mean and mean of squares over N and H*W, 55 x
-267 x 2898 bf16 52.1 / 31.8 (40.5), 40 x 300 x 2900 bf16 27.8 / 22.2 (28.3), 32 x
-1024 x 2898 bf16 67.0 / 54.6 (66.6), 43 x 250 x 4020 bf16 44.3 / 26.7 (53.8), 16 x
-128 x 53 x 55 bf16 6.7 / 5.9 (11.6), 30 x 200 x 6001 bf16 47.7 / 27.2 (steps of
-2048; 45.2 in 4096; 42.5), 20 x 300 x 8500 bf16 47.0 / 29.9 (steps of 2048; 40.0), 40
-x 300 x 2250 bf16 (55% busy) 22.6 / 19.9 (23.6); a max over them of 100 x 200 x 3001
-f16 54.3 / 36.8 (81.4). Not 72 x 275 x 4449 bf16 (72% busy in steps of 2048): 102.7 /
-118.4 (144.0 in two steps of 4096; 99.2); nor runs of 2100 (51%): 48 x 384 x 2100
-bf16 26.5 / 33.8 (26.0), 64 x 96 x 2100 8.9 / 8.8 (9.8). Not f32, whose elements
-are half as many a byte: at this tiling 55 x 267 x 2898 53.3 / 65.6, 32 x 256 x 45 x
-67 27.8 / 27.8, 8 x 128 x 10,001 11.1 / 12.1 (steps of 2048 at 8 warps were faster on
-two rows, 46.2 and 24.9 against 53.4 and 30.6 at 55 x 267 x 2898 and 30 x 316 x
-2271, and slower at 32 x 256 x 45 x 67, 29.2: too few rows for a rule). Nor where
-the runs start 16 bytes apart, so that Triton proves the flat index's vectors and
-its full chunks beat the nested loop's padded ones (kernels written by hand, us,
-flat / nested): 64 x 256 x 3136 bf16 26.7 / 29.6, 64 x 384 x 1024 bf16 13.4 /
-14.8. Steps of 1024 (2 or 4 warps) were slower than these everywhere but 64 x 96 x
-2100 (8.5)."""
+nested, torch.compile in brackets), mean and mean of squares over N and H*W:
+- half precision, long runs: 55 x 267 x 2898 bf16 52.1 / 31.8 (40.5), 40 x 300 x
+  2900 bf16 27.8 / 22.2 (28.3), 32 x 1024 x 2898 bf16 67.0 / 54.6 (66.6), 43 x 250 x
+  4020 bf16 44.3 / 26.7 (53.8), 16 x 128 x 53 x 55 bf16 6.7 / 5.9 (11.6), 30 x 200 x
+  6001 bf16 47.7 / 27.2 (steps of 2048; 45.2 in 4096; 42.5), 20 x 300 x 8500 bf16 47.0
+  / 29.9 (steps of 2048; 40.0), 40 x 300 x 2250 bf16 (55% busy) 22.6 / 19.9 (23.6); a
+  max over them of 100 x 200 x 3001 f16 54.3 / 36.8 (81.4). Not 72 x 275 x 4449 bf16
+  (72% busy in steps of 2048): 102.8 / 117.7 (143.4 in two steps of 4096; 229.4 in
+  2048 at 4 warps; 99.5), nor 48 x 388 x 4891 (80% busy in 2048): 84.7 / 187.8 (99.3
+  in 4096; 75.6); nor runs of 2100 (51%): 48 x 384 x 2100 bf16 26.5 / 33.8 (26.0), 64
+  x 96 x 2100 8.9 / 8.8 (9.8). Some shapes of these lose two-fold nested, for a reason
+  not found, hence the high threshold.
+- f32, long runs (session 43): 55 x 267 x 2898 52.7 / 45.2 (48.0), 30 x 316 x 2271
+  (55% busy) 30.6 / 25.2 (25.5), 64 x 341 x 3822 91.8 / 78.3 (84.0), 100 x 130 x 3001
+  49.8 / 41.8 (50.0), 40 x 333 x 2777 44.6 / 39.9 (53.9), 24 x 500 x 3333 44.5 / 41.0
+  (46.3), 175 x 45 x 3465 40.4 / 30.8 (49.9), 154 x 47 x 3086 38.7 / 25.8 (32.9), 81
+  x 105 x 2774 41.1 / 27.8 (31.6), 16 x 200 x 6001 22.5 / 22.4 (33.0); slower at 32 x
+  256 x 45 x 67, 27.5 / 29.2 (28.3). Steps of 4096 at 16 warps lost (55 x 267 x 2898
+  53.3 / 65.6).
+- short runs, one step of 2048 at 4 warps (session 43): 85 x 385 x 1147 bf16 45.6 /
+  32.6 (32.7), 31 x 317 x 1554 bf16 17.8 / 11.2 (13.8), 26 x 386 x 1794 bf16 12.3 /
+  10.3 (13.7), 73 x 184 x 1861 bf16 38.7 / 22.4 (53.8), 88 x 83 x 1683 bf16 13.9 / 8.4
+  (24.6), 24 x 682 x 1131 bf16 18.8 / 12.1 (21.6), 53 x 112 x 1133 f32 10.0 / 7.0
+  (15.1); of 25 such rows 20 faster, 38 x 31 x 1259 bf16 4.6 / 5.2 (6.6) and 19 x
+  400 x 1374 bf16 7.0 / 7.5 (9.2) slower, the rest within 4%. A channel one program could hold whole stays one kernel
+  (`split_chunks`): split, the small rows were up to 35% slower. At 8 warps 85 x 385
+  x 1147 was as fast and three others slower; two steps of 1024 at 4 warps within 5%
+  of one step. 179 x 101 x 1764 f32 gained too (42.6 / 37.4) but its runs start 16
+  bytes apart, which this rule leaves flat.
+- runs whose loads read one span (`x.exp().sum((1, 2))`) of 1086-2048: 24 x 700 x
+  1500 bf16 37.8 / 30.2 (28.8), 64 x 333 x 1801 bf16 53.3 / 45.8 (44.8), 16 x 1000 x
+  1999 f32 40.3 / 38.4 (47.0); 8 x 300 x 1147 bf16 5.6 / 7.6 (6.2).
+- not where the runs start 16 bytes apart, so that Triton proves the flat index's
+  vectors and its full chunks beat the nested loop's padded ones (kernels written by
+  hand, us, flat / nested): 64 x 256 x 3136 bf16 26.7 / 29.6, 64 x 384 x 1024 bf16
+  13.4 / 14.8; through irc, f32 64 x 256 x 3136 51.2 / 50.9, 20 x 1000 x 2000 44.1 /
+  44.1. Steps of 1024 at 2 or 4 warps on long bf16 runs were slower everywhere but
+  64 x 96 x 2100 (8.5)."""
 
 
 def nested_run_tiling(shape: KernelShape) -> Tiling | None:
     """Runs of a reduction over several dims looped an index of its leading dims at
     a time (`NESTED_RUN_BUSY` says where and why), or None."""
-    if shape.epilogue or shape.element_bytes > 2 or shape.run_vector_bytes >= VECTOR_BYTES:
+    if shape.epilogue or shape.element_bytes > 4 or shape.run_vector_bytes >= VECTOR_BYTES:
         return None
-    run = shape.run
-    if run <= NESTED_RUN_CHUNKS[-1]:
-        return None  # (unmeasured: the tiling of short rows holds or packs them)
-    chunk = min(NESTED_RUN_CHUNKS, key=lambda c: (-(-run // c) * c, -c))
-    busy = NESTED_RUN_BUSY if run > chunk else NESTED_RUN_ONE_STEP_BUSY
+    run, warps = shape.run, NESTED_RUN_WARPS
+    if not run:
+        return None
+    if run <= NESTED_SHORT_RUN_CHUNK:
+        chunk, warps = NESTED_SHORT_RUN_CHUNK, NESTED_SHORT_RUN_WARPS
+        busy = NESTED_RUN_ONE_STEP_BUSY
+    elif shape.element_bytes > 2:
+        if shape.run_contiguous:
+            return None  # no division to save (`NESTED_RUN_ONE_STEP_BUSY` says more)
+        chunk, busy = NESTED_RUN_F32_CHUNK, NESTED_RUN_ONE_STEP_BUSY
+    else:
+        chunk = min(NESTED_RUN_CHUNKS, key=lambda c: (-(-run // c) * c, -c))
+        busy = NESTED_RUN_BUSY if run > chunk else NESTED_RUN_ONE_STEP_BUSY
     if run < busy * -(-run // chunk) * chunk:
         return None
-    return Tiling((1, chunk), NESTED_RUN_WARPS, nested=True)
+    return Tiling((1, chunk), warps, nested=True)
 
 
 def long_row_tiling(shape: KernelShape, rblock: int = LONG_ROW_CHUNK) -> Tiling:
@@ -957,6 +1010,9 @@ def long_row_tiling(shape: KernelShape, rblock: int = LONG_ROW_CHUNK) -> Tiling:
 SHARED_ROW_ELEMENTS = 8192
 """Rows up to this many elements (padded) share a program, about 4096 elements a
 program; longer rows that fit `persistent-rblock` take a program each."""
+PERSISTENT_ROW_ELEMENTS = 32768
+"""The longest row (padded) a program holds whole in registers by default
+(`persistent-rblock`, `whole_row_tiling` says why)."""
 WHOLE_ROW_THREAD_F32 = 64
 """f32 values of a row a thread holds where one row fills a program (rows of
 16384 or 32768 elements: 8 or 16 warps)."""
@@ -1071,7 +1127,7 @@ def choose_tiling(
     shape: KernelShape,
     block: int = 1024,
     rblock: int = LONG_ROW_CHUNK,
-    persistent_rblock: int = 32768,
+    persistent_rblock: int = PERSISTENT_ROW_ELEMENTS,
     thread_elements: int = 8,
     epilogue_warps: int = 8,
     sms: int = 132,
@@ -1870,7 +1926,7 @@ class TilePass(ModulePass):
 
     block: int = 1024
     rblock: int = LONG_ROW_CHUNK
-    persistent_rblock: int = 32768
+    persistent_rblock: int = PERSISTENT_ROW_ELEMENTS
     unrolled_rblock: int = UNROLLED_ROW_ELEMENTS
     """Most elements of a longer row held in registers as unrolled chunks (where an
     epilogue reads it again: `unrolled_row_tiling`); 0 streams every such row."""

@@ -1,5 +1,5 @@
-"""Reductions over several dims whose loads read half-precision runs of the last
-ones (a batch norm's N and H*W of NCHW): the leading dims looped an index at a time
+"""Reductions over several dims whose loads read runs of the last ones (a batch
+norm's N and H*W of NCHW): the leading dims looped an index at a time
 around chunks of the run (`tile.nested_run_tiling`, loop.kernel's `nested = 1`), and
 a split's chunks made of whole runs, compute what torch does with no division of a
 flat index."""
@@ -95,12 +95,35 @@ def test_half_runs_not_16_bytes_apart_nest_in_the_chunk_that_pads_them_least(
     assert t == Tiling((1, chunk), 8, nested=True), run
 
 
+@pytest.mark.parametrize("run", [2171, 2271, 2898, 3822, 6001, 10001])
+def test_f32_runs_nest_in_steps_of_2048(run: int) -> None:
+    """`NESTED_RUN_F32_CHUNK`: 8 KB steps, at 8 warps, wherever the steps keep 53% of
+    their lanes busy (2271: two steps, 55%)."""
+    t = choose_tiling(half_runs(run, vector=4 if run % 2 else 8, element_bytes=4))
+    assert t == Tiling((1, 2048), 8, nested=True), run
+
+
+@pytest.mark.parametrize(
+    ("run", "element_bytes"), [(1086, 2), (1147, 2), (1554, 2), (2047, 2), (1763, 4), (2046, 4)]
+)
+def test_runs_of_one_step_nest_at_4_warps(run: int, element_bytes: int) -> None:
+    """`NESTED_SHORT_RUN_CHUNK`: a run of 1086 to 2048 elements, of either width, is
+    one step of 2048 at 4 warps (53% of its lanes busy at least)."""
+    row = run * element_bytes
+    shape = half_runs(run, vector=min(16, row & -row), element_bytes=element_bytes)
+    assert choose_tiling(shape) == Tiling((1, 2048), 4, nested=True), run
+
+
 @pytest.mark.parametrize(
     ("why", "shape"),
     [
-        ("f32 runs", half_runs(2898, vector=8, element_bytes=4)),
+        ("f32 runs of two steps about half idle", half_runs(2170, vector=8, element_bytes=4)),
+        ("f32 runs 16 bytes apart", half_runs(3136, vector=16, element_bytes=4)),
+        ("f32 runs of 16 bytes apart, one step", half_runs(1728, vector=16, element_bytes=4)),
+        ("f64 runs", half_runs(2899, vector=8, element_bytes=8)),
         ("runs 16 bytes apart", half_runs(3136, vector=16)),
-        ("a run of 2048 or less", half_runs(2047, vector=2)),
+        ("a step of 2048 about half idle", half_runs(1085, vector=2)),
+        ("f32 steps of 2048 about half idle", half_runs(1085, vector=4, element_bytes=4)),
         ("a step of 4096 about half idle", half_runs(2170, vector=4)),
         ("a run whose steps leave 28% of lanes idle", half_runs(4449, vector=2)),
         ("a run of a step and a sliver", half_runs(4097, vector=2)),
@@ -146,6 +169,55 @@ def test_no_run_where_a_load_reads_the_reduced_dims_across() -> None:
     for kernel in tiled(text, sms=1):
         assert kernel_shape(kernel).run == 0, kernel_shape(kernel)
         assert not tiling_of(kernel).nested
+
+
+def exp_sum_of_rows(dims: list[int], dtype: str) -> str:
+    """`x.exp().sum((1, 2))`: every load reads both reduced dims as one span."""
+    x = ty(dims, dtype)
+    return f"""func @f(%x: {x}) -> {ty(dims[:1], dtype)} {{
+  %e = graph.exp %x : {x}
+  %s = graph.reduce_sum %e {{dims = [1, 2]}} : {ty(dims[:1], dtype)}
+  return %s : {ty(dims[:1], dtype)}
+}}
+"""
+
+
+@pytest.mark.parametrize(("dtype", "nested"), [("f32", False), ("bf16", True)])
+def test_f32_runs_whose_reduced_dims_are_one_span_keep_their_flat_index(
+    dtype: str, nested: bool
+) -> None:
+    """The flat index over n and m of `x.exp().sum((1, 2))` is an offset, with no
+    division for a nested loop to save: f32 keeps it (40 x 500 x 2501 took 86.8 us
+    nested, 71.1 flat); half precision nests (19 x 700 x 3001 bf16 44.4 nested, 58.0
+    flat)."""
+    module = irc.parse(exp_sum_of_rows([40, 500, 2501], dtype), "t.ir")
+    irc.run_pipeline(module, "fuse,decompose,graph-to-loop")
+    (kernel,) = loop.kernels(module)
+    shape = kernel_shape(kernel)
+    assert (shape.run, shape.run_contiguous) == (2501, True)
+    assert bool(nested_run_tiling(shape)) == nested
+
+
+def test_a_batch_norms_runs_are_not_one_span() -> None:
+    module = irc.parse(statistics([55, 267, 2898], [0, 2], "f32"), "t.ir")
+    irc.run_pipeline(module, "fuse,decompose,graph-to-loop")
+    (kernel,) = loop.kernels(module)
+    assert not kernel_shape(kernel).run_contiguous
+
+
+@pytest.mark.parametrize(
+    ("dims", "dtype", "kernels"),
+    [([19, 400, 1374], "bf16", 1), ([24, 160, 1138], "f32", 1), ([85, 385, 1147], "bf16", 2)],
+)
+def test_a_nested_reduction_a_program_could_hold_whole_stays_one_kernel(
+    dims: list[int], dtype: str, kernels: int
+) -> None:
+    """`PERSISTENT_ROW_ELEMENTS`: 19 x 1374 elements a channel fit one program, so
+    they are not split into two kernels (9.2 us split against 7.5 unsplit on an
+    H200); 85 x 1147 do not, and split."""
+    tiled_kernels = tiled(statistics(dims, [0, 2], dtype), sms=132)
+    assert len(tiled_kernels) == kernels
+    assert tiling_of(tiled_kernels[0]) == Tiling((1, 2048), 4, nested=True)
 
 
 def split_stage(kernels: list[loop.KernelOp]) -> loop.KernelOp:
@@ -210,6 +282,8 @@ def run_against_torch(text: str, sms: int, seed: int) -> list[loop.KernelOp]:
         (one_reduction("reduce_sum", [5, 4, 2, 2300], [0, 1, 3], "bf16"), 1),
         (statistics([7, 6, 47, 61], [0, 2, 3], "bf16"), 8),  # a split of runs over H and W
         (statistics([9, 2, 1, 2300], [0, 2, 3], "bf16"), 4),  # H = 1 inside the run
+        (statistics([12, 3, 1147], [0, 2], "bf16"), 4),  # one step of 2048 a run
+        (one_reduction("reduce_sum", [6, 2, 1555], [0, 2], "f32"), 1),
     ],
 )
 def test_nested_runs_match_torch(text: str, sms: int) -> None:
@@ -217,9 +291,17 @@ def test_nested_runs_match_torch(text: str, sms: int) -> None:
     assert any(tiling_of(k).nested for k in kernels), [tiling_of(k) for k in kernels]
 
 
-def test_f32_runs_keep_their_flat_index_and_match_torch() -> None:
-    kernels = run_against_torch(statistics([3, 5, 2899], [0, 2], "f32"), 1, seed=7)
-    assert not any(tiling_of(k).nested for k in kernels)
+@pytest.mark.parametrize(
+    ("text", "sms"),
+    [
+        (statistics([3, 5, 2899], [0, 2], "f32"), 1),
+        (statistics([9, 3, 2271], [0, 2], "f32"), 16),  # two steps, the second 11% busy
+        (one_reduction("reduce_max", [5, 2, 47, 61], [0, 2, 3], "f32"), 4),
+    ],
+)
+def test_f32_runs_nest_and_match_torch(text: str, sms: int) -> None:
+    kernels = run_against_torch(text, sms, seed=7)
+    assert any(tiling_of(k) == Tiling((1, 2048), 8, nested=True) for k in kernels)
 
 
 def test_a_hand_written_nested_flag_nests_any_reduction() -> None:
