@@ -283,6 +283,9 @@ def run_against_torch(text: str, sms: int, seed: int) -> list[loop.KernelOp]:
         (statistics([7, 6, 47, 61], [0, 2, 3], "bf16"), 8),  # a split of runs over H and W
         (statistics([9, 2, 1, 2300], [0, 2, 3], "bf16"), 4),  # H = 1 inside the run
         (statistics([12, 3, 1147], [0, 2], "bf16"), 4),  # one step of 2048 a run
+        (statistics([13, 5, 1087], [0, 2], "f16"), 8),  # just above half a step busy
+        (statistics([29, 2, 1300], [0, 2], "bf16"), 64),  # a ragged split of short runs
+        (statistics([1, 3, 40001], [0, 2], "f32"), 4),  # one image, 20 steps of 2048
         (one_reduction("reduce_sum", [6, 2, 1555], [0, 2], "f32"), 1),
     ],
 )
