@@ -310,9 +310,8 @@ def shared_bytes(kernel: loop.KernelOp) -> int:
 
 
 def reduced_runs(kernel: loop.KernelOp) -> tuple[int, int, bool]:
-    """(`KernelShape.run`, `KernelShape.run_vector_bytes`, `KernelShape.run_contiguous`)
-    of a reduction kernel:
-    its loops are reductions of its body (no epilogue, no Welford or softmax pair)
+    """`KernelShape`'s `run`, `run_vector_bytes` and `run_contiguous` of a reduction
+    kernel: its loops are reductions of its body (no epilogue, no Welford or softmax pair)
     over one space of several dims, and every load that moves with their indices
     reads its last dims at the last reduced ones, in order, each whole but the first
     (so contiguous: a batch norm's H and W of NCHW), and no other index reads them.
@@ -936,11 +935,11 @@ nested, torch.compile in brackets), mean and mean of squares over N and H*W:
   10.3 (13.7), 73 x 184 x 1861 bf16 38.7 / 22.4 (53.8), 88 x 83 x 1683 bf16 13.9 / 8.4
   (24.6), 24 x 682 x 1131 bf16 18.8 / 12.1 (21.6), 53 x 112 x 1133 f32 10.0 / 7.0
   (15.1); of 25 such rows 20 faster, 38 x 31 x 1259 bf16 4.6 / 5.2 (6.6) and 19 x
-  400 x 1374 bf16 7.0 / 7.5 (9.2) slower, the rest within 4%. A channel one program could hold whole stays one kernel
-  (`split_chunks`): split, the small rows were up to 35% slower. At 8 warps 85 x 385
-  x 1147 was as fast and three others slower; two steps of 1024 at 4 warps within 5%
-  of one step. 179 x 101 x 1764 f32 gained too (42.6 / 37.4) but its runs start 16
-  bytes apart, which this rule leaves flat.
+  400 x 1374 bf16 7.0 / 7.5 (9.2) slower, the rest within 4%. A channel one program
+  could hold whole stays one kernel (`split_chunks`): split, the small rows were up
+  to 35% slower. At 8 warps 85 x 385 x 1147 was as fast and three others slower; two
+  steps of 1024 at 4 warps within 5% of one step. 179 x 101 x 1764 f32 gained too
+  (42.6 / 37.4), but its runs start 16 bytes apart, which this rule leaves flat.
 - runs whose loads read one span (`x.exp().sum((1, 2))`) of 1086-2048: 24 x 700 x
   1500 bf16 37.8 / 30.2 (28.8), 64 x 333 x 1801 bf16 53.3 / 45.8 (44.8), 16 x 1000 x
   1999 f32 40.3 / 38.4 (47.0); 8 x 300 x 1147 bf16 5.6 / 7.6 (6.2).
@@ -954,21 +953,21 @@ nested, torch.compile in brackets), mean and mean of squares over N and H*W:
 
 def nested_run_tiling(shape: KernelShape) -> Tiling | None:
     """Runs of a reduction over several dims looped an index of its leading dims at
-    a time (`NESTED_RUN_BUSY` says where and why), or None."""
+    a time (`NESTED_RUN_ONE_STEP_BUSY` says where and why), or None."""
     if shape.epilogue or shape.element_bytes > 4 or shape.run_vector_bytes >= VECTOR_BYTES:
         return None
-    run, warps = shape.run, NESTED_RUN_WARPS
+    run, busy = shape.run, NESTED_RUN_ONE_STEP_BUSY
     if not run:
         return None
     if run <= NESTED_SHORT_RUN_CHUNK:
         chunk, warps = NESTED_SHORT_RUN_CHUNK, NESTED_SHORT_RUN_WARPS
-        busy = NESTED_RUN_ONE_STEP_BUSY
     elif shape.element_bytes > 2:
         if shape.run_contiguous:
-            return None  # no division to save (`NESTED_RUN_ONE_STEP_BUSY` says more)
-        chunk, busy = NESTED_RUN_F32_CHUNK, NESTED_RUN_ONE_STEP_BUSY
+            return None  # no division to save
+        chunk, warps = NESTED_RUN_F32_CHUNK, NESTED_RUN_WARPS
     else:
         chunk = min(NESTED_RUN_CHUNKS, key=lambda c: (-(-run // c) * c, -c))
+        warps = NESTED_RUN_WARPS
         busy = NESTED_RUN_BUSY if run > chunk else NESTED_RUN_ONE_STEP_BUSY
     if run < busy * -(-run // chunk) * chunk:
         return None

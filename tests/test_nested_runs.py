@@ -74,7 +74,7 @@ def tiled(text: str, sms: int) -> list[loop.KernelOp]:
     return list(loop.kernels(tiled_module(text, sms)))
 
 
-def half_runs(run: int, vector: int = 4, element_bytes: int = 2) -> KernelShape:
+def run_shape(run: int, vector: int = 4, element_bytes: int = 2) -> KernelShape:
     return KernelShape(
         KernelKind.REDUCTION, (267,), (55, run), element_bytes=element_bytes,
         run=run, run_vector_bytes=vector,
@@ -91,7 +91,7 @@ def test_half_runs_not_16_bytes_apart_nest_in_the_chunk_that_pads_them_least(
     """`NESTED_RUN_BUSY`: one step of 4096 holds a run of 2171 to 4096 (53% busy at
     least); longer runs take the chunk that pads them least (2048: 6144 for 6001, not
     8192) where 80% of its lanes are busy, at 8 warps."""
-    t = choose_tiling(half_runs(run, vector=2 if run % 2 else 4))
+    t = choose_tiling(run_shape(run, vector=2 if run % 2 else 4))
     assert t == Tiling((1, chunk), 8, nested=True), run
 
 
@@ -99,7 +99,7 @@ def test_half_runs_not_16_bytes_apart_nest_in_the_chunk_that_pads_them_least(
 def test_f32_runs_nest_in_steps_of_2048(run: int) -> None:
     """`NESTED_RUN_F32_CHUNK`: 8 KB steps, at 8 warps, wherever the steps keep 53% of
     their lanes busy (2271: two steps, 55%)."""
-    t = choose_tiling(half_runs(run, vector=4 if run % 2 else 8, element_bytes=4))
+    t = choose_tiling(run_shape(run, vector=4 if run % 2 else 8, element_bytes=4))
     assert t == Tiling((1, 2048), 8, nested=True), run
 
 
@@ -110,25 +110,25 @@ def test_runs_of_one_step_nest_at_4_warps(run: int, element_bytes: int) -> None:
     """`NESTED_SHORT_RUN_CHUNK`: a run of 1086 to 2048 elements, of either width, is
     one step of 2048 at 4 warps (53% of its lanes busy at least)."""
     row = run * element_bytes
-    shape = half_runs(run, vector=min(16, row & -row), element_bytes=element_bytes)
+    shape = run_shape(run, vector=min(16, row & -row), element_bytes=element_bytes)
     assert choose_tiling(shape) == Tiling((1, 2048), 4, nested=True), run
 
 
 @pytest.mark.parametrize(
     ("why", "shape"),
     [
-        ("f32 runs of two steps about half idle", half_runs(2170, vector=8, element_bytes=4)),
-        ("f32 runs 16 bytes apart", half_runs(3136, vector=16, element_bytes=4)),
-        ("f32 runs of 16 bytes apart, one step", half_runs(1728, vector=16, element_bytes=4)),
-        ("f64 runs", half_runs(2899, vector=8, element_bytes=8)),
-        ("runs 16 bytes apart", half_runs(3136, vector=16)),
-        ("a step of 2048 about half idle", half_runs(1085, vector=2)),
-        ("f32 steps of 2048 about half idle", half_runs(1085, vector=4, element_bytes=4)),
-        ("a step of 4096 about half idle", half_runs(2170, vector=4)),
-        ("a run whose steps leave 28% of lanes idle", half_runs(4449, vector=2)),
-        ("a run of a step and a sliver", half_runs(4097, vector=2)),
-        ("an epilogue", replace(half_runs(2898), epilogue=True)),
-        ("no runs", replace(half_runs(2898), run=0, run_vector_bytes=0)),
+        ("f32 runs of two steps about half idle", run_shape(2170, vector=8, element_bytes=4)),
+        ("f32 runs 16 bytes apart", run_shape(3136, vector=16, element_bytes=4)),
+        ("f32 runs of 16 bytes apart, one step", run_shape(1728, vector=16, element_bytes=4)),
+        ("f64 runs", run_shape(2899, vector=8, element_bytes=8)),
+        ("runs 16 bytes apart", run_shape(3136, vector=16)),
+        ("a step of 2048 about half idle", run_shape(1085, vector=2)),
+        ("f32 steps of 2048 about half idle", run_shape(1085, vector=4, element_bytes=4)),
+        ("a step of 4096 about half idle", run_shape(2170, vector=4)),
+        ("a run whose steps leave 28% of lanes idle", run_shape(4449, vector=2)),
+        ("a run of a step and a sliver", run_shape(4097, vector=2)),
+        ("an epilogue", replace(run_shape(2898), epilogue=True)),
+        ("no runs", replace(run_shape(2898), run=0, run_vector_bytes=0)),
     ],
 )
 def test_other_reductions_keep_a_flat_index(why: str, shape: KernelShape) -> None:
@@ -343,7 +343,7 @@ def test_the_flag_prints_and_parses_back() -> None:
 
 
 def test_autotuning_tries_nested_and_flat_tilings() -> None:
-    shape = half_runs(2898)
+    shape = run_shape(2898)
     options = candidates(shape)
     assert options[0] == choose_tiling(shape)
     nested = [t for t in options if t.nested]
