@@ -286,6 +286,8 @@ def run_against_torch(text: str, sms: int, seed: int) -> list[loop.KernelOp]:
         (statistics([13, 5, 1087], [0, 2], "f16"), 8),  # just above half a step busy
         (statistics([29, 2, 1300], [0, 2], "bf16"), 64),  # a ragged split of short runs
         (statistics([1, 3, 40001], [0, 2], "f32"), 4),  # one image, 20 steps of 2048
+        (statistics([9, 4, 37, 41], [0, 2, 3], "f16"), 1),  # a short run over H and W
+        (one_reduction("reduce_min", [11, 3, 7, 1601], [0, 3], "f32"), 8),  # runs of W, H kept
         (one_reduction("reduce_sum", [6, 2, 1555], [0, 2], "f32"), 1),
     ],
 )
