@@ -27,9 +27,9 @@ from xdsl.dialects.builtin import FloatAttr, ModuleOp, f64
 from xdsl.ir import Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irc.analysis.reduction_groups import same_value
 from irc.dialects import loop
 from irc.ir.types import ELEMENT_TYPES, F32, numel
-from irc.passes.online_softmax import same_value
 
 ELEMENTS = (F32, ELEMENT_TYPES["f64"])
 """Where the rewrite applies (the module docstring says why not half types)."""

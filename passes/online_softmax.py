@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, Region, SSAValue
+from xdsl.ir import Region
 from xdsl.passes import ModulePass
 
+from irc.analysis.reduction_groups import same_value
 from irc.dialects import loop
 from irc.ir.types import ELEMENT_TYPES, F32, numel
 from irc.passes.tile import kernel_shape, tiling_of
@@ -65,25 +66,6 @@ def softmax_partner(rmax: loop.ReduceOp) -> loop.ReduceOp | None:
         if m is rmax.result and same_value(x, x_max, args):
             return other
     return None
-
-
-def same_value(x: SSAValue, y: SSAValue, args: dict[SSAValue, SSAValue]) -> bool:
-    """Whether two loop values compute the same thing (`args` pairs loop indices)."""
-    if x is y or args.get(x) is y:
-        return True
-    ox, oy = x.owner, y.owner
-    if not (isinstance(ox, Operation) and isinstance(oy, Operation)):
-        return False
-    if (
-        ox.name != oy.name
-        or ox.regions
-        or oy.regions
-        or dict(ox.properties) != dict(oy.properties)
-        or [r.type for r in ox.results] != [r.type for r in oy.results]
-        or len(ox.operands) != len(oy.operands)
-    ):
-        return False
-    return all(same_value(a, b, args) for a, b in zip(ox.operands, oy.operands, strict=True))
 
 
 def fuse_pair(rmax: loop.ReduceOp, rsum: loop.ReduceOp) -> loop.SoftmaxReduceOp:

@@ -2,7 +2,9 @@
 (`irc.analysis.reduction_groups`): batch-norm statistics of an NCHW tensor (the mean
 and the mean of squares of each channel) read every element once, not once a
 statistic. A reduction that reads another, or a buffer the kernel stores, keeps its
-own loop. Results are checked against torch in Triton's interpreter."""
+own loop. Loads of one element in one group's bodies are one read (`read_once`), which
+loop-to-tile streams (evict_first). Results are checked against torch in Triton's
+interpreter."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import torch
 from torch.testing import assert_close
 
 import irc
-from irc.analysis.reduction_groups import reduction_groups
+from irc.analysis.reduction_groups import read_once, reduction_groups, same_value
 from irc.dialects import loop, tile
 from irc.passes.tile import Tiling, kernel_shape, set_tiling
 from irc.pipeline import LOWERING
@@ -149,3 +151,103 @@ def test_a_member_that_nests_a_reduction_leaves_the_group_its_indices() -> None:
     got = compile_variant(module, "small-tiles", DEVICE).run("f", inputs)  # type: ignore[attr-defined]
     for verdict in judge_outputs(fn, inputs, got):
         assert verdict.ok, verdict
+
+
+def _loads(kernel: loop.KernelOp) -> list[loop.LoadOp]:
+    """The kernel's loads of the buffer it loads first."""
+    loads = [op for op in kernel.body.walk() if isinstance(op, loop.LoadOp)]
+    return [op for op in loads if op.buffer is loads[0].buffer]
+
+
+def test_statistics_load_x_once() -> None:
+    """Three bodies load x at one element: one read, which tile-cse makes one load."""
+    (kernel,) = _loop_kernels(STATISTICS)
+    loads = _loads(kernel)
+    assert len(loads) == 3
+    assert read_once(loads, kernel)
+
+
+def test_loads_of_dependent_passes_are_read_again() -> None:
+    """The centred sum waits for the mean: a second pass over x, read again."""
+    (kernel,) = _loop_kernels(CENTERED)
+    loads = _loads(kernel)
+    assert len(loads) == 3
+    assert not read_once(loads, kernel)
+
+
+def _two_reductions(index: str) -> loop.KernelOp:
+    """A sum of x[i, j] and a max of x[i, k], k = `index` in the max's index j2."""
+    text = f"""func @f(%x: memref<8x64xf32>) -> (memref<8xf32>, memref<8xf32>) {{
+  %0 = loop.alloc : memref<8xf32>
+  %1 = loop.alloc : memref<8xf32>
+  loop.kernel {{name = "red_0", bounds = [8]}} (%i: index) {{
+    %a = loop.reduce {{kind = "sum", bounds = [64]}} (%j: index) {{
+      %v = loop.load %x, %i, %j : f32
+      loop.yield %v
+    }} : f32
+    %b = loop.reduce {{kind = "max", bounds = [64]}} (%j2: index) {{
+      %c = loop.constant {{value = 63}} : index
+      %k = {index}
+      %u = loop.load %x, %i, %k : f32
+      loop.yield %u
+    }} : f32
+    loop.store %a, %0, %i
+    loop.store %b, %1, %i
+  }}
+  return %0, %1 : memref<8xf32>, memref<8xf32>
+}}
+"""
+    module = irc.parse(text, "<test>")
+    (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    assert len(reduction_groups(kernel)) == 1
+    return kernel
+
+
+def test_loads_of_one_group_read_once_only_at_one_element() -> None:
+    """x[i, min(j2, 63)] is x[i, j] once the bodies' indices pair up; x[i, 63 - j2]
+    is another element (one the other body reads in another iteration)."""
+    kernel = _two_reductions('loop.apply %j2, %c {fn = "minimum"} : index')
+    assert not read_once(_loads(kernel), kernel)  # min(j2, 63) is j2 only by its bounds
+    kernel = _two_reductions('loop.apply %c, %j2 {fn = "sub"} : index')
+    assert not read_once(_loads(kernel), kernel)
+    kernel = _two_reductions("loop.constant {value = 63} : index")
+    assert not read_once(_loads(kernel), kernel)
+
+
+def _chain(name: str, start: str, step: str, n: int) -> list[str]:
+    return [
+        f"    %{name}{k + 1} = loop.apply %{name if k else start}{k if k else ''}, %{step} "
+        '{fn = "add"} : index'
+        for k in range(n)
+    ]
+
+
+def test_same_value_follows_long_chains_without_recursing() -> None:
+    """Two index chains of 5000 ops (a hand-written kernel may carry one) compare
+    equal where they add the same constants to the same index, and not where one
+    step differs; a recursive comparison ran out of stack."""
+    n = 5000
+    text = "\n".join(
+        [
+            "func @f(%x: memref<8xf32>) -> memref<8xf32> {",
+            "  %0 = loop.alloc : memref<8xf32>",
+            '  loop.kernel {name = "k_0", bounds = [8]} (%i: index) {',
+            "    %c = loop.constant {value = 0} : index",
+            "    %d = loop.constant {value = 0} : index",
+            "    %e = loop.constant {value = 1} : index",
+            *_chain("a", "i", "c", n),
+            *_chain("b", "i", "d", n),
+            *_chain("z", "i", "e", n),
+            "    %v = loop.load %x, %i : f32",
+            "    loop.store %v, %0, %i",
+            "  }",
+            "  return %0 : memref<8xf32>",
+            "}",
+        ]
+    )
+    module = irc.parse(text, "<test>")
+    (kernel,) = [op for op in module.walk() if isinstance(op, loop.KernelOp)]
+    values = {r.name_hint: r for op in kernel.body.walk() for r in op.results}
+    assert same_value(values[f"a{n}"], values[f"b{n}"], {})
+    assert not same_value(values[f"a{n}"], values[f"z{n}"], {})
+    assert not same_value(values[f"a{n}"], values[f"b{n - 1}"], {})

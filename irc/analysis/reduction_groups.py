@@ -5,7 +5,8 @@ Two reductions over the same space whose values do not depend on each other
 max) read the same elements: one loop with an accumulator each reads them once,
 a loop each reads them twice (a looped row from memory both times). The tile
 pass counts a kernel's passes over its rows by these groups (`row_reads`) and
-loop-to-tile lowers each group as one loop; both read them here.
+loop-to-tile lowers each group as one loop; both read them here. Loads of one
+element in a group's bodies are one read (`read_once`): tile-cse shares them.
 """
 
 from __future__ import annotations
@@ -69,3 +70,49 @@ def reduction_groups(kernel: loop.KernelOp) -> list[list[loop.ReduceOp]]:
         else:
             groups.append([op])
     return groups
+
+
+def same_value(x: SSAValue, y: SSAValue, args: dict[SSAValue, SSAValue]) -> bool:
+    """Whether two loop values compute the same thing (`args` pairs loop indices)."""
+    pairs, seen = [(x, y)], set[tuple[SSAValue, SSAValue]]()
+    while pairs:  # not recursive: an index chain may be thousands of ops long
+        a, b = pairs.pop()
+        if a is b or args.get(a) is b or (a, b) in seen:
+            continue
+        seen.add((a, b))
+        oa, ob = a.owner, b.owner
+        if not (isinstance(oa, Operation) and isinstance(ob, Operation)):
+            return False
+        if (
+            oa.name != ob.name
+            or oa.regions
+            or ob.regions
+            or dict(oa.properties) != dict(ob.properties)
+            or [r.type for r in oa.results] != [r.type for r in ob.results]
+            or len(oa.operands) != len(ob.operands)
+        ):
+            return False
+        pairs.extend(zip(oa.operands, ob.operands, strict=True))
+    return True
+
+
+def read_once(loads: list[loop.LoadOp], kernel: loop.KernelOp) -> bool:
+    """Whether `loads` (of one buffer) read each element once: there is one, or all
+    read the same element in the bodies of one group's reductions, which one loop
+    computes and whose loads tile-cse shares (batch-norm statistics load x twice)."""
+    if len(loads) == 1:
+        return True
+    group_of = {op: id(group) for group in reduction_groups(kernel) for op in group}
+    first = loads[0]
+    home = first.parent_op()
+    for other in loads[1:]:
+        there = other.parent_op()
+        if not (isinstance(home, loop.ReduceOp) and isinstance(there, loop.ReduceOp)):
+            return False
+        if home not in group_of or group_of.get(there) != group_of[home]:
+            return False
+        args = dict(zip(there.body.block.args, home.body.block.args, strict=True))
+        indices = zip(other.indices, first.indices, strict=True)
+        if not all(same_value(a, b, args) for a, b in indices):
+            return False
+    return True
