@@ -882,9 +882,10 @@ tiling: 16 warps of 8 was mixed there (logsumexp, us: 4096 x 50,257 bf16 182.6 /
 NESTED_SHORT_RUN_CHUNK = 2048
 NESTED_SHORT_RUN_WARPS = 4
 NESTED_RUN_F32_CHUNK = 2048
-NESTED_RUN_CHUNKS = (4096, 2048)
+NESTED_RUN_CHUNK = 4096
 NESTED_RUN_WARPS = 8
-NESTED_RUN_BUSY = 0.8
+NESTED_LONG_RUN_CHUNK = 2048
+NESTED_LONG_RUN_WARPS = 16
 NESTED_RUN_ONE_STEP_BUSY = 0.53
 """Reductions over several dims whose loads read runs of the last ones
 (`KernelShape.run`) that do not start 16 bytes apart, too long to hold in a
@@ -897,11 +898,12 @@ The steps, by the run's length and its elements' bytes:
 - a run of up to `NESTED_SHORT_RUN_CHUNK` elements: one step of that, at 4 warps
   (16 elements a thread), where the run keeps `NESTED_RUN_ONE_STEP_BUSY` of its
   lanes busy (1086 elements or more);
-- longer half-precision runs: the chunk of `NESTED_RUN_CHUNKS` that pads the run
-  least (4096 on a tie), at 8 warps, where one step holds the run with
-  `NESTED_RUN_ONE_STEP_BUSY` of its lanes busy, or its steps keep `NESTED_RUN_BUSY`
-  of theirs (a run of several steps whose last one is mostly idle pays a step's
-  round trip for it, once a run);
+- half-precision runs of up to `NESTED_RUN_CHUNK` (4096): one step of that, at 8
+  warps, where the run keeps `NESTED_RUN_ONE_STEP_BUSY` of its lanes busy;
+- longer half-precision runs: steps of `NESTED_LONG_RUN_CHUNK` (2048) at 16 warps,
+  4 elements a thread (their steps keep two thirds of their lanes busy at least).
+  At 8 warps, steps of 2048 or 4096 were fast on some rows and two- to three-fold
+  slower on others (the rows below), where 16 warps were fast on every row;
 - longer f32 runs: steps of `NESTED_RUN_F32_CHUNK` (8 KB, the bytes of a bf16 step
   of 4096) at 8 warps, where they keep `NESTED_RUN_ONE_STEP_BUSY` of their lanes
   busy: unlike half precision, f32 won at every busy fraction measured (55-98%);
@@ -912,17 +914,23 @@ The steps, by the run's length and its elements' bytes:
 
 Measured on an H200 (CUDA-graph time of the compiled function, us, the flat index /
 nested, torch.compile in brackets), mean and mean of squares over N and H*W:
-- half precision, long runs: 55 x 267 x 2898 bf16 52.1 / 31.8 (40.5), 40 x 300 x
-  2900 bf16 27.8 / 22.2 (28.3), 32 x 1024 x 2898 bf16 67.0 / 54.6 (66.6), 43 x 250 x
-  4020 bf16 44.3 / 26.7 (53.8), 16 x 128 x 53 x 55 bf16 6.7 / 5.9 (11.6), 30 x 200 x
-  6001 bf16 47.7 / 27.2 (steps of 2048; 45.2 in 4096; 42.5), 20 x 300 x 8500 bf16 47.0
-  / 29.9 (steps of 2048; 40.0), 40 x 300 x 2250 bf16 (55% busy) 22.6 / 19.9 (23.6); a
-  max over them of 100 x 200 x 3001 f16 54.3 / 36.8 (81.4). Not 72 x 275 x 4449 bf16
-  (72% busy in steps of 2048): 102.8 / 117.7 (143.4 in two steps of 4096; 229.4 in
-  2048 at 4 warps; 99.5), nor 48 x 388 x 4891 (80% busy in 2048): 84.7 / 187.8 (99.3
-  in 4096; 75.6); nor runs of 2100 (51%): 48 x 384 x 2100 bf16 26.5 / 33.8 (26.0), 64
-  x 96 x 2100 8.9 / 8.8 (9.8). Some shapes of these lose two-fold nested, for a reason
-  not found, hence the high threshold.
+- half precision, long runs (session 42, 8 warps): 55 x 267 x 2898 bf16 52.1 / 31.8
+  (40.5), 40 x 300 x 2900 bf16 27.8 / 22.2 (28.3), 32 x 1024 x 2898 bf16 67.0 / 54.6
+  (66.6), 43 x 250 x 4020 bf16 44.3 / 26.7 (53.8), 16 x 128 x 53 x 55 bf16 6.7 / 5.9
+  (11.6), 30 x 200 x 6001 bf16 47.7 / 27.2 (steps of 2048; 45.2 in 4096; 42.5), 20 x
+  300 x 8500 bf16 47.0 / 29.9 (steps of 2048; 40.0), 40 x 300 x 2250 bf16 (55% busy)
+  22.6 / 19.9 (23.6); a max over them of 100 x 200 x 3001 f16 54.3 / 36.8 (81.4). Not runs of 2100 (51%):
+  48 x 384 x 2100 bf16 26.5 / 33.8 (26.0), 64 x 96 x 2100 8.9 / 8.8 (9.8).
+- half precision, runs longer than 4096 (session 44; before: steps of 2048 or 4096
+  at 8 warps where 80% busy, else flat / steps of 2048 at 16 warps): 72 x 275 x 4449
+  bf16 101.9 / 64.5 (100.5; at 8 warps 117.7), 48 x 388 x 4891 bf16 83.9 / 55.7
+  (77.4; at 8 warps 187.8), 40 x 500 x 4999 bf16 (2048 at 8 warps before) 160.8 /
+  61.1 (96.5), 300 x 64 x 4700 f16 79.3 / 50.0 (73.8), 200 x 32 x 4401 bf16 42.7 /
+  20.2 (34.4), 20 x 256 x 8001 bf16 (4096 at 8 warps before) 42.7 / 29.5 (54.8), 64
+  x 128 x 70 x 70 bf16 30.0 / 22.7 (46.1); as fast: 30 x 200 x 6001, 16 x 512 x 9000,
+  8 x 128 x 20000 bf16, 6 x 96 x 40000 f16; slower: 20 x 300 x 8500 bf16 (2048 at 8
+  warps before) 29.4 / 35.2 (41.7). Steps of 4096 at 16 warps, or of 1024 at 8, lost
+  up to three-fold on some of these rows.
 - f32, long runs (session 43): 55 x 267 x 2898 52.7 / 45.2 (48.0), 30 x 316 x 2271
   (55% busy) 30.6 / 25.2 (25.5), 64 x 341 x 3822 91.8 / 78.3 (84.0), 100 x 130 x 3001
   49.8 / 41.8 (50.0), 40 x 333 x 2777 44.6 / 39.9 (53.9), 24 x 500 x 3333 44.5 / 41.0
@@ -965,10 +973,10 @@ def nested_run_tiling(shape: KernelShape) -> Tiling | None:
         if shape.run_contiguous:
             return None  # no division to save
         chunk, warps = NESTED_RUN_F32_CHUNK, NESTED_RUN_WARPS
+    elif run <= NESTED_RUN_CHUNK:
+        chunk, warps = NESTED_RUN_CHUNK, NESTED_RUN_WARPS
     else:
-        chunk = min(NESTED_RUN_CHUNKS, key=lambda c: (-(-run // c) * c, -c))
-        warps = NESTED_RUN_WARPS
-        busy = NESTED_RUN_BUSY if run > chunk else NESTED_RUN_ONE_STEP_BUSY
+        chunk, warps = NESTED_LONG_RUN_CHUNK, NESTED_LONG_RUN_WARPS
     if run < busy * -(-run // chunk) * chunk:
         return None
     return Tiling((1, chunk), warps, nested=True)

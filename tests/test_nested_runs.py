@@ -82,17 +82,27 @@ def run_shape(run: int, vector: int = 4, element_bytes: int = 2) -> KernelShape:
 
 
 @pytest.mark.parametrize(
-    ("run", "chunk"),
-    [(2171, 4096), (2898, 4096), (4020, 4096), (6001, 2048), (8500, 2048), (10001, 2048)],
+    ("run", "chunk", "warps"),
+    [
+        (2171, 4096, 8),
+        (2898, 4096, 8),
+        (4020, 4096, 8),
+        (4097, 2048, 16),
+        (4449, 2048, 16),
+        (4891, 2048, 16),
+        (6001, 2048, 16),
+        (8001, 2048, 16),
+        (10001, 2048, 16),
+    ],
 )
-def test_half_runs_not_16_bytes_apart_nest_in_the_chunk_that_pads_them_least(
-    run: int, chunk: int
+def test_half_runs_not_16_bytes_apart_nest_in_one_step_or_steps_of_2048(
+    run: int, chunk: int, warps: int
 ) -> None:
-    """`NESTED_RUN_BUSY`: one step of 4096 holds a run of 2171 to 4096 (53% busy at
-    least); longer runs take the chunk that pads them least (2048: 6144 for 6001, not
-    8192) where 80% of its lanes are busy, at 8 warps."""
+    """`NESTED_RUN_CHUNK`: one step of 4096 at 8 warps holds a run of 2171 to 4096
+    (53% busy at least); `NESTED_LONG_RUN_CHUNK`: longer runs, however much of their
+    last step is idle (a third at most), take steps of 2048 at 16 warps."""
     t = choose_tiling(run_shape(run, vector=2 if run % 2 else 4))
-    assert t == Tiling((1, chunk), 8, nested=True), run
+    assert t == Tiling((1, chunk), warps, nested=True), run
 
 
 @pytest.mark.parametrize("run", [2171, 2271, 2898, 3822, 6001, 10001])
@@ -125,8 +135,6 @@ def test_runs_of_one_step_nest_at_4_warps(run: int, element_bytes: int) -> None:
         ("a step of 2048 about half idle", run_shape(1085, vector=2)),
         ("f32 steps of 2048 about half idle", run_shape(1085, vector=4, element_bytes=4)),
         ("a step of 4096 about half idle", run_shape(2170, vector=4)),
-        ("a run whose steps leave 28% of lanes idle", run_shape(4449, vector=2)),
-        ("a run of a step and a sliver", run_shape(4097, vector=2)),
         ("an epilogue", replace(run_shape(2898), epilogue=True)),
         ("no runs", replace(run_shape(2898), run=0, run_vector_bytes=0)),
     ],
@@ -307,6 +315,19 @@ def test_nested_runs_match_torch(text: str, sms: int) -> None:
 def test_f32_runs_nest_and_match_torch(text: str, sms: int) -> None:
     kernels = run_against_torch(text, sms, seed=7)
     assert any(tiling_of(k) == Tiling((1, 2048), 8, nested=True) for k in kernels)
+
+
+@pytest.mark.parametrize(
+    ("text", "sms"),
+    [
+        (statistics([5, 3, 4449], [0, 2], "bf16"), 4),  # 3 steps, the last 17% busy
+        (statistics([11, 2, 67, 73], [0, 2, 3], "f16"), 16),  # H*W = 4891, split
+        (one_reduction("reduce_max", [3, 2, 4097], [0, 2], "bf16"), 1),  # a sliver step
+    ],
+)
+def test_long_half_runs_nest_at_16_warps_and_match_torch(text: str, sms: int) -> None:
+    kernels = run_against_torch(text, sms, seed=11)
+    assert any(tiling_of(k) == Tiling((1, 2048), 16, nested=True) for k in kernels)
 
 
 def test_a_hand_written_nested_flag_nests_any_reduction() -> None:
