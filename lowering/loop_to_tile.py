@@ -213,12 +213,12 @@ def streamed_buffers(kernel: loop.KernelOp, shape: KernelShape) -> set[SSAValue]
     stage pads its space to whole chunks, and evict_last there made a column
     sum's split stage 1.2x slower on an H200): no program reads its lines
     again, so its loads ask L2 to evict them first and keep the lines that are
-    read again (a broadcast weight, the
-    rows an epilogue reloads, whatever the kernel before left for the one
-    after). Row sums of 128-8192 elements ran 2-17% faster on an H100 and an
-    H200, and faster than torch.compile, which does the same. Only a kernel
-    that streams one input gets the hint: with two or three (mean squared
-    error, a sum of x*y+z) evict_first was 0-2.5% slower on both GPUs.
+    read again (a broadcast weight, the rows an epilogue reloads, whatever the
+    kernel before left for the one after). Row sums of 128-8192 elements ran
+    2-17% faster on an H100 and an H200, and faster than torch.compile, which
+    does the same. Only a kernel that streams one input gets the hint: with two
+    or three (mean squared error, a sum of x*y+z) evict_first was 0-2.5% slower
+    on both GPUs.
     Batch-norm statistics (a mean and a mean of squares, two loads of x) ran up to
     20% faster streamed on an H200 (CUDA-graph us, evict_last / evict_first: 131 x 86
     x 2893 bf16 39.4 / 31.3, 72 x 275 x 4449 bf16 103.1 / 95.9, 65 x 403 x 1418 f32

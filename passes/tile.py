@@ -919,8 +919,9 @@ nested, torch.compile in brackets), mean and mean of squares over N and H*W:
   (66.6), 43 x 250 x 4020 bf16 44.3 / 26.7 (53.8), 16 x 128 x 53 x 55 bf16 6.7 / 5.9
   (11.6), 30 x 200 x 6001 bf16 47.7 / 27.2 (steps of 2048; 45.2 in 4096; 42.5), 20 x
   300 x 8500 bf16 47.0 / 29.9 (steps of 2048; 40.0), 40 x 300 x 2250 bf16 (55% busy)
-  22.6 / 19.9 (23.6); a max over them of 100 x 200 x 3001 f16 54.3 / 36.8 (81.4). Not runs of 2100 (51%):
-  48 x 384 x 2100 bf16 26.5 / 33.8 (26.0), 64 x 96 x 2100 8.9 / 8.8 (9.8).
+  22.6 / 19.9 (23.6); a max over them of 100 x 200 x 3001 f16 54.3 / 36.8 (81.4).
+  Not runs of 2100 (51%): 48 x 384 x 2100 bf16 26.5 / 33.8 (26.0), 64 x 96 x 2100
+  8.9 / 8.8 (9.8).
 - half precision, runs longer than 4096 (session 44; before: steps of 2048 or 4096
   at 8 warps where 80% busy, else flat / steps of 2048 at 16 warps): 72 x 275 x 4449
   bf16 101.9 / 64.5 (100.5; at 8 warps 117.7), 48 x 388 x 4891 bf16 83.9 / 55.7
