@@ -251,3 +251,18 @@ def test_same_value_follows_long_chains_without_recursing() -> None:
     assert same_value(values[f"a{n}"], values[f"b{n}"], {})
     assert not same_value(values[f"a{n}"], values[f"z{n}"], {})
     assert not same_value(values[f"a{n}"], values[f"b{n - 1}"], {})
+
+
+def test_statistics_stream_x_in_their_split_stage() -> None:
+    """Statistics of NCHW, split: the split stage's three bodies load x at one
+    element, and its one load (tile-cse) asks L2 to evict x first."""
+    from irc.compiler import triton_source
+
+    text = STATISTICS.replace("4x3x2500", "64x3x2500")
+    module = irc.parse(text, "<test>")
+    irc.run_pipeline(module, "fuse")
+    source = triton_source(module)
+    kernels = source.split("@triton.jit")[1:]
+    stage = next(k for k in kernels if "_split(" in k)
+    loads = [line for line in stage.splitlines() if "tl.load(" in line]
+    assert len(loads) == 1 and "evict_first" in loads[0], loads
