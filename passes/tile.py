@@ -903,7 +903,7 @@ The steps, by the run's length and its elements' bytes:
 - longer half-precision runs: steps of `NESTED_LONG_RUN_CHUNK` (2048) at 16 warps,
   4 elements a thread (their steps keep two thirds of their lanes busy at least).
   At 8 warps, steps of 2048 or 4096 were fast on some rows and two- to three-fold
-  slower on others (the rows below), where 16 warps were fast on every row;
+  slower on others (the rows below); at 16 warps none lost two-fold;
 - longer f32 runs: steps of `NESTED_RUN_F32_CHUNK` (8 KB, the bytes of a bf16 step
   of 4096) at 8 warps, where they keep `NESTED_RUN_ONE_STEP_BUSY` of their lanes
   busy: unlike half precision, f32 won at every busy fraction measured (55-98%);
