@@ -477,6 +477,28 @@ statistics of 69190x149 f32 (41 MB, 2.7 times) and 16384x1000 bf16 (33 MB, 4
 times) took 0.72x and 0.63x the kernel time combined once; a 8192x1024 f32 column
 softmax (34 MB, 1 time) 1.02x, and one of 8191x2047 bf16 (34 MB, 2 times) 1.0x."""
 
+WIDE_COMBINE_ONCE_SHARE = 2
+WIDE_REREAD_SHARE = 6
+WIDE_REREAD_FACTOR = 1
+"""Elements of 4 bytes or more combine once from `COMBINE_ONCE_BYTES /
+WIDE_COMBINE_ONCE_SHARE` (24 MB), and from `/ WIDE_REREAD_SHARE` (8 MB) where every
+program of the next kernel would read `WIDE_REREAD_FACTOR` times its chunk's bytes of
+partials. Combined in every program, the chunks are capped (sqrt of the reduced
+length), so the split stage and the kernel after it, which inherits its grid, run
+few long programs; combined once, that kernel is element-wise over a flat index
+and gathers a column's statistics (4-byte values) for each element: for
+half-precision elements twice the bytes per byte streamed that it is for f32. On an H200 (CUDA-graph us, every program / once, torch.compile
+in brackets; session 45 of docs/benchmarks.md): f32 batch-norm 64905x137 68.8 / 47.6
+(48.6), 30426x263 60.2 / 46.6 (44.5), 23630x260 38.9 / 28.3 (36.3), 39372x68 (11 MB)
+25.9 / 18.7 (16.2); f32 column softmaxes 2182x5665 66.8 / 45.2 (72.8), 2815x3718
+47.9 / 37.4 (51.4), 1794x4632 45.2 / 34.8 (46.2), 12286x585 37.7 / 28.8 (42.8);
+softmaxes over the middle dim 84x1248x69 44.8 / 30.7 (45.8), 30x1563x177 47.4 / 35.9
+(50.5). Slower: 8192x1024 f32 column softmax 34.1 / 35.1, 30011x96 f32 batch-norm
+(12 MB) 15.1 / 15.7. The same bounds for bf16 lost up to 29% (7082x1109 batch-norm
+29.2 / 37.8, a 2707x5813 column softmax 49.4 / 61.2, 12024x629 26.5 / 30.1) and
+won on two narrow batch-norms (46689x148 29.1 / 24.0), so half precision keeps
+`COMBINE_ONCE_BYTES` and `REREAD_FACTOR`."""
+
 
 REREAD_FILL = 4
 """A column reduction whose rows are read again (a softmax's output, a normalization)
@@ -538,17 +560,21 @@ def combines_once(
     combines its partials once in a kernel of their own: a column reduction
     streaming `least` bytes or more, or half that where the partials every program
     of the next kernel reads (`chunks` times `partials` bytes a column) are
-    `REREAD_FACTOR` times its chunk's own bytes. That ratio grows with the chunk
+    `REREAD_FACTOR` times its chunk's own bytes; for elements of 4 bytes or more,
+    the shares and factor of `WIDE_REREAD_FACTOR`. That ratio grows with the chunk
     count, so a split chosen with more chunks because it combines once still does."""
     if not shape.columns:
         return False
     streamed = n * numel(shape.parallel) * shape.element_bytes
-    if streamed >= least:
+    share, reread_share, factor = 1, 2, REREAD_FACTOR
+    if shape.element_bytes >= 4:
+        share, reread_share, factor = WIDE_COMBINE_ONCE_SHARE, WIDE_REREAD_SHARE, WIDE_REREAD_FACTOR
+    if share * streamed >= least:
         return True
-    if 2 * streamed < least or chunks <= 1:
+    if reread_share * streamed < least or chunks <= 1:
         return False
     chunk = -(-n // chunks)
-    return chunks * partials >= REREAD_FACTOR * chunk * shape.element_bytes
+    return chunks * partials >= factor * chunk * shape.element_bytes
 
 
 def _combine_once(kernel: loop.KernelOp, values: list[SSAValue], name: str) -> None:

@@ -1139,18 +1139,28 @@ def normalize_columns(shape: tuple[int, int], el: str = "f32") -> str:
 @pytest.mark.parametrize(
     ("text", "once"),
     [
-        (normalize_columns((69190, 149)), True),  # 41 MB; 241 chunks of 3 partials: 2.7x
+        (normalize_columns((69190, 149)), True),  # 41 MB of f32: from 24 MB
         (normalize_columns((16384, 1000), "bf16"), True),  # 33 MB; mean and variance: 4x
-        (softmax((8192, 1024), 0), False),  # 34 MB; 64 chunks of 2 partials: 1x
-        (normalize_columns((30011, 96)), False),  # 11.5 MB: the host's launches bound it
+        (softmax((8192, 1024), 0), True),  # 34 MB of f32: from 24 MB
+        (normalize_columns((30011, 96)), True),  # 11.5 MB of f32; 128 chunks of 3: 1.6x
+        (normalize_columns((39372, 68)), True),  # 10.7 MB of f32; 124 chunks of 3: 1.2x
+        (normalize_columns((14000, 96)), False),  # 5.4 MB of f32: under 8 MB
+        (softmax((2707, 5813), 0, "bf16"), False),  # 31 MB of bf16, under 2x
+        (normalize_columns((7082, 1109), "bf16"), False),  # 15.7 MB of bf16: under 24 MB
+        (softmax((12024, 629), 0, "bf16"), False),  # 15 MB of bf16
     ],
-    ids=["welford-2.7x", "two-stage-bf16-4x", "softmax-1x", "small"],
+    ids=[
+        "f32-41MB", "two-stage-bf16-4x", "f32-softmax-34MB", "f32-12MB-1.6x", "f32-11MB-1.2x",
+        "f32-5MB", "bf16-softmax-31MB", "bf16-16MB", "bf16-softmax-15MB",
+    ],
 )
 def test_partials_every_program_would_reread_are_combined_once(text: str, once: bool) -> None:
-    """Below `combine-once-bytes`, but from half of it, a split's partials are still
-    combined once where every program of the next kernel would read
-    `REREAD_FACTOR` times its own chunk's bytes of them (69190x149 f32 batch-norm
-    statistics on an H200: 0.72x the kernel time)."""
+    """A split's partials are combined once in a kernel of their own from
+    `combine-once-bytes` (48 MB), or from half of it where every program of the next
+    kernel would read `REREAD_FACTOR` times its own chunk's bytes of them; for
+    elements of 4 bytes or more from a half of it, or from a sixth where it would read
+    its chunk's bytes (`WIDE_REREAD_FACTOR`: on an H200, 64905x137 f32 batch-norm
+    statistics 0.69x the CUDA-graph time, a 7082x1109 bf16 one 1.29x)."""
     module = irc.parse(text, "t.ir")
     run_pipeline(module, "fuse,graph-to-loop,one-pass-variance,split-reduction")
     names = [k.kernel_name.data for k in loop.kernels(module)]
@@ -1165,12 +1175,24 @@ def test_the_reread_ratio_grows_with_the_chunk_count() -> None:
     from irc.passes.tile import KernelShape
 
     col = KernelKind.REDUCTION
-    shape = KernelShape(col, parallel=(149,), reduction=(69190,), element_bytes=4, columns=149)
-    verdicts = [combines_once(shape, 69190, COMBINE_ONCE_BYTES, g, 12) for g in (2, 64, 241, 1024)]
-    assert verdicts == [False, False, True, True]
-    # Under half of `combine-once-bytes`, no ratio makes it combine once.
-    small = KernelShape(col, parallel=(96,), reduction=(30011,), element_bytes=4, columns=96)
-    assert not combines_once(small, 30011, COMBINE_ONCE_BYTES, 4096, 12)
+
+    def verdicts(parallel: int, n: int, element_bytes: int, chunks: tuple[int, ...]) -> list[bool]:
+        shape = KernelShape(
+            col, parallel=(parallel,), reduction=(n,), element_bytes=element_bytes,
+            columns=parallel,
+        )  # fmt: skip
+        return [combines_once(shape, n, COMBINE_ONCE_BYTES, g, 12) for g in chunks]
+
+    # bf16, 29.8 MB: from half of `combine-once-bytes`, where the partials are 2x a chunk.
+    assert verdicts(149, 100_000, 2, (2, 64, 241, 1024)) == [False, False, True, True]
+    # Under half of it, no ratio makes half-precision elements combine once.
+    assert verdicts(96, 60_000, 2, (4096,)) == [False]
+    # f32, 41 MB: from a half of it whatever the chunks.
+    assert verdicts(149, 69190, 4, (2, 64)) == [True, True]
+    # f32, 11.5 MB: from a sixth of it, where the partials are a chunk's bytes.
+    assert verdicts(96, 30011, 4, (2, 64, 128, 1024)) == [False, False, True, True]
+    # f32 under a sixth of it (7.7 MB): never.
+    assert verdicts(96, 20_000, 4, (4096,)) == [False]
 
 
 def x_loads(k: loop.KernelOp) -> int:
