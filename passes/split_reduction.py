@@ -480,24 +480,26 @@ softmax (34 MB, 1 time) 1.02x, and one of 8191x2047 bf16 (34 MB, 2 times) 1.0x."
 WIDE_COMBINE_ONCE_SHARE = 2
 WIDE_REREAD_SHARE = 6
 WIDE_REREAD_FACTOR = 1
-"""Elements of 4 bytes or more combine once from `COMBINE_ONCE_BYTES /
+"""Elements of 4 bytes or more also combine once from `COMBINE_ONCE_BYTES /
 WIDE_COMBINE_ONCE_SHARE` (24 MB), and from `/ WIDE_REREAD_SHARE` (8 MB) where every
 program of the next kernel would read `WIDE_REREAD_FACTOR` times its chunk's bytes of
-partials. Combined in every program, the chunks are capped (sqrt of the reduced
-length), so the split stage and the kernel after it, which inherits its grid, run
-few long programs; combined once, that kernel is element-wise over a flat index
-and gathers a column's statistics (4-byte values) for each element: for
-half-precision elements twice the bytes per byte streamed that it is for f32. On an H200 (CUDA-graph us, every program / once, torch.compile
-in brackets; session 45 of docs/benchmarks.md): f32 batch-norm 64905x137 68.8 / 47.6
-(48.6), 30426x263 60.2 / 46.6 (44.5), 23630x260 38.9 / 28.3 (36.3), 39372x68 (11 MB)
-25.9 / 18.7 (16.2); f32 column softmaxes 2182x5665 66.8 / 45.2 (72.8), 2815x3718
-47.9 / 37.4 (51.4), 1794x4632 45.2 / 34.8 (46.2), 12286x585 37.7 / 28.8 (42.8);
-softmaxes over the middle dim 84x1248x69 44.8 / 30.7 (45.8), 30x1563x177 47.4 / 35.9
-(50.5). Slower: 8192x1024 f32 column softmax 34.1 / 35.1, 30011x96 f32 batch-norm
-(12 MB) 15.1 / 15.7. The same bounds for bf16 lost up to 29% (7082x1109 batch-norm
-29.2 / 37.8, a 2707x5813 column softmax 49.4 / 61.2, 12024x629 26.5 / 30.1) and
-won on two narrow batch-norms (46689x148 29.1 / 24.0), so half precision keeps
-`COMBINE_ONCE_BYTES` and `REREAD_FACTOR`."""
+partials, in the chunks of a split that combines in every program (their count
+capped at the square root of the reduced length). Combined in every program, the
+kernel after the split inherits its grid: few programs, each reading all G partials
+of its columns before its chunk, with loads of a column tile (no 16-byte vectors
+where a row's bytes are no multiple of 16). Combined once, that kernel is
+element-wise over a flat index and gathers a column's statistics (4-byte values)
+for each element: for half-precision elements twice the bytes per byte streamed
+that it is for f32. On an H200 (CUDA-graph us, every program / once, torch.compile
+in brackets; session 45 of docs/benchmarks.md), f32 batch-norm 64905x137 68.9 /
+53.7 (49.5), 30426x263 60.3 / 43.5 (45.5), 33693x91 27.9 / 19.6 (17.8), 27203x149
+19.5 / 16.9 (21.2), 11153x491 (22 MB) 24.5 / 23.1 (36.2); f32 column softmaxes
+2815x3718 47.7 / 39.7 (51.5), 8192x1024 33.8 / 31.7 (38.8); softmaxes over the
+middle dim 84x1248x69 44.8 / 30.7 (45.8): 24 rows, none slower (30011x96, 12 MB,
+14.9 / 14.7). Given the chunks of a split that combines once (uncapped), 4 of 20
+rows lost 3-21% (11153x491 29.5); the same bounds for bf16 lost up to 29%
+(7082x1109 batch-norm 29.2 / 37.8, a 2707x5813 column softmax 49.4 / 61.2), so half
+precision keeps `COMBINE_ONCE_BYTES` and `REREAD_FACTOR`."""
 
 
 REREAD_FILL = 4
@@ -555,19 +557,21 @@ def combines_once(
     least: int = COMBINE_ONCE_BYTES,
     chunks: int = 0,
     partials: int = 0,
+    wide: bool = True,
 ) -> bool:
     """Whether a split of a kernel of `shape` (`n` reduced elements) into `chunks`
     combines its partials once in a kernel of their own: a column reduction
     streaming `least` bytes or more, or half that where the partials every program
     of the next kernel reads (`chunks` times `partials` bytes a column) are
-    `REREAD_FACTOR` times its chunk's own bytes; for elements of 4 bytes or more,
-    the shares and factor of `WIDE_REREAD_FACTOR`. That ratio grows with the chunk
-    count, so a split chosen with more chunks because it combines once still does."""
+    `REREAD_FACTOR` times its chunk's own bytes; for elements of 4 bytes or more
+    (unless not `wide`), the shares and factor of `WIDE_REREAD_FACTOR`. That ratio
+    grows with the chunk count, so a split chosen with more chunks because it
+    combines once still does."""
     if not shape.columns:
         return False
     streamed = n * numel(shape.parallel) * shape.element_bytes
     share, reread_share, factor = 1, 2, REREAD_FACTOR
-    if shape.element_bytes >= 4:
+    if wide and shape.element_bytes >= 4:
         share, reread_share, factor = WIDE_COMBINE_ONCE_SHARE, WIDE_REREAD_SHARE, WIDE_REREAD_FACTOR
     if share * streamed >= least:
         return True
@@ -905,9 +909,10 @@ def split_chunks(
         if recombines and (unsplit_rereads_from_l2(shape, sms) or held_column_lanes(shape, sms)):
             return 1  # read again from L2, or held in registers (tile)
         g = column_chunks(shape, n, most, min_chunk, sms)
-        if combines_once(shape, n, combine_once_bytes, g, partial_bytes(kernel)):
+        if combines_once(shape, n, combine_once_bytes, g, partial_bytes(kernel), wide=False):
             g = column_chunks(shape, n, n, min_chunk, sms)  # no program reads all partials
-        once = recombines and combines_once(shape, n, combine_once_bytes)
+        # (Wider elements may combine once under `WIDE_REREAD_FACTOR` too, in these g.)
+        once = recombines and combines_once(shape, n, combine_once_bytes, wide=False)
         if g == 1 and once and rereads_from_dram(shape, sms):
             return 2  # the epilogue becomes an element-wise kernel of its own
         return g

@@ -76,7 +76,7 @@ def combine_once(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setattr(
             split,
             "combines_once",
-            lambda shape, n, least=0, chunks=0, partials=0: real(shape, n, 0),
+            lambda shape, n, least=0, chunks=0, partials=0, wide=True: real(shape, n, 0),
         )
     return bool(request.param)
 
@@ -1165,6 +1165,52 @@ def test_partials_every_program_would_reread_are_combined_once(text: str, once: 
     run_pipeline(module, "fuse,graph-to-loop,one-pass-variance,split-reduction")
     names = [k.kernel_name.data for k in loop.kernels(module)]
     assert any(name.endswith("_combine") for name in names) == once, names
+
+
+NEVER_COMBINED_ONCE = "{combine-once-bytes=4611686018427387904}"
+
+
+def split_kernels(text: str, options: str = "") -> list[tuple[str, list[int]]]:
+    module = irc.parse(text, "t.ir")
+    run_pipeline(module, f"fuse,graph-to-loop,one-pass-variance,split-reduction{options}")
+    return [(k.kernel_name.data, loop.int_list(k.bounds)) for k in loop.kernels(module)]
+
+
+@pytest.mark.parametrize(
+    ("text", "shape", "same_chunks"),
+    [
+        (normalize_columns((27203, 149)), (27203, 149), True),  # f32, 16 MB: 128 chunks
+        (normalize_columns((64905, 137)), (64905, 137), True),  # f32, 36 MB: 127 chunks
+        (softmax((2815, 3718), 0), (2815, 3718), True),  # f32, 42 MB: 22 chunks
+        (softmax((12554, 1422), 0), (12554, 1422), False),  # f32, 71 MB: 93 chunks, not 50
+        (softmax((8191, 2047), 0, "bf16"), (8191, 2047), False),  # bf16, 2x: 128, not 64
+    ],
+    ids=["f32-16MB", "f32-36MB", "f32-softmax-42MB", "f32-71MB", "bf16-2x"],
+)
+def test_wide_elements_combine_once_in_the_chunks_of_every_program(
+    text: str, shape: tuple[int, int], same_chunks: bool
+) -> None:
+    """Combined once under `WIDE_REREAD_FACTOR`'s bounds, a split keeps the chunks it
+    would have combining in every program; only the kernel after it changes (element-
+    wise, over the whole tensor). Given uncapped chunks instead, 4 of 20 f32 rows lost
+    3-21% on an H200. From `combine-once-bytes`, or half precision's
+    `REREAD_FACTOR`, no program reads all partials, so the chunks are not capped."""
+    once, every = split_kernels(text), split_kernels(text, NEVER_COMBINED_ONCE)
+    assert [name for name, _ in once if name.endswith("_combine")], once
+    assert not [name for name, _ in every if name.endswith("_combine")], every
+    assert (once[0][1][0] == every[0][1][0]) == same_chunks, (once, every)
+    assert once[-1][1] == list(shape)  # the final kernel: element-wise over the tensor
+    assert every[-1][1] == every[0][1]  # ... where it had the split's grid
+
+
+@pytest.mark.slow
+def test_statistics_combined_once_in_capped_chunks_match_torch() -> None:
+    """12 MB of f32 statistics combined once under `WIDE_REREAD_FACTOR`, in 128 chunks
+    of 162 rows (the last ragged), then normalized element-wise: the GPU's kernels in
+    the interpreter, against torch (16 s)."""
+    text = normalize_columns((20654, 149))
+    assert [bounds for _, bounds in split_kernels(text)] == [[128, 149], [149], [20654, 149]]
+    check(text, expect_kernels=3)
 
 
 def test_the_reread_ratio_grows_with_the_chunk_count() -> None:
