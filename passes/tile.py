@@ -403,9 +403,11 @@ def narrow_stores(kernel: loop.KernelOp, inside: set[Operation]) -> tuple[tuple[
         if not isinstance(store, loop.StoreOp) or store in inside:
             continue
         buffer: MemRefType = store.buffer.type  # type: ignore[assignment]
+        if not tile_sized(buffer):  # (a scalar a reduction of the product stores, too)
+            continue
         size = element_bytes(buffer.element_type)
         row = buffer.get_shape()[-1] * size
-        if tile_sized(buffer) and row % VECTOR_BYTES:  # neither TMA nor 16-byte vectors
+        if row % VECTOR_BYTES:  # neither TMA nor 16-byte vectors
             found.append((size, row & -row))  # the largest power of two dividing it
     return tuple(found)
 

@@ -96,6 +96,23 @@ func @t(%s: tensor<f32>) -> tensor<f32> {
   return %e : tensor<f32>
 }
 """,
+    # A 1x1 product reduced to a scalar is one contraction kernel storing a rank-0
+    # buffer, whose last dim `tile`'s check of narrow epilogue rows read (IndexError;
+    # graphgen seed 45075).
+    "one_element_product_reduced": """
+func @main(%a1: tensor<1x17xf32>, %v10: tensor<17x1xf32>) -> tensor<f32> {
+  %v12 = graph.matmul %a1, %v10 : tensor<1x1xf32>
+  %v14 = graph.reduce_min %v12 {dims = [0, 1]} : tensor<f32>
+  return %v14 : tensor<f32>
+}
+""",
+    "one_element_bf16_product_summed": """
+func @main(%a: tensor<1x40xbf16>, %b: tensor<40x1xbf16>) -> tensor<bf16> {
+  %p = graph.matmul %a, %b : tensor<1x1xbf16>
+  %s = graph.reduce_sum %p {dims = [0, 1]} : tensor<bf16>
+  return %s : tensor<bf16>
+}
+""",
     # A function with no op, returning its argument (twice), lowers to a buffer
     # function with nothing to launch; it counted as loop-level after loop-to-tile,
     # and tile-cse refused the module ("this module is at the loop level").
