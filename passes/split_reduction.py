@@ -1071,7 +1071,8 @@ class SplitReductionPass(ModulePass):
     """The GPU's SM count (`irc.target` sets it), which a split must keep busy."""
     combine_once_bytes: int = COMBINE_ONCE_BYTES
     """Bytes a split column reduction streams from which a kernel of its own combines
-    its partials once (`COMBINE_ONCE_BYTES`)."""
+    its partials once (`COMBINE_ONCE_BYTES`); the other bounds of `combines_once`
+    are shares of it (for elements of 4 bytes or more, a half and a sixth)."""
 
     def __post_init__(self) -> None:
         check_option(self.name, "threshold", self.threshold, 0)
